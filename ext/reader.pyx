@@ -1,0 +1,828 @@
+# cython: language_level=3
+"""qosmanager._native.reader -- the collector's hot loop.
+
+``StatReader`` owns, for every tracked cgroup (a *slot*: a pod or a container),
+the open file descriptors of the stat files the agent needs and reads them all
+in one call per tick with ``pread(fd, buf, n, 0)``.  It parses only the keys it
+needs, straight into preallocated numpy arrays, and turns counters into rates:
+
+* CPU usage in cores  = delta(usage ns) / delta(monotonic ns), first sample skipped,
+  counter resets (usage going backwards) skipped, samples older than ``max_gap_ns``
+  treated as a first sample again;
+* throttle ratio      = delta(nr_throttled) / delta(nr_periods), 0 when no period elapsed;
+* memory usage        = inactive_anon + active_anon + unevictable;
+* with page cache     = usage + inactive_file + active_file.
+
+Files per slot (``FILE_*`` indices):
+
+=============  =========================  ================================
+index          cgroup v1                  cgroup v2
+=============  =========================  ================================
+FILE_USAGE     cpuacct/.../cpuacct.usage  (unused: usage is in cpu.stat)
+FILE_CPUSTAT   cpu/.../cpu.stat           cpu.stat (usage_usec + throttling)
+FILE_MEMSTAT   memory/.../memory.stat     memory.stat
+=============  =========================  ================================
+
+A file that vanishes (ENOENT, ENODEV) marks only its slot dead: its descriptors
+are closed and ``state[slot]`` becomes ``STATE_DEAD``.  A garbled file gives NaN
+for the values it carries and a negative code in ``errors[slot]``.  When the
+process runs out of descriptors, a slot's file is kept as a path and opened,
+read and closed on every tick instead ("reopen mode"), so the agent degrades
+instead of failing.
+
+The plain-Python twin of this module is ``qosmanager.metrics.reference``; the
+two must produce the same arrays for the same files and the same clock.
+"""
+
+from libc.stdint cimport int64_t, int32_t, uint8_t
+from libc.string cimport memcmp, memchr, strlen, memcpy
+from libc.stdlib cimport malloc, free
+from libc.math cimport NAN
+
+import numpy as np
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    enum:
+        EINTR
+        ENOENT
+        ENODEV
+        EMFILE
+        ENFILE
+        EFBIG
+        ENOMEM
+
+cdef extern from "<fcntl.h>" nogil:
+    int c_open "open"(const char *path, int flags)
+    enum:
+        O_RDONLY
+        O_CLOEXEC
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void *buf, size_t count, long offset)
+    int close(int fd)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef int clockid_t
+    cdef struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(clockid_t clk, timespec *tp)
+    enum:
+        CLOCK_MONOTONIC
+
+# ---------------------------------------------------------------------------
+# public constants
+# ---------------------------------------------------------------------------
+cdef enum:
+    C_STATE_FREE = 0
+    C_STATE_LIVE = 1
+    C_STATE_DEAD = 2
+    C_ERR_GARBLED_USAGE = -1
+    C_ERR_GARBLED_CPUSTAT = -2
+    C_ERR_GARBLED_MEMSTAT = -3
+
+FILE_USAGE = 0
+FILE_CPUSTAT = 1
+FILE_MEMSTAT = 2
+NFILES = 3
+
+STATE_FREE = C_STATE_FREE
+STATE_LIVE = C_STATE_LIVE
+STATE_DEAD = C_STATE_DEAD
+
+ERR_GARBLED_USAGE = C_ERR_GARBLED_USAGE
+ERR_GARBLED_CPUSTAT = C_ERR_GARBLED_CPUSTAT
+ERR_GARBLED_MEMSTAT = C_ERR_GARBLED_MEMSTAT
+
+DEF C_NFILES = 3
+cdef int64_t INT64_MAX_C = 9223372036854775807
+DEF BUFSIZE = 65536
+DEF NKEYS_MEM = 5
+DEF NKEYS_CPU = 4
+
+cdef inline int64_t _now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+def monotonic_ns():
+    """The clock the reader stamps samples with (CLOCK_MONOTONIC, ns)."""
+    return _now_ns()
+
+
+cdef inline ssize_t _pread0(int fd, char *buf, size_t n) noexcept nogil:
+    """pread at offset 0, retrying on EINTR; returns -errno on failure."""
+    cdef ssize_t r
+    while True:
+        r = pread(fd, buf, n, 0)
+        if r >= 0:
+            return r
+        if errno != EINTR:
+            return -errno
+
+
+cdef inline ssize_t _read_path(const char *path, char *buf, size_t n) noexcept nogil:
+    """open + pread + close for a file kept in reopen mode; returns -errno on failure."""
+    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
+    cdef ssize_t r
+    if fd < 0:
+        return -errno
+    r = _pread0(fd, buf, n)
+    close(fd)
+    return r
+
+
+cdef inline int _parse_int(const char *p, const char *end, int64_t *out) noexcept nogil:
+    """Parse one decimal integer (optional '-') starting at p, ending at whitespace or end.
+
+    Returns the number of characters consumed, or -1 when the token is not an integer.
+    """
+    cdef const char *s = p
+    cdef int neg = 0
+    cdef uint8_t c
+    cdef int64_t v = 0
+    cdef int digits = 0
+    if p < end and p[0] == b'-':
+        neg = 1
+        p += 1
+    while p < end:
+        c = <uint8_t>p[0]
+        if c >= 48 and c <= 57:
+            if v > (INT64_MAX_C - <int64_t>(c - 48)) / 10:  # would overflow int64
+                return -1
+            v = v * 10 + (c - 48)
+            digits += 1
+            p += 1
+        elif c == 32 or c == 10 or c == 9 or c == 13:
+            break
+        else:
+            return -1
+    if digits == 0:
+        return -1
+    out[0] = -v if neg else v
+    return <int>(p - s)
+
+
+cdef int _parse_single(const char *buf, ssize_t n, int64_t *out) noexcept nogil:
+    """A file holding one integer (cpuacct.usage). 0 on success, -1 when garbled."""
+    cdef const char *p = buf
+    cdef const char *end = buf + n
+    cdef int k
+    while p < end and (p[0] == b' ' or p[0] == b'\t'):
+        p += 1
+    k = _parse_int(p, end, out)
+    if k < 0:
+        return -1
+    p += k
+    while p < end:
+        if p[0] != b'\n' and p[0] != b' ' and p[0] != b'\r' and p[0] != b'\t':
+            return -1
+        p += 1
+    return 0
+
+
+cdef int _parse_kv(const char *buf, ssize_t n, const char **keys, const int *klen, int nkeys,
+                   int64_t *out, int *bad) noexcept nogil:
+    """Scan "key value" lines, pulling only the wanted keys.
+
+    Returns a bitmask of the keys found; stops as soon as all were found.  A wanted
+    key whose value is not an integer sets ``bad[0] = 1``.  Later duplicates of a key
+    overwrite earlier ones (as koordlet's ParseKVMap), except that scanning stops once
+    every key has been seen.
+    """
+    cdef const char *p = buf
+    cdef const char *end = buf + n
+    cdef const char *eol
+    cdef const char *sp
+    cdef int found = 0
+    cdef int full = (1 << nkeys) - 1
+    cdef int i, L, k
+    cdef int64_t v
+    while p < end:
+        eol = <const char *>memchr(p, b'\n', end - p)
+        if eol == NULL:
+            eol = end
+        sp = <const char *>memchr(p, b' ', eol - p)
+        if sp != NULL:
+            L = <int>(sp - p)
+            for i in range(nkeys):
+                if L == klen[i] and memcmp(p, keys[i], L) == 0:
+                    sp += 1
+                    while sp < eol and sp[0] == b' ':
+                        sp += 1
+                    k = _parse_int(sp, eol, &v)
+                    if k < 0:
+                        bad[0] = 1
+                    else:
+                        out[i] = v
+                        found |= (1 << i)
+                    break
+            if found == full:
+                break
+        p = eol + 1
+    return found
+
+
+cdef const char *MEM_V1[5]
+MEM_V1[0] = b"total_inactive_anon"
+MEM_V1[1] = b"total_active_anon"
+MEM_V1[2] = b"total_unevictable"
+MEM_V1[3] = b"total_inactive_file"
+MEM_V1[4] = b"total_active_file"
+cdef const char *MEM_V2[5]
+MEM_V2[0] = b"inactive_anon"
+MEM_V2[1] = b"active_anon"
+MEM_V2[2] = b"unevictable"
+MEM_V2[3] = b"inactive_file"
+MEM_V2[4] = b"active_file"
+# cpu.stat: v1 has no usage key (usage lives in cpuacct.usage), so it parses 3 keys
+# into positions 1..3 of the same 4-slot array v2 uses.
+cdef const char *CPU_V1[3]
+CPU_V1[0] = b"nr_periods"
+CPU_V1[1] = b"nr_throttled"
+CPU_V1[2] = b"throttled_time"
+cdef const char *CPU_V2[4]
+CPU_V2[0] = b"usage_usec"
+CPU_V2[1] = b"nr_periods"
+CPU_V2[2] = b"nr_throttled"
+CPU_V2[3] = b"throttled_usec"
+
+
+cdef class StatReader:
+    """Slots of cgroup stat files, read all at once.
+
+    Parameters
+    ----------
+    capacity:
+        Number of slots (pods + containers); fixed for the reader's lifetime.
+    cgroup_version:
+        1 or 2; selects the file set and the keys parsed.
+    max_gap_ns:
+        A previous sample older than this is discarded (as koordlet's 20 s
+        last-counter cache): the next sample is treated as a first sample.
+    max_fds:
+        Descriptor budget.  Files beyond it are kept in reopen mode.
+
+    Arrays (numpy, length ``capacity``), refreshed by :meth:`read`:
+
+    ``state`` (uint8), ``errors`` (int32: 0, errno, or ERR_GARBLED_*), ``died``
+    (uint8, set for slots that vanished during this read), ``sample_ns`` (int64),
+    ``usage_ns``, ``nr_periods``, ``nr_throttled``, ``throttled_ns`` (int64 raw
+    counters), ``mem_raw`` (int64, shape (capacity, 5): inactive_anon, active_anon,
+    unevictable, inactive_file, active_file), ``cpu_cores``, ``throttled_ratio``,
+    ``memory_usage``, ``memory_usage_with_cache`` (float64, NaN = no sample).
+    """
+
+    cdef readonly int capacity
+    cdef readonly int cgroup_version
+    cdef readonly int high_water
+    cdef public long long max_gap_ns
+    cdef readonly long long max_fds
+    cdef readonly long long open_fds
+    cdef int *fds
+    cdef char **paths
+    cdef char *buf
+    cdef const char **cpu_keys
+    cdef const char **mem_keys
+    cdef int cpu_klen[4]
+    cdef int n_cpu_keys
+    cdef int mem_klen[5]
+
+    cdef readonly object state, errors, died, sample_ns, usage_ns, nr_periods, nr_throttled
+    cdef readonly object throttled_ns, mem_raw, cpu_cores, throttled_ratio
+    cdef readonly object memory_usage, memory_usage_with_cache
+    cdef readonly object prev_usage, prev_t, has_prev, prev_periods, prev_throttled, has_prev_thr
+
+    cdef uint8_t[:] v_state
+    cdef int32_t[:] v_errors
+    cdef uint8_t[:] v_died
+    cdef int64_t[:] v_sample, v_usage, v_periods, v_throttled, v_thr_ns
+    cdef int64_t[:, :] v_mem
+    cdef double[:] v_cores, v_ratio, v_memu, v_memc
+    cdef int64_t[:] v_prev_usage, v_prev_t, v_prev_periods, v_prev_throttled
+    cdef uint8_t[:] v_has_prev, v_has_prev_thr
+
+    def __cinit__(self, int capacity, int cgroup_version, long long max_gap_ns=20_000_000_000,
+                  long long max_fds=-1):
+        cdef int i
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        if cgroup_version not in (1, 2):
+            raise ValueError("cgroup_version must be 1 or 2")
+        self.fds = <int *>malloc(sizeof(int) * capacity * C_NFILES)
+        self.paths = <char **>malloc(sizeof(char *) * capacity * C_NFILES)
+        self.buf = <char *>malloc(BUFSIZE)
+        if self.fds == NULL or self.paths == NULL or self.buf == NULL:
+            raise MemoryError()
+        for i in range(capacity * C_NFILES):
+            self.fds[i] = -1
+            self.paths[i] = NULL
+
+    def __init__(self, int capacity, int cgroup_version, long long max_gap_ns=20_000_000_000,
+                 long long max_fds=-1):
+        cdef int i
+        self.capacity = capacity
+        self.cgroup_version = cgroup_version
+        self.max_gap_ns = max_gap_ns
+        self.max_fds = max_fds
+        self.open_fds = 0
+        self.high_water = 0
+        if cgroup_version == 1:
+            self.cpu_keys = CPU_V1
+            self.mem_keys = MEM_V1
+        else:
+            self.cpu_keys = CPU_V2
+            self.mem_keys = MEM_V2
+        self.n_cpu_keys = 3 if cgroup_version == 1 else 4
+        for i in range(self.n_cpu_keys):
+            self.cpu_klen[i] = <int>strlen(self.cpu_keys[i])
+        for i in range(NKEYS_MEM):
+            self.mem_klen[i] = <int>strlen(self.mem_keys[i])
+
+        self.state = np.zeros(capacity, dtype=np.uint8)
+        self.errors = np.zeros(capacity, dtype=np.int32)
+        self.died = np.zeros(capacity, dtype=np.uint8)
+        self.sample_ns = np.zeros(capacity, dtype=np.int64)
+        self.usage_ns = np.zeros(capacity, dtype=np.int64)
+        self.nr_periods = np.zeros(capacity, dtype=np.int64)
+        self.nr_throttled = np.zeros(capacity, dtype=np.int64)
+        self.throttled_ns = np.zeros(capacity, dtype=np.int64)
+        self.mem_raw = np.zeros((capacity, NKEYS_MEM), dtype=np.int64)
+        self.cpu_cores = np.full(capacity, np.nan)
+        self.throttled_ratio = np.full(capacity, np.nan)
+        self.memory_usage = np.full(capacity, np.nan)
+        self.memory_usage_with_cache = np.full(capacity, np.nan)
+        self.prev_usage = np.zeros(capacity, dtype=np.int64)
+        self.prev_t = np.zeros(capacity, dtype=np.int64)
+        self.has_prev = np.zeros(capacity, dtype=np.uint8)
+        self.prev_periods = np.zeros(capacity, dtype=np.int64)
+        self.prev_throttled = np.zeros(capacity, dtype=np.int64)
+        self.has_prev_thr = np.zeros(capacity, dtype=np.uint8)
+
+        self.v_state = self.state
+        self.v_errors = self.errors
+        self.v_died = self.died
+        self.v_sample = self.sample_ns
+        self.v_usage = self.usage_ns
+        self.v_periods = self.nr_periods
+        self.v_throttled = self.nr_throttled
+        self.v_thr_ns = self.throttled_ns
+        self.v_mem = self.mem_raw
+        self.v_cores = self.cpu_cores
+        self.v_ratio = self.throttled_ratio
+        self.v_memu = self.memory_usage
+        self.v_memc = self.memory_usage_with_cache
+        self.v_prev_usage = self.prev_usage
+        self.v_prev_t = self.prev_t
+        self.v_has_prev = self.has_prev
+        self.v_prev_periods = self.prev_periods
+        self.v_prev_throttled = self.prev_throttled
+        self.v_has_prev_thr = self.has_prev_thr
+
+    def __dealloc__(self):
+        cdef int i
+        if self.fds != NULL:
+            for i in range(self.capacity * C_NFILES):
+                if self.fds[i] >= 0:
+                    close(self.fds[i])
+            free(self.fds)
+        if self.paths != NULL:
+            for i in range(self.capacity * C_NFILES):
+                if self.paths[i] != NULL:
+                    free(self.paths[i])
+            free(self.paths)
+        if self.buf != NULL:
+            free(self.buf)
+
+    # ------------------------------------------------------------------
+    # slot management
+    # ------------------------------------------------------------------
+    cdef void _release(self, int slot) noexcept nogil:
+        cdef int f, i
+        for f in range(C_NFILES):
+            i = slot * C_NFILES + f
+            if self.fds[i] >= 0:
+                close(self.fds[i])
+                self.fds[i] = -1
+                self.open_fds -= 1
+            if self.paths[i] != NULL:
+                free(self.paths[i])
+                self.paths[i] = NULL
+
+    def open(self, int slot, usage=None, cpu_stat=None, memory_stat=None):
+        """Start tracking a cgroup in ``slot``.
+
+        Paths are bytes or str; ``None`` skips that file.  Returns 0 on success or
+        the errno of the first file that could not be opened (the slot is then left
+        free).  ENOENT means the cgroup does not exist (yet).
+        """
+        cdef int f, i, fd, err
+        cdef ssize_t r
+        cdef bytes b
+        cdef char *copy
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        if self.v_state[slot] != C_STATE_FREE:
+            self._release(slot)
+        self.v_state[slot] = C_STATE_FREE
+        self._reset_slot(slot)
+        if self.cgroup_version == 2 and usage is not None:
+            raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; pass usage=None")
+        if self.cgroup_version == 1 and usage is None and cpu_stat is None and memory_stat is None:
+            raise ValueError("at least one file is needed")
+        for f, p in enumerate((usage, cpu_stat, memory_stat)):
+            if p is None:
+                continue
+            b = p.encode() if isinstance(p, str) else bytes(p)
+            i = slot * C_NFILES + f
+            if self.max_fds >= 0 and self.open_fds >= self.max_fds:
+                fd = -1
+                err = EMFILE
+            else:
+                fd = c_open(b, O_RDONLY | O_CLOEXEC)
+                err = errno if fd < 0 else 0
+            if fd >= 0:
+                self.fds[i] = fd
+                self.open_fds += 1
+            elif err == EMFILE or err == ENFILE:
+                # Out of descriptors: probe that the file exists, then keep its path.
+                r = _read_path(b, self.buf, 1)
+                if r < 0:
+                    self._release(slot)
+                    return <int>(-r)
+                copy = <char *>malloc(len(b) + 1)
+                if copy == NULL:
+                    self._release(slot)
+                    raise MemoryError()
+                memcpy(copy, <const char *>b, len(b))
+                copy[len(b)] = 0
+                self.paths[i] = copy
+            else:
+                self._release(slot)
+                return err
+        self.v_state[slot] = C_STATE_LIVE
+        if slot + 1 > self.high_water:
+            self.high_water = slot + 1
+        return 0
+
+    def close(self, int slot):
+        """Stop tracking ``slot`` (closing its descriptors) and free it."""
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        self._release(slot)
+        self.v_state[slot] = C_STATE_FREE
+        self._reset_slot(slot)
+        while self.high_water > 0 and self.v_state[self.high_water - 1] == C_STATE_FREE:
+            self.high_water -= 1
+
+    cdef void _reset_slot(self, int slot) noexcept nogil:
+        cdef int k
+        self.v_has_prev[slot] = 0
+        self.v_has_prev_thr[slot] = 0
+        self.v_errors[slot] = 0
+        self.v_died[slot] = 0
+        self.v_usage[slot] = 0
+        self.v_periods[slot] = 0
+        self.v_throttled[slot] = 0
+        self.v_thr_ns[slot] = 0
+        self.v_sample[slot] = 0
+        for k in range(NKEYS_MEM):
+            self.v_mem[slot, k] = 0
+        self.v_cores[slot] = NAN
+        self.v_ratio[slot] = NAN
+        self.v_memu[slot] = NAN
+        self.v_memc[slot] = NAN
+
+    def is_reopen(self, int slot, int file):
+        """True when ``file`` of ``slot`` is kept as a path (descriptor budget exhausted)."""
+        return self.paths[slot * C_NFILES + file] != NULL
+
+    # ------------------------------------------------------------------
+    # the tick
+    # ------------------------------------------------------------------
+    cdef ssize_t _read_file(self, int slot, int f) noexcept nogil:
+        cdef int i = slot * C_NFILES + f
+        cdef ssize_t r
+        if self.fds[i] >= 0:
+            r = _pread0(self.fds[i], self.buf, BUFSIZE)
+        elif self.paths[i] != NULL:
+            r = _read_path(self.paths[i], self.buf, BUFSIZE)
+        else:
+            return -ENOENT - 100000  # file not tracked: caller checks has_file first
+        if r == BUFSIZE:
+            return -EFBIG
+        return r
+
+    cdef inline bint _has_file(self, int slot, int f) noexcept nogil:
+        cdef int i = slot * C_NFILES + f
+        return self.fds[i] >= 0 or self.paths[i] != NULL
+
+    cdef inline bint _vanished(self, int slot, ssize_t r) noexcept nogil:
+        if r == -ENOENT or r == -ENODEV:
+            self._release(slot)
+            self.v_state[slot] = C_STATE_DEAD
+            self.v_died[slot] = 1
+            self.v_errors[slot] = <int32_t>(-r)
+            self.v_cores[slot] = NAN
+            self.v_ratio[slot] = NAN
+            self.v_memu[slot] = NAN
+            self.v_memc[slot] = NAN
+            return True
+        return False
+
+    def read(self, long long now_ns=-1):
+        """Read every live slot once.  Returns the number of slots read without error.
+
+        ``now_ns`` >= 0 stamps every slot with that time instead of the monotonic
+        clock (deterministic tests, equivalence with the reference reader).
+        """
+        cdef int slot, n_ok = 0
+        cdef int hw = self.high_water
+        with nogil:
+            for slot in range(hw):
+                self.v_died[slot] = 0
+                if self.v_state[slot] != C_STATE_LIVE:
+                    continue
+                if self._read_slot(slot, now_ns):
+                    n_ok += 1
+        return n_ok
+
+    cdef bint _read_slot(self, int slot, long long now_ns) noexcept nogil:
+        cdef ssize_t r
+        cdef int64_t usage = 0, t
+        cdef int64_t cpu[4]
+        cdef int64_t mem[5]
+        cdef int found, bad, k
+        cdef bint usage_ok = False, thr_ok = False
+        cdef int32_t err = 0
+        cdef int64_t dp, dthr, dt
+
+        cpu[0] = 0; cpu[1] = 0; cpu[2] = 0; cpu[3] = 0
+        # --- CPU usage (v1 cpuacct.usage) ---
+        if self.cgroup_version == 1 and self._has_file(slot, 0):
+            r = self._read_file(slot, 0)
+            if self._vanished(slot, r):
+                return False
+            if r < 0:
+                err = <int32_t>(-r)
+            elif _parse_single(self.buf, r, &usage) == 0:
+                usage_ok = True
+            else:
+                err = C_ERR_GARBLED_USAGE
+        # --- cpu.stat (v1 throttling; v2 usage + throttling) ---
+        if self._has_file(slot, 1):
+            r = self._read_file(slot, 1)
+            if self._vanished(slot, r):
+                return False
+            if r < 0:
+                err = <int32_t>(-r)
+            else:
+                bad = 0
+                if self.cgroup_version == 2:
+                    found = _parse_kv(self.buf, r, self.cpu_keys, self.cpu_klen, 4, cpu, &bad)
+                else:
+                    # v1 keys land in cpu[1..3]; shift the mask to the v2 layout
+                    found = _parse_kv(self.buf, r, self.cpu_keys, self.cpu_klen, 3, &cpu[1], &bad) << 1
+                if bad:
+                    err = C_ERR_GARBLED_CPUSTAT
+                elif self.cgroup_version == 2:
+                    if found & 1:
+                        usage = cpu[0] * 1000
+                        usage_ok = True
+                    else:
+                        err = C_ERR_GARBLED_CPUSTAT
+                    # throttling keys are absent where the cpu controller is off: no error
+                    thr_ok = (found & 14) == 14
+                    cpu[3] = cpu[3] * 1000
+                elif (found & 14) == 14:
+                    thr_ok = True
+                else:
+                    err = C_ERR_GARBLED_CPUSTAT
+        t = now_ns if now_ns >= 0 else _now_ns()
+        self.v_sample[slot] = t
+        # usage -> cores
+        self.v_cores[slot] = NAN
+        if usage_ok:
+            self.v_usage[slot] = usage
+            if self.v_has_prev[slot]:
+                dt = t - self.v_prev_t[slot]
+                if usage >= self.v_prev_usage[slot] and dt > 0 and dt <= self.max_gap_ns:
+                    self.v_cores[slot] = <double>(usage - self.v_prev_usage[slot]) / <double>dt
+            self.v_prev_usage[slot] = usage
+            self.v_prev_t[slot] = t
+            self.v_has_prev[slot] = 1
+        # throttling
+        self.v_ratio[slot] = NAN
+        if thr_ok:
+            self.v_periods[slot] = cpu[1]
+            self.v_throttled[slot] = cpu[2]
+            self.v_thr_ns[slot] = cpu[3]
+            if self.v_has_prev_thr[slot]:
+                dp = cpu[1] - self.v_prev_periods[slot]
+                dthr = cpu[2] - self.v_prev_throttled[slot]
+                if dp >= 0 and dthr >= 0:
+                    if dp > 0:
+                        self.v_ratio[slot] = <double>dthr / <double>dp
+                    else:
+                        self.v_ratio[slot] = 0.0
+            self.v_prev_periods[slot] = cpu[1]
+            self.v_prev_throttled[slot] = cpu[2]
+            self.v_has_prev_thr[slot] = 1
+        # --- memory.stat ---
+        self.v_memu[slot] = NAN
+        self.v_memc[slot] = NAN
+        if self._has_file(slot, 2):
+            r = self._read_file(slot, 2)
+            if self._vanished(slot, r):
+                return False
+            if r < 0:
+                err = <int32_t>(-r)
+            else:
+                bad = 0
+                for k in range(NKEYS_MEM):
+                    mem[k] = 0
+                found = _parse_kv(self.buf, r, self.mem_keys, self.mem_klen, NKEYS_MEM, mem, &bad)
+                if bad or found != 31:
+                    err = C_ERR_GARBLED_MEMSTAT
+                else:
+                    for k in range(NKEYS_MEM):
+                        self.v_mem[slot, k] = mem[k]
+                    self.v_memu[slot] = <double>(mem[0] + mem[1] + mem[2])
+                    self.v_memc[slot] = <double>(mem[0] + mem[1] + mem[2] + mem[3] + mem[4])
+        self.v_errors[slot] = err
+        return err == 0
+
+    def pread_only(self):
+        """The floor: pread every tracked descriptor once, parse nothing.
+
+        Returns the number of bytes read.  Used by the benchmarks to show how close
+        :meth:`read` comes to the kernel's own cost.
+        """
+        cdef int slot, f
+        cdef ssize_t r
+        cdef long long total = 0
+        cdef int hw = self.high_water
+        with nogil:
+            for slot in range(hw):
+                if self.v_state[slot] != C_STATE_LIVE:
+                    continue
+                for f in range(C_NFILES):
+                    if self._has_file(slot, f):
+                        r = self._read_file(slot, f)
+                        if r > 0:
+                            total += r
+        return total
+
+
+# ---------------------------------------------------------------------------
+# node-level procfs reader
+# ---------------------------------------------------------------------------
+cdef extern from "<stdlib.h>" nogil:
+    void *realloc(void *p, size_t n)
+
+
+cdef class NodeReader:
+    """Keeps ``/proc/stat`` and ``/proc/meminfo`` open and parses them natively.
+
+    :meth:`read_stat` returns the node's busy ticks (user + nice + system + irq +
+    softirq) and fills ``cpu_ticks`` (int64, per CPU id, -1 where absent) in the same
+    pass.  :meth:`read_meminfo` returns ``(MemTotal, MemFree, MemAvailable)`` in KiB.
+    """
+
+    cdef int stat_fd, meminfo_fd
+    cdef char *buf
+    cdef size_t bufsize
+    cdef readonly object cpu_ticks
+    cdef int64_t[:] v_ticks
+
+    def __cinit__(self, stat_path, meminfo_path, int max_cpus=4096):
+        self.stat_fd = -1
+        self.meminfo_fd = -1
+        self.bufsize = 262144
+        self.buf = <char *>malloc(self.bufsize)
+        if self.buf == NULL:
+            raise MemoryError()
+
+    def __init__(self, stat_path, meminfo_path, int max_cpus=4096):
+        sp = stat_path.encode() if isinstance(stat_path, str) else bytes(stat_path)
+        mp = meminfo_path.encode() if isinstance(meminfo_path, str) else bytes(meminfo_path)
+        self.stat_fd = c_open(sp, O_RDONLY | O_CLOEXEC)
+        if self.stat_fd < 0:
+            raise OSError(errno, "cannot open", stat_path)
+        self.meminfo_fd = c_open(mp, O_RDONLY | O_CLOEXEC)
+        if self.meminfo_fd < 0:
+            raise OSError(errno, "cannot open", meminfo_path)
+        self.cpu_ticks = np.full(max_cpus, -1, dtype=np.int64)
+        self.v_ticks = self.cpu_ticks
+
+    def __dealloc__(self):
+        if self.stat_fd >= 0:
+            close(self.stat_fd)
+        if self.meminfo_fd >= 0:
+            close(self.meminfo_fd)
+        if self.buf != NULL:
+            free(self.buf)
+
+    cdef ssize_t _read_all(self, int fd) except -2:
+        cdef ssize_t r
+        cdef char *nb
+        while True:
+            with nogil:
+                r = _pread0(fd, self.buf, self.bufsize)
+            if r < 0:
+                raise OSError(-r, "read failed")
+            if <size_t>r < self.bufsize:
+                return r
+            nb = <char *>realloc(self.buf, self.bufsize * 2)
+            if nb == NULL:
+                raise MemoryError()
+            self.buf = nb
+            self.bufsize *= 2
+
+    def read_stat(self):
+        """Busy ticks of the node (the ``cpu `` line), per-CPU ticks into ``cpu_ticks``."""
+        cdef ssize_t n = self._read_all(self.stat_fd)
+        cdef const char *p = self.buf
+        cdef const char *end = self.buf + n
+        cdef const char *eol
+        cdef int64_t total = -1, v, busy, cpu_id
+        cdef int field, k
+        cdef bint is_total
+        cdef int maxc = self.v_ticks.shape[0]
+        self.v_ticks[:] = -1
+        while p < end:
+            eol = <const char *>memchr(p, b'\n', end - p)
+            if eol == NULL:
+                eol = end
+            if eol - p < 4 or memcmp(p, b"cpu", 3) != 0:
+                break  # the cpu lines come first; stop at the first other line
+            is_total = p[3] == b' '
+            p += 3
+            cpu_id = -1
+            if not is_total:
+                k = _parse_int(p, eol, &cpu_id)
+                if k < 0:
+                    raise ValueError("garbled /proc/stat cpu line")
+                p += k
+            field = 0
+            busy = 0
+            while p < eol:
+                while p < eol and p[0] == b' ':
+                    p += 1
+                if p >= eol:
+                    break
+                k = _parse_int(p, eol, &v)
+                if k < 0:
+                    raise ValueError("garbled /proc/stat value")
+                p += k
+                field += 1
+                # user nice system idle iowait irq softirq ...
+                if field == 1 or field == 2 or field == 3 or field == 6 or field == 7:
+                    busy += v
+            if field < 7:
+                raise ValueError("/proc/stat cpu line has too few fields")
+            if is_total:
+                total = busy
+            elif 0 <= cpu_id < maxc:
+                self.v_ticks[cpu_id] = busy
+            p = eol + 1
+        if total < 0:
+            raise ValueError("/proc/stat has no total cpu line")
+        return total
+
+    def read_meminfo(self):
+        """``(MemTotal, MemFree, MemAvailable)`` in KiB; a missing key reads as 0."""
+        cdef ssize_t n = self._read_all(self.meminfo_fd)
+        cdef const char *keys[3]
+        cdef int klen[3]
+        cdef int64_t out[3]
+        cdef int bad = 0
+        cdef const char *p = self.buf
+        cdef const char *end = self.buf + n
+        cdef const char *eol
+        cdef const char *colon
+        cdef int i, L, found = 0
+        cdef int64_t v
+        keys[0] = b"MemTotal"; keys[1] = b"MemFree"; keys[2] = b"MemAvailable"
+        klen[0] = 8; klen[1] = 7; klen[2] = 12
+        out[0] = 0; out[1] = 0; out[2] = 0
+        while p < end and found != 7:
+            eol = <const char *>memchr(p, b'\n', end - p)
+            if eol == NULL:
+                eol = end
+            colon = <const char *>memchr(p, b':', eol - p)
+            if colon != NULL:
+                L = <int>(colon - p)
+                for i in range(3):
+                    if L == klen[i] and memcmp(p, keys[i], L) == 0:
+                        colon += 1
+                        while colon < eol and colon[0] == b' ':
+                            colon += 1
+                        if _parse_int(colon, eol, &v) >= 0:
+                            out[i] = v
+                        found |= 1 << i
+                        break
+            p = eol + 1
+        return (out[0], out[1], out[2])

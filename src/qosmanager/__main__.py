@@ -1,0 +1,3 @@
+from qosmanager.cli import main
+
+raise SystemExit(main())

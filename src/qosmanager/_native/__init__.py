@@ -1,0 +1,68 @@
+"""The native hot paths and their plain-Python twins.
+
+``StatReader`` / ``NodeReader`` (collector reads) come from the Cython module
+``reader``; ``sysio`` (statfs, batch pread/pwrite) wraps the cffi module ``_sysio``.
+Both are built from ``ext/`` by ``pip install .``.
+
+With ``QOSMANAGER_PURE=1`` the plain-Python reference implementations are used
+instead (same API, same numbers, slower).  Without it, a missing extension is an
+import error: the agent never silently falls back to the slow path.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+PURE = os.environ.get("QOSMANAGER_PURE", "") == "1"
+
+StatReader: Any
+NodeReader: Any
+monotonic_ns: Any
+sysio: ModuleType
+
+if PURE:
+    from qosmanager._native import pure_sysio as sysio
+    from qosmanager._native.pure_reader import NodeReader, StatReader, monotonic_ns
+else:
+    try:
+        from qosmanager._native import sysio
+        from qosmanager._native.reader import NodeReader, StatReader, monotonic_ns
+    except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+        raise ImportError(
+            "qosmanager's native extensions are not built (" + str(exc) + "). Install the package "
+            "with `pip install .` (it compiles ext/ with Cython and cffi), or set QOSMANAGER_PURE=1 "
+            "to run the slower plain-Python reference implementations on purpose."
+        ) from exc
+
+IMPLEMENTATION = "pure" if PURE else "native"
+
+# File indices and slot states shared by both reader implementations.
+FILE_USAGE = 0
+FILE_CPUSTAT = 1
+FILE_MEMSTAT = 2
+STATE_FREE = 0
+STATE_LIVE = 1
+STATE_DEAD = 2
+ERR_GARBLED_USAGE = -1
+ERR_GARBLED_CPUSTAT = -2
+ERR_GARBLED_MEMSTAT = -3
+
+__all__ = [
+    "ERR_GARBLED_CPUSTAT",
+    "ERR_GARBLED_MEMSTAT",
+    "ERR_GARBLED_USAGE",
+    "FILE_CPUSTAT",
+    "FILE_MEMSTAT",
+    "FILE_USAGE",
+    "IMPLEMENTATION",
+    "PURE",
+    "STATE_DEAD",
+    "STATE_FREE",
+    "STATE_LIVE",
+    "NodeReader",
+    "StatReader",
+    "monotonic_ns",
+    "sysio",
+]

@@ -1,0 +1,437 @@
+"""Plain-Python reference of ``ext/reader.pyx``.
+
+Same API, same arrays, same numbers: the tests feed both the same files and the same
+clock and compare every array.  It is what runs with ``QOSMANAGER_PURE=1``, and the
+readable statement of what the native code does.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+import numpy as np
+
+FILE_USAGE, FILE_CPUSTAT, FILE_MEMSTAT, NFILES = 0, 1, 2, 3
+STATE_FREE, STATE_LIVE, STATE_DEAD = 0, 1, 2
+ERR_GARBLED_USAGE, ERR_GARBLED_CPUSTAT, ERR_GARBLED_MEMSTAT = -1, -2, -3
+BUFSIZE = 65536
+INT64_MAX = 2**63 - 1
+
+MEM_KEYS = {
+    1: (b"total_inactive_anon", b"total_active_anon", b"total_unevictable",
+        b"total_inactive_file", b"total_active_file"),
+    2: (b"inactive_anon", b"active_anon", b"unevictable", b"inactive_file", b"active_file"),
+}
+CPU_KEYS = {
+    1: (b"nr_periods", b"nr_throttled", b"throttled_time"),
+    2: (b"usage_usec", b"nr_periods", b"nr_throttled", b"throttled_usec"),
+}
+
+
+def monotonic_ns() -> int:
+    return time.monotonic_ns()
+
+
+def _parse_int(tok: bytes) -> int | None:
+    """Decimal integer with an optional leading '-', as the native scanner accepts it."""
+    digits = tok[1:] if tok.startswith(b"-") else tok
+    if not digits or not digits.isdigit() or len(digits.lstrip(b"0")) > 19:
+        return None
+    v = int(digits)
+    if v > INT64_MAX:
+        return None
+    return -v if tok.startswith(b"-") else v
+
+
+def _parse_single(data: bytes) -> int | None:
+    s = data.lstrip(b" \t")
+    tok_end = len(s)
+    for i, c in enumerate(s):
+        if c in b" \n\t\r":
+            tok_end = i
+            break
+    v = _parse_int(s[:tok_end])
+    if v is None or s[tok_end:].strip(b" \n\t\r"):
+        return None
+    return v
+
+
+def _first_token(rest: bytes) -> bytes:
+    rest = rest.lstrip(b" ")
+    for i, c in enumerate(rest):
+        if c in b" \t\r\n":
+            return rest[:i]
+    return rest
+
+
+def _parse_kv(data: bytes, keys: tuple[bytes, ...]) -> tuple[dict[bytes, int], bool]:
+    """Wanted keys found (first space splits key from value), and whether one was garbled."""
+    wanted = set(keys)
+    found: dict[bytes, int] = {}
+    bad = False
+    for line in data.split(b"\n"):
+        sp = line.find(b" ")
+        if sp < 0:
+            continue
+        key = line[:sp]
+        if key not in wanted:
+            continue
+        v = _parse_int(_first_token(line[sp + 1 :]))
+        if v is None:
+            bad = True
+        else:
+            found[key] = v
+        if len(found) == len(keys):
+            break
+    return found, bad
+
+
+class StatReader:
+    """See ``ext/reader.pyx``: the same class, in Python."""
+
+    def __init__(self, capacity: int, cgroup_version: int, max_gap_ns: int = 20_000_000_000,
+                 max_fds: int = -1) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be positive")
+        if cgroup_version not in (1, 2):
+            raise ValueError("cgroup_version must be 1 or 2")
+        self.capacity = capacity
+        self.cgroup_version = cgroup_version
+        self.max_gap_ns = max_gap_ns
+        self.max_fds = max_fds
+        self.open_fds = 0
+        self.high_water = 0
+        self._fds = [-1] * (capacity * NFILES)
+        self._paths: list[bytes | None] = [None] * (capacity * NFILES)
+        self._mem_keys = MEM_KEYS[cgroup_version]
+        self._cpu_keys = CPU_KEYS[cgroup_version]
+        self.state = np.zeros(capacity, dtype=np.uint8)
+        self.errors = np.zeros(capacity, dtype=np.int32)
+        self.died = np.zeros(capacity, dtype=np.uint8)
+        self.sample_ns = np.zeros(capacity, dtype=np.int64)
+        self.usage_ns = np.zeros(capacity, dtype=np.int64)
+        self.nr_periods = np.zeros(capacity, dtype=np.int64)
+        self.nr_throttled = np.zeros(capacity, dtype=np.int64)
+        self.throttled_ns = np.zeros(capacity, dtype=np.int64)
+        self.mem_raw = np.zeros((capacity, 5), dtype=np.int64)
+        self.cpu_cores = np.full(capacity, np.nan)
+        self.throttled_ratio = np.full(capacity, np.nan)
+        self.memory_usage = np.full(capacity, np.nan)
+        self.memory_usage_with_cache = np.full(capacity, np.nan)
+        self.prev_usage = np.zeros(capacity, dtype=np.int64)
+        self.prev_t = np.zeros(capacity, dtype=np.int64)
+        self.has_prev = np.zeros(capacity, dtype=np.uint8)
+        self.prev_periods = np.zeros(capacity, dtype=np.int64)
+        self.prev_throttled = np.zeros(capacity, dtype=np.int64)
+        self.has_prev_thr = np.zeros(capacity, dtype=np.uint8)
+
+    # -- slots -----------------------------------------------------------
+    def _release(self, slot: int) -> None:
+        for f in range(NFILES):
+            i = slot * NFILES + f
+            if self._fds[i] >= 0:
+                os.close(self._fds[i])
+                self._fds[i] = -1
+                self.open_fds -= 1
+            self._paths[i] = None
+
+    def _reset_slot(self, slot: int) -> None:
+        self.has_prev[slot] = 0
+        self.has_prev_thr[slot] = 0
+        self.errors[slot] = 0
+        self.died[slot] = 0
+        self.usage_ns[slot] = 0
+        self.nr_periods[slot] = 0
+        self.nr_throttled[slot] = 0
+        self.throttled_ns[slot] = 0
+        self.sample_ns[slot] = 0
+        self.mem_raw[slot, :] = 0
+        self.cpu_cores[slot] = np.nan
+        self.throttled_ratio[slot] = np.nan
+        self.memory_usage[slot] = np.nan
+        self.memory_usage_with_cache[slot] = np.nan
+
+    def open(self, slot: int, usage: str | bytes | None = None, cpu_stat: str | bytes | None = None,
+             memory_stat: str | bytes | None = None) -> int:
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        if self.state[slot] != STATE_FREE:
+            self._release(slot)
+        self.state[slot] = STATE_FREE
+        self._reset_slot(slot)
+        if self.cgroup_version == 2 and usage is not None:
+            raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; pass usage=None")
+        if self.cgroup_version == 1 and usage is None and cpu_stat is None and memory_stat is None:
+            raise ValueError("at least one file is needed")
+        for f, p in enumerate((usage, cpu_stat, memory_stat)):
+            if p is None:
+                continue
+            b = p.encode() if isinstance(p, str) else bytes(p)
+            i = slot * NFILES + f
+            err = 0
+            fd = -1
+            if self.max_fds >= 0 and self.open_fds >= self.max_fds:
+                err = errno.EMFILE
+            else:
+                try:
+                    fd = os.open(b, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError as e:
+                    err = e.errno or errno.EIO
+            if fd >= 0:
+                self._fds[i] = fd
+                self.open_fds += 1
+            elif err in (errno.EMFILE, errno.ENFILE):
+                r = self._read_path(b, 1)
+                if isinstance(r, int):
+                    self._release(slot)
+                    return -r
+                self._paths[i] = b
+            else:
+                self._release(slot)
+                return err
+        self.state[slot] = STATE_LIVE
+        self.high_water = max(self.high_water, slot + 1)
+        return 0
+
+    def close(self, slot: int) -> None:
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        self._release(slot)
+        self.state[slot] = STATE_FREE
+        self._reset_slot(slot)
+        while self.high_water > 0 and self.state[self.high_water - 1] == STATE_FREE:
+            self.high_water -= 1
+
+    def is_reopen(self, slot: int, file: int) -> bool:
+        return self._paths[slot * NFILES + file] is not None
+
+    # -- reading ------------------------------------------------------------
+    @staticmethod
+    def _pread0(fd: int, n: int) -> bytes | int:
+        try:
+            return os.pread(fd, n, 0)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+
+    def _read_path(self, path: bytes, n: int) -> bytes | int:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+        try:
+            return self._pread0(fd, n)
+        finally:
+            os.close(fd)
+
+    def _has_file(self, slot: int, f: int) -> bool:
+        i = slot * NFILES + f
+        return self._fds[i] >= 0 or self._paths[i] is not None
+
+    def _read_file(self, slot: int, f: int) -> bytes | int:
+        i = slot * NFILES + f
+        fd = self._fds[i]
+        path = self._paths[i]
+        r = self._pread0(fd, BUFSIZE) if fd >= 0 else self._read_path(path, BUFSIZE)  # type: ignore[arg-type]
+        if isinstance(r, bytes) and len(r) == BUFSIZE:
+            return -errno.EFBIG
+        return r
+
+    def _vanished(self, slot: int, r: bytes | int) -> bool:
+        if isinstance(r, int) and r in (-errno.ENOENT, -errno.ENODEV):
+            self._release(slot)
+            self.state[slot] = STATE_DEAD
+            self.died[slot] = 1
+            self.errors[slot] = -r
+            self.cpu_cores[slot] = np.nan
+            self.throttled_ratio[slot] = np.nan
+            self.memory_usage[slot] = np.nan
+            self.memory_usage_with_cache[slot] = np.nan
+            return True
+        return False
+
+    def read(self, now_ns: int = -1) -> int:
+        n_ok = 0
+        for slot in range(self.high_water):
+            self.died[slot] = 0
+            if self.state[slot] != STATE_LIVE:
+                continue
+            if self._read_slot(slot, now_ns):
+                n_ok += 1
+        return n_ok
+
+    def _read_slot(self, slot: int, now_ns: int) -> bool:
+        err = 0
+        usage = 0
+        usage_ok = thr_ok = False
+        cpu = [0, 0, 0, 0]
+        if self.cgroup_version == 1 and self._has_file(slot, FILE_USAGE):
+            r = self._read_file(slot, FILE_USAGE)
+            if self._vanished(slot, r):
+                return False
+            if isinstance(r, int):
+                err = -r
+            else:
+                v = _parse_single(r)
+                if v is None:
+                    err = ERR_GARBLED_USAGE
+                else:
+                    usage, usage_ok = v, True
+        if self._has_file(slot, FILE_CPUSTAT):
+            r = self._read_file(slot, FILE_CPUSTAT)
+            if self._vanished(slot, r):
+                return False
+            if isinstance(r, int):
+                err = -r
+            else:
+                found, bad = _parse_kv(r, self._cpu_keys)
+                if bad:
+                    err = ERR_GARBLED_CPUSTAT
+                elif self.cgroup_version == 2:
+                    if b"usage_usec" in found:
+                        usage, usage_ok = found[b"usage_usec"] * 1000, True
+                    else:
+                        err = ERR_GARBLED_CPUSTAT
+                    if all(k in found for k in self._cpu_keys[1:]):
+                        thr_ok = True
+                        cpu = [0, found[b"nr_periods"], found[b"nr_throttled"],
+                               found[b"throttled_usec"] * 1000]
+                elif len(found) == 3:
+                    thr_ok = True
+                    cpu = [0, found[b"nr_periods"], found[b"nr_throttled"], found[b"throttled_time"]]
+                else:
+                    err = ERR_GARBLED_CPUSTAT
+        t = now_ns if now_ns >= 0 else monotonic_ns()
+        self.sample_ns[slot] = t
+        self.cpu_cores[slot] = np.nan
+        if usage_ok:
+            self.usage_ns[slot] = usage
+            if self.has_prev[slot]:
+                dt = t - int(self.prev_t[slot])
+                prev = int(self.prev_usage[slot])
+                if usage >= prev and 0 < dt <= self.max_gap_ns:
+                    self.cpu_cores[slot] = float(usage - prev) / float(dt)
+            self.prev_usage[slot] = usage
+            self.prev_t[slot] = t
+            self.has_prev[slot] = 1
+        self.throttled_ratio[slot] = np.nan
+        if thr_ok:
+            self.nr_periods[slot], self.nr_throttled[slot], self.throttled_ns[slot] = cpu[1], cpu[2], cpu[3]
+            if self.has_prev_thr[slot]:
+                dp = cpu[1] - int(self.prev_periods[slot])
+                dthr = cpu[2] - int(self.prev_throttled[slot])
+                if dp >= 0 and dthr >= 0:
+                    self.throttled_ratio[slot] = float(dthr) / float(dp) if dp > 0 else 0.0
+            self.prev_periods[slot] = cpu[1]
+            self.prev_throttled[slot] = cpu[2]
+            self.has_prev_thr[slot] = 1
+        self.memory_usage[slot] = np.nan
+        self.memory_usage_with_cache[slot] = np.nan
+        if self._has_file(slot, FILE_MEMSTAT):
+            r = self._read_file(slot, FILE_MEMSTAT)
+            if self._vanished(slot, r):
+                return False
+            if isinstance(r, int):
+                err = -r
+            else:
+                found, bad = _parse_kv(r, self._mem_keys)
+                if bad or len(found) != 5:
+                    err = ERR_GARBLED_MEMSTAT
+                else:
+                    m = [found[k] for k in self._mem_keys]
+                    self.mem_raw[slot, :] = m
+                    self.memory_usage[slot] = float(m[0] + m[1] + m[2])
+                    self.memory_usage_with_cache[slot] = float(m[0] + m[1] + m[2] + m[3] + m[4])
+        self.errors[slot] = err
+        return err == 0
+
+    def pread_only(self) -> int:
+        total = 0
+        for slot in range(self.high_water):
+            if self.state[slot] != STATE_LIVE:
+                continue
+            for f in range(NFILES):
+                if self._has_file(slot, f):
+                    r = self._read_file(slot, f)
+                    if isinstance(r, bytes):
+                        total += len(r)
+        return total
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", []):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+class NodeReader:
+    """See ``ext/reader.pyx``: ``/proc/stat`` and ``/proc/meminfo`` kept open."""
+
+    def __init__(self, stat_path: str | bytes, meminfo_path: str | bytes, max_cpus: int = 4096) -> None:
+        self._stat_fd = os.open(stat_path, os.O_RDONLY | os.O_CLOEXEC)
+        self._meminfo_fd = os.open(meminfo_path, os.O_RDONLY | os.O_CLOEXEC)
+        self.cpu_ticks = np.full(max_cpus, -1, dtype=np.int64)
+
+    @staticmethod
+    def _read_all(fd: int) -> bytes:
+        size = 262144
+        while True:
+            data = os.pread(fd, size, 0)
+            if len(data) < size:
+                return data
+            size *= 2
+
+    def read_stat(self) -> int:
+        data = self._read_all(self._stat_fd)
+        total = -1
+        self.cpu_ticks[:] = -1
+        for line in data.split(b"\n"):
+            if len(line) < 4 or not line.startswith(b"cpu"):
+                break
+            fields = line.split()
+            name = fields[0]
+            vals = []
+            for tok in fields[1:]:
+                v = _parse_int(tok)
+                if v is None:
+                    raise ValueError("garbled /proc/stat value")
+                vals.append(v)
+            if len(vals) < 7:
+                raise ValueError("/proc/stat cpu line has too few fields")
+            busy = vals[0] + vals[1] + vals[2] + vals[5] + vals[6]
+            if name == b"cpu":
+                total = busy
+            else:
+                cpu_id = _parse_int(name[3:])
+                if cpu_id is None:
+                    raise ValueError("garbled /proc/stat cpu line")
+                if 0 <= cpu_id < len(self.cpu_ticks):
+                    self.cpu_ticks[cpu_id] = busy
+        if total < 0:
+            raise ValueError("/proc/stat has no total cpu line")
+        return total
+
+    def read_meminfo(self) -> tuple[int, int, int]:
+        data = self._read_all(self._meminfo_fd)
+        out = {b"MemTotal": 0, b"MemFree": 0, b"MemAvailable": 0}
+        for line in data.split(b"\n"):
+            key, sep, rest = line.partition(b":")
+            if sep and key in out:
+                v = _parse_int(_first_token(rest))
+                if v is not None:
+                    out[key] = v
+        return out[b"MemTotal"], out[b"MemFree"], out[b"MemAvailable"]
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_stat_fd", -1), getattr(self, "_meminfo_fd", -1)):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+__all__ = ["NodeReader", "StatReader", "monotonic_ns"]

@@ -1,0 +1,91 @@
+"""Python face of the cffi module ``_sysio`` (see ``ext/sysio.h``).
+
+All batch functions take and return numpy arrays so a caller never loops per file
+in Python to talk to the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from qosmanager._native._sysio import ffi, lib
+
+IMPLEMENTATION = "native"
+
+
+def statfs_magic(path: str) -> int | None:
+    """The filesystem magic number of ``path``, or None when it cannot be stat'ed."""
+    r = lib.qm_statfs_magic(path.encode())
+    return None if r < 0 else int(r)
+
+
+def fstatfs_magic(fd: int) -> int | None:
+    r = lib.qm_fstatfs_magic(fd)
+    return None if r < 0 else int(r)
+
+
+def _pack(items: Sequence[bytes], nul: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(b) for b in items), dtype=np.int64, count=len(items))
+    step = lengths + 1 if nul else lengths
+    offsets = np.zeros(len(items), dtype=np.int64)
+    if len(items) > 1:
+        np.cumsum(step[:-1], out=offsets[1:])
+    data = (b"\0".join(items) + b"\0") if nul else b"".join(items)
+    return data, offsets, lengths
+
+
+def open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
+    """Open every path; returns int32 descriptors, ``-errno`` where an open failed."""
+    out = np.empty(len(paths), dtype=np.int32)
+    if not paths:
+        return out
+    data, offsets, _ = _pack([p.encode() for p in paths], nul=True)
+    lib.qm_open_batch(
+        len(paths), ffi.from_buffer(data), ffi.from_buffer("int64_t[]", offsets), flags,
+        ffi.from_buffer("int32_t[]", out),
+    )
+    return out
+
+
+def pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarray) -> np.ndarray:
+    """Write ``payloads[i]`` at offset 0 of ``fds[i]``, in order; int32 errno per file (0 = ok)."""
+    n = len(payloads)
+    err = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return err
+    fds32 = np.ascontiguousarray(fds, dtype=np.int32)
+    trunc = np.ascontiguousarray(truncate, dtype=np.uint8)
+    data, offsets, lengths = _pack(payloads, nul=False)
+    lib.qm_pwrite_batch(
+        n, ffi.from_buffer("int32_t[]", fds32), ffi.from_buffer(data) if data else ffi.NULL,
+        ffi.from_buffer("int64_t[]", offsets), ffi.from_buffer("int64_t[]", lengths),
+        ffi.from_buffer("uint8_t[]", trunc), ffi.from_buffer("int32_t[]", err),
+    )
+    return err
+
+
+def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:
+    """Read each descriptor from offset 0; bytes, or ``-errno`` where the read failed."""
+    n = len(fds)
+    if n == 0:
+        return []
+    fds32 = np.ascontiguousarray(fds, dtype=np.int32)
+    buf = bytearray(n * maxlen)
+    lens = np.zeros(n, dtype=np.int64)
+    lib.qm_pread_batch(
+        n, ffi.from_buffer("int32_t[]", fds32), ffi.from_buffer(buf), maxlen,
+        ffi.from_buffer("int64_t[]", lens),
+    )
+    view = memoryview(buf)
+    out: list[bytes | int] = []
+    for i, ln in enumerate(lens.tolist()):
+        out.append(int(ln) if ln < 0 else bytes(view[i * maxlen : i * maxlen + ln]))
+    return out
+
+
+def close_batch(fds: np.ndarray) -> None:
+    if len(fds):
+        arr = np.ascontiguousarray(fds, dtype=np.int32)
+        lib.qm_close_batch(len(arr), ffi.from_buffer("int32_t[]", arr))
