@@ -21,7 +21,11 @@ index          cgroup v1                  cgroup v2
 FILE_USAGE     cpuacct/.../cpuacct.usage  (unused: usage is in cpu.stat)
 FILE_CPUSTAT   cpu/.../cpu.stat           cpu.stat (usage_usec + throttling)
 FILE_MEMSTAT   memory/.../memory.stat     memory.stat
+FILE_CPUSET    cpuset/.../cpuset.cpus     cpuset.cpus.effective
 =============  =========================  ================================
+
+``cpuset`` is optional (only the BE cgroups need it, for the BE real CPU limit):
+``cpuset_count[slot]`` is the number of CPUs it lists, -1 when not read.
 
 A file that vanishes (ENOENT, ENODEV) marks only its slot dead: its descriptors
 are closed and ``state[slot]`` becomes ``STATE_DEAD``.  A garbled file gives NaN
@@ -36,7 +40,7 @@ two must produce the same arrays for the same files and the same clock.
 
 from libc.stdint cimport int64_t, int32_t, uint8_t
 from libc.string cimport memcmp, memchr, strlen, memcpy
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, free, realloc
 from libc.math cimport NAN
 
 import numpy as np
@@ -81,11 +85,13 @@ cdef enum:
     C_ERR_GARBLED_USAGE = -1
     C_ERR_GARBLED_CPUSTAT = -2
     C_ERR_GARBLED_MEMSTAT = -3
+    C_ERR_GARBLED_CPUSET = -4
 
 FILE_USAGE = 0
 FILE_CPUSTAT = 1
 FILE_MEMSTAT = 2
-NFILES = 3
+FILE_CPUSET = 3
+NFILES = 4
 
 STATE_FREE = C_STATE_FREE
 STATE_LIVE = C_STATE_LIVE
@@ -94,8 +100,9 @@ STATE_DEAD = C_STATE_DEAD
 ERR_GARBLED_USAGE = C_ERR_GARBLED_USAGE
 ERR_GARBLED_CPUSTAT = C_ERR_GARBLED_CPUSTAT
 ERR_GARBLED_MEMSTAT = C_ERR_GARBLED_MEMSTAT
+ERR_GARBLED_CPUSET = C_ERR_GARBLED_CPUSET
 
-DEF C_NFILES = 3
+DEF C_NFILES = 4
 cdef int64_t INT64_MAX_C = 9223372036854775807
 DEF BUFSIZE = 65536
 DEF NKEYS_MEM = 5
@@ -225,6 +232,51 @@ cdef int _parse_kv(const char *buf, ssize_t n, const char **keys, const int *kle
     return found
 
 
+cdef inline int _digits(const char **pp, const char *end, int64_t *out) noexcept nogil:
+    """Parse a run of decimal digits at *pp (a CPU id, at most 2^20); advance *pp."""
+    cdef const char *p = pp[0]
+    cdef int64_t v = 0
+    cdef int n = 0
+    while p < end and p[0] >= b'0' and p[0] <= b'9':
+        v = v * 10 + (p[0] - 48)
+        n += 1
+        if v > 1048576:
+            return -1
+        p += 1
+    if n == 0:
+        return -1
+    pp[0] = p
+    out[0] = v
+    return n
+
+
+cdef int _parse_cpuset_count(const char *buf, ssize_t n) noexcept nogil:
+    """Number of CPUs in a kernel CPU list ("0-3,8,10-11"); 0 when empty; -1 when garbled."""
+    cdef const char *p = buf
+    cdef const char *end = buf + n
+    cdef int64_t a, b
+    cdef int64_t count = 0
+    while end > p and (end[-1] == b'\n' or end[-1] == b' ' or end[-1] == b'\r' or end[-1] == b'\t'):
+        end -= 1
+    if p == end:
+        return 0
+    while True:
+        if _digits(&p, end, &a) < 0:
+            return -1
+        b = a
+        if p < end and p[0] == b'-':
+            p += 1
+            if _digits(&p, end, &b) < 0 or b < a:
+                return -1
+        count += b - a + 1
+        if p == end:
+            break
+        if p[0] != b',':
+            return -1
+        p += 1
+    return <int>count
+
+
 cdef const char *MEM_V1[5]
 MEM_V1[0] = b"total_inactive_anon"
 MEM_V1[1] = b"total_active_anon"
@@ -256,7 +308,7 @@ cdef class StatReader:
     Parameters
     ----------
     capacity:
-        Number of slots (pods + containers); fixed for the reader's lifetime.
+        Number of slots; :meth:`resize` grows it.
     cgroup_version:
         1 or 2; selects the file set and the keys parsed.
     max_gap_ns:
@@ -272,7 +324,8 @@ cdef class StatReader:
     ``usage_ns``, ``nr_periods``, ``nr_throttled``, ``throttled_ns`` (int64 raw
     counters), ``mem_raw`` (int64, shape (capacity, 5): inactive_anon, active_anon,
     unevictable, inactive_file, active_file), ``cpu_cores``, ``throttled_ratio``,
-    ``memory_usage``, ``memory_usage_with_cache`` (float64, NaN = no sample).
+    ``memory_usage``, ``memory_usage_with_cache`` (float64, NaN = no sample),
+    ``cpuset_count`` (int32, -1 = no sample).
     """
 
     cdef readonly int capacity
@@ -292,7 +345,7 @@ cdef class StatReader:
 
     cdef readonly object state, errors, died, sample_ns, usage_ns, nr_periods, nr_throttled
     cdef readonly object throttled_ns, mem_raw, cpu_cores, throttled_ratio
-    cdef readonly object memory_usage, memory_usage_with_cache
+    cdef readonly object memory_usage, memory_usage_with_cache, cpuset_count
     cdef readonly object prev_usage, prev_t, has_prev, prev_periods, prev_throttled, has_prev_thr
 
     cdef uint8_t[:] v_state
@@ -301,6 +354,7 @@ cdef class StatReader:
     cdef int64_t[:] v_sample, v_usage, v_periods, v_throttled, v_thr_ns
     cdef int64_t[:, :] v_mem
     cdef double[:] v_cores, v_ratio, v_memu, v_memc
+    cdef int32_t[:] v_cpuset
     cdef int64_t[:] v_prev_usage, v_prev_t, v_prev_periods, v_prev_throttled
     cdef uint8_t[:] v_has_prev, v_has_prev_thr
 
@@ -341,26 +395,118 @@ cdef class StatReader:
         for i in range(NKEYS_MEM):
             self.mem_klen[i] = <int>strlen(self.mem_keys[i])
 
-        self.state = np.zeros(capacity, dtype=np.uint8)
-        self.errors = np.zeros(capacity, dtype=np.int32)
-        self.died = np.zeros(capacity, dtype=np.uint8)
-        self.sample_ns = np.zeros(capacity, dtype=np.int64)
-        self.usage_ns = np.zeros(capacity, dtype=np.int64)
-        self.nr_periods = np.zeros(capacity, dtype=np.int64)
-        self.nr_throttled = np.zeros(capacity, dtype=np.int64)
-        self.throttled_ns = np.zeros(capacity, dtype=np.int64)
-        self.mem_raw = np.zeros((capacity, NKEYS_MEM), dtype=np.int64)
-        self.cpu_cores = np.full(capacity, np.nan)
-        self.throttled_ratio = np.full(capacity, np.nan)
-        self.memory_usage = np.full(capacity, np.nan)
-        self.memory_usage_with_cache = np.full(capacity, np.nan)
-        self.prev_usage = np.zeros(capacity, dtype=np.int64)
-        self.prev_t = np.zeros(capacity, dtype=np.int64)
-        self.has_prev = np.zeros(capacity, dtype=np.uint8)
-        self.prev_periods = np.zeros(capacity, dtype=np.int64)
-        self.prev_throttled = np.zeros(capacity, dtype=np.int64)
-        self.has_prev_thr = np.zeros(capacity, dtype=np.uint8)
+        self._alloc_arrays(capacity)
 
+    # (name, dtype, fill, per-slot width) of every per-slot array, in one place so
+    # that __init__ and resize() cannot drift apart.
+    _ARRAYS = (
+        ("state", np.uint8, 0, 0), ("errors", np.int32, 0, 0), ("died", np.uint8, 0, 0),
+        ("sample_ns", np.int64, 0, 0), ("usage_ns", np.int64, 0, 0), ("nr_periods", np.int64, 0, 0),
+        ("nr_throttled", np.int64, 0, 0), ("throttled_ns", np.int64, 0, 0),
+        ("mem_raw", np.int64, 0, NKEYS_MEM), ("cpu_cores", np.float64, np.nan, 0),
+        ("throttled_ratio", np.float64, np.nan, 0), ("memory_usage", np.float64, np.nan, 0),
+        ("memory_usage_with_cache", np.float64, np.nan, 0), ("cpuset_count", np.int32, -1, 0),
+        ("prev_usage", np.int64, 0, 0), ("prev_t", np.int64, 0, 0), ("has_prev", np.uint8, 0, 0),
+        ("prev_periods", np.int64, 0, 0), ("prev_throttled", np.int64, 0, 0),
+        ("has_prev_thr", np.uint8, 0, 0),
+    )
+
+    def _alloc_arrays(self, int capacity):
+        for name, dtype, fill, width in self._ARRAYS:
+            shape = (capacity, width) if width else capacity
+            arr = np.full(shape, fill, dtype=dtype)
+            old = self._get_array(name)
+            if old is not None:
+                arr[: len(old)] = old
+            self._set_array(name, arr)
+        self._bind_views()
+
+    cdef object _get_array(self, str name):
+        if name == "state":
+            return self.state
+        elif name == "errors":
+            return self.errors
+        elif name == "died":
+            return self.died
+        elif name == "sample_ns":
+            return self.sample_ns
+        elif name == "usage_ns":
+            return self.usage_ns
+        elif name == "nr_periods":
+            return self.nr_periods
+        elif name == "nr_throttled":
+            return self.nr_throttled
+        elif name == "throttled_ns":
+            return self.throttled_ns
+        elif name == "mem_raw":
+            return self.mem_raw
+        elif name == "cpu_cores":
+            return self.cpu_cores
+        elif name == "throttled_ratio":
+            return self.throttled_ratio
+        elif name == "memory_usage":
+            return self.memory_usage
+        elif name == "memory_usage_with_cache":
+            return self.memory_usage_with_cache
+        elif name == "cpuset_count":
+            return self.cpuset_count
+        elif name == "prev_usage":
+            return self.prev_usage
+        elif name == "prev_t":
+            return self.prev_t
+        elif name == "has_prev":
+            return self.has_prev
+        elif name == "prev_periods":
+            return self.prev_periods
+        elif name == "prev_throttled":
+            return self.prev_throttled
+        elif name == "has_prev_thr":
+            return self.has_prev_thr
+        raise KeyError(name)
+
+    cdef void _set_array(self, str name, object arr):
+        if name == "state":
+            self.state = arr
+        elif name == "errors":
+            self.errors = arr
+        elif name == "died":
+            self.died = arr
+        elif name == "sample_ns":
+            self.sample_ns = arr
+        elif name == "usage_ns":
+            self.usage_ns = arr
+        elif name == "nr_periods":
+            self.nr_periods = arr
+        elif name == "nr_throttled":
+            self.nr_throttled = arr
+        elif name == "throttled_ns":
+            self.throttled_ns = arr
+        elif name == "mem_raw":
+            self.mem_raw = arr
+        elif name == "cpu_cores":
+            self.cpu_cores = arr
+        elif name == "throttled_ratio":
+            self.throttled_ratio = arr
+        elif name == "memory_usage":
+            self.memory_usage = arr
+        elif name == "memory_usage_with_cache":
+            self.memory_usage_with_cache = arr
+        elif name == "cpuset_count":
+            self.cpuset_count = arr
+        elif name == "prev_usage":
+            self.prev_usage = arr
+        elif name == "prev_t":
+            self.prev_t = arr
+        elif name == "has_prev":
+            self.has_prev = arr
+        elif name == "prev_periods":
+            self.prev_periods = arr
+        elif name == "prev_throttled":
+            self.prev_throttled = arr
+        elif name == "has_prev_thr":
+            self.has_prev_thr = arr
+
+    def _bind_views(self):
         self.v_state = self.state
         self.v_errors = self.errors
         self.v_died = self.died
@@ -374,12 +520,37 @@ cdef class StatReader:
         self.v_ratio = self.throttled_ratio
         self.v_memu = self.memory_usage
         self.v_memc = self.memory_usage_with_cache
+        self.v_cpuset = self.cpuset_count
         self.v_prev_usage = self.prev_usage
         self.v_prev_t = self.prev_t
         self.v_has_prev = self.has_prev
         self.v_prev_periods = self.prev_periods
         self.v_prev_throttled = self.prev_throttled
         self.v_has_prev_thr = self.has_prev_thr
+
+    def resize(self, int capacity):
+        """Grow to ``capacity`` slots, keeping every slot's descriptors and history.
+
+        The array attributes are replaced by larger copies: re-read them after a resize.
+        """
+        cdef int i
+        cdef int *nfds
+        cdef char **npaths
+        if capacity <= self.capacity:
+            return
+        nfds = <int *>realloc(self.fds, sizeof(int) * capacity * C_NFILES)
+        if nfds == NULL:
+            raise MemoryError()
+        self.fds = nfds
+        npaths = <char **>realloc(self.paths, sizeof(char *) * capacity * C_NFILES)
+        if npaths == NULL:
+            raise MemoryError()
+        self.paths = npaths
+        for i in range(self.capacity * C_NFILES, capacity * C_NFILES):
+            self.fds[i] = -1
+            self.paths[i] = NULL
+        self._alloc_arrays(capacity)
+        self.capacity = capacity
 
     def __dealloc__(self):
         cdef int i
@@ -411,7 +582,7 @@ cdef class StatReader:
                 free(self.paths[i])
                 self.paths[i] = NULL
 
-    def open(self, int slot, usage=None, cpu_stat=None, memory_stat=None):
+    def open(self, int slot, usage=None, cpu_stat=None, memory_stat=None, cpuset=None):
         """Start tracking a cgroup in ``slot``.
 
         Paths are bytes or str; ``None`` skips that file.  Returns 0 on success or
@@ -430,9 +601,9 @@ cdef class StatReader:
         self._reset_slot(slot)
         if self.cgroup_version == 2 and usage is not None:
             raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; pass usage=None")
-        if self.cgroup_version == 1 and usage is None and cpu_stat is None and memory_stat is None:
+        if usage is None and cpu_stat is None and memory_stat is None and cpuset is None:
             raise ValueError("at least one file is needed")
-        for f, p in enumerate((usage, cpu_stat, memory_stat)):
+        for f, p in enumerate((usage, cpu_stat, memory_stat, cpuset)):
             if p is None:
                 continue
             b = p.encode() if isinstance(p, str) else bytes(p)
@@ -494,6 +665,7 @@ cdef class StatReader:
         self.v_ratio[slot] = NAN
         self.v_memu[slot] = NAN
         self.v_memc[slot] = NAN
+        self.v_cpuset[slot] = -1
 
     def is_reopen(self, int slot, int file):
         """True when ``file`` of ``slot`` is kept as a path (descriptor budget exhausted)."""
@@ -529,6 +701,7 @@ cdef class StatReader:
             self.v_ratio[slot] = NAN
             self.v_memu[slot] = NAN
             self.v_memc[slot] = NAN
+            self.v_cpuset[slot] = -1
             return True
         return False
 
@@ -651,6 +824,20 @@ cdef class StatReader:
                         self.v_mem[slot, k] = mem[k]
                     self.v_memu[slot] = <double>(mem[0] + mem[1] + mem[2])
                     self.v_memc[slot] = <double>(mem[0] + mem[1] + mem[2] + mem[3] + mem[4])
+        # --- cpuset.cpus (BE cgroups only) ---
+        if self._has_file(slot, 3):
+            r = self._read_file(slot, 3)
+            if self._vanished(slot, r):
+                return False
+            self.v_cpuset[slot] = -1
+            if r < 0:
+                err = <int32_t>(-r)
+            else:
+                k = _parse_cpuset_count(self.buf, r)
+                if k < 0:
+                    err = C_ERR_GARBLED_CPUSET
+                else:
+                    self.v_cpuset[slot] = k
         self.v_errors[slot] = err
         return err == 0
 
@@ -679,10 +866,6 @@ cdef class StatReader:
 # ---------------------------------------------------------------------------
 # node-level procfs reader
 # ---------------------------------------------------------------------------
-cdef extern from "<stdlib.h>" nogil:
-    void *realloc(void *p, size_t n)
-
-
 cdef class NodeReader:
     """Keeps ``/proc/stat`` and ``/proc/meminfo`` open and parses them natively.
 

@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-FILE_USAGE, FILE_CPUSTAT, FILE_MEMSTAT, NFILES = 0, 1, 2, 3
+FILE_USAGE, FILE_CPUSTAT, FILE_MEMSTAT, FILE_CPUSET, NFILES = 0, 1, 2, 3, 4
 STATE_FREE, STATE_LIVE, STATE_DEAD = 0, 1, 2
-ERR_GARBLED_USAGE, ERR_GARBLED_CPUSTAT, ERR_GARBLED_MEMSTAT = -1, -2, -3
+ERR_GARBLED_USAGE, ERR_GARBLED_CPUSTAT, ERR_GARBLED_MEMSTAT, ERR_GARBLED_CPUSET = -1, -2, -3, -4
 BUFSIZE = 65536
 INT64_MAX = 2**63 - 1
 
@@ -88,6 +88,24 @@ def _parse_kv(data: bytes, keys: tuple[bytes, ...]) -> tuple[dict[bytes, int], b
     return found, bad
 
 
+def _parse_cpuset_count(data: bytes) -> int:
+    """Number of CPUs in a kernel CPU list; 0 when empty; -1 when garbled."""
+    text = data.rstrip(b"\n \r\t")
+    if not text:
+        return 0
+    count = 0
+    for part in text.split(b","):
+        lo, dash, hi = part.partition(b"-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or len(lo) > 8 or len(hi) > 8:
+            return -1
+        a = int(lo)
+        b = int(hi) if dash else a
+        if a > 1048576 or b > 1048576 or b < a:
+            return -1
+        count += b - a + 1
+    return count
+
+
 class StatReader:
     """See ``ext/reader.pyx``: the same class, in Python."""
 
@@ -107,25 +125,36 @@ class StatReader:
         self._paths: list[bytes | None] = [None] * (capacity * NFILES)
         self._mem_keys = MEM_KEYS[cgroup_version]
         self._cpu_keys = CPU_KEYS[cgroup_version]
-        self.state = np.zeros(capacity, dtype=np.uint8)
-        self.errors = np.zeros(capacity, dtype=np.int32)
-        self.died = np.zeros(capacity, dtype=np.uint8)
-        self.sample_ns = np.zeros(capacity, dtype=np.int64)
-        self.usage_ns = np.zeros(capacity, dtype=np.int64)
-        self.nr_periods = np.zeros(capacity, dtype=np.int64)
-        self.nr_throttled = np.zeros(capacity, dtype=np.int64)
-        self.throttled_ns = np.zeros(capacity, dtype=np.int64)
-        self.mem_raw = np.zeros((capacity, 5), dtype=np.int64)
-        self.cpu_cores = np.full(capacity, np.nan)
-        self.throttled_ratio = np.full(capacity, np.nan)
-        self.memory_usage = np.full(capacity, np.nan)
-        self.memory_usage_with_cache = np.full(capacity, np.nan)
-        self.prev_usage = np.zeros(capacity, dtype=np.int64)
-        self.prev_t = np.zeros(capacity, dtype=np.int64)
-        self.has_prev = np.zeros(capacity, dtype=np.uint8)
-        self.prev_periods = np.zeros(capacity, dtype=np.int64)
-        self.prev_throttled = np.zeros(capacity, dtype=np.int64)
-        self.has_prev_thr = np.zeros(capacity, dtype=np.uint8)
+        self._alloc_arrays(capacity)
+
+    _ARRAYS = (
+        ("state", np.uint8, 0, 0), ("errors", np.int32, 0, 0), ("died", np.uint8, 0, 0),
+        ("sample_ns", np.int64, 0, 0), ("usage_ns", np.int64, 0, 0), ("nr_periods", np.int64, 0, 0),
+        ("nr_throttled", np.int64, 0, 0), ("throttled_ns", np.int64, 0, 0),
+        ("mem_raw", np.int64, 0, 5), ("cpu_cores", np.float64, np.nan, 0),
+        ("throttled_ratio", np.float64, np.nan, 0), ("memory_usage", np.float64, np.nan, 0),
+        ("memory_usage_with_cache", np.float64, np.nan, 0), ("cpuset_count", np.int32, -1, 0),
+        ("prev_usage", np.int64, 0, 0), ("prev_t", np.int64, 0, 0), ("has_prev", np.uint8, 0, 0),
+        ("prev_periods", np.int64, 0, 0), ("prev_throttled", np.int64, 0, 0),
+        ("has_prev_thr", np.uint8, 0, 0),
+    )
+
+    def _alloc_arrays(self, capacity: int) -> None:
+        for name, dtype, fill, width in self._ARRAYS:
+            arr = np.full((capacity, width) if width else capacity, fill, dtype=dtype)
+            old = getattr(self, name, None)
+            if old is not None:
+                arr[: len(old)] = old
+            setattr(self, name, arr)
+
+    def resize(self, capacity: int) -> None:
+        if capacity <= self.capacity:
+            return
+        extra = (capacity - self.capacity) * NFILES
+        self._fds.extend([-1] * extra)
+        self._paths.extend([None] * extra)
+        self._alloc_arrays(capacity)
+        self.capacity = capacity
 
     # -- slots -----------------------------------------------------------
     def _release(self, slot: int) -> None:
@@ -152,9 +181,10 @@ class StatReader:
         self.throttled_ratio[slot] = np.nan
         self.memory_usage[slot] = np.nan
         self.memory_usage_with_cache[slot] = np.nan
+        self.cpuset_count[slot] = -1
 
     def open(self, slot: int, usage: str | bytes | None = None, cpu_stat: str | bytes | None = None,
-             memory_stat: str | bytes | None = None) -> int:
+             memory_stat: str | bytes | None = None, cpuset: str | bytes | None = None) -> int:
         if slot < 0 or slot >= self.capacity:
             raise IndexError("slot out of range")
         if self.state[slot] != STATE_FREE:
@@ -163,9 +193,9 @@ class StatReader:
         self._reset_slot(slot)
         if self.cgroup_version == 2 and usage is not None:
             raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; pass usage=None")
-        if self.cgroup_version == 1 and usage is None and cpu_stat is None and memory_stat is None:
+        if usage is None and cpu_stat is None and memory_stat is None and cpuset is None:
             raise ValueError("at least one file is needed")
-        for f, p in enumerate((usage, cpu_stat, memory_stat)):
+        for f, p in enumerate((usage, cpu_stat, memory_stat, cpuset)):
             if p is None:
                 continue
             b = p.encode() if isinstance(p, str) else bytes(p)
@@ -248,6 +278,7 @@ class StatReader:
             self.throttled_ratio[slot] = np.nan
             self.memory_usage[slot] = np.nan
             self.memory_usage_with_cache[slot] = np.nan
+            self.cpuset_count[slot] = -1
             return True
         return False
 
@@ -343,6 +374,19 @@ class StatReader:
                     self.mem_raw[slot, :] = m
                     self.memory_usage[slot] = float(m[0] + m[1] + m[2])
                     self.memory_usage_with_cache[slot] = float(m[0] + m[1] + m[2] + m[3] + m[4])
+        if self._has_file(slot, FILE_CPUSET):
+            r = self._read_file(slot, FILE_CPUSET)
+            if self._vanished(slot, r):
+                return False
+            self.cpuset_count[slot] = -1
+            if isinstance(r, int):
+                err = -r
+            else:
+                k = _parse_cpuset_count(r)
+                if k < 0:
+                    err = ERR_GARBLED_CPUSET
+                else:
+                    self.cpuset_count[slot] = k
         self.errors[slot] = err
         return err == 0
 
