@@ -382,7 +382,8 @@ class SeriesGroup:
             if phys is None:  # dropped before a column is spent on it
                 self.dropped += 1
                 return
-            self.values[metric][phys, self.column(key)] = v
+            col = self.column(key)  # first: growing replaces the matrices
+            self.values[metric][phys, col] = v
 
     # ---- queries -------------------------------------------------------------------------------
 
