@@ -320,7 +320,7 @@ class SeriesGroup:
 
         ``values[metric]`` is a vector indexed by column, of length at least :attr:`used`; entries of
         free or never-allocated columns are ignored (so a reused column never inherits them), non-finite
-        entries count as "no sample" and a missing metric is all NaN.  With ``columns`` (an index array),
+        entries count as "no sample" and a missing metric adds no samples.  With ``columns`` (an index array),
         ``values[metric][i]`` goes to column ``columns[i]`` instead -- for a collector whose slot order is
         not the column order.
 
