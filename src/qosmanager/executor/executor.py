@@ -1,0 +1,536 @@
+"""The resource executor: every file the agent changes goes through here.
+
+Strategies never touch files; they hand the executor :class:`Write` requests.  One
+:meth:`Executor.apply` call per scheduler round then:
+
+1. **resolves** each request through the registry (``host.resources``) to the file of
+   this host's cgroup version, and **validates** the value (invalid values are
+   refused and audited, never written);
+2. settles **knob ownership**: one strategy owns a file at a time; when another wants
+   a different value while the owner's claim is live, the resource's declared merge
+   rule decides (e.g. the lower CFS quota wins) and the loser is audited;
+3. consults the **write cache**: a value written less than ``force_seconds`` ago costs
+   no syscall at all; older entries are re-checked so outside changes get corrected;
+4. **reads** the current contents of the remaining files in one native batch and
+   drops those already equal (``max`` == int64-max, cpusets as sets, ...);
+5. **orders** the writes as a leveled update: limits that rise are written parents
+   first, limits that fall children first, cpusets widen to the union parents first
+   and narrow to the exact set children first, so a parent never holds less than a
+   child at any moment (the kernel rejects that for v1 quotas and cpusets);
+6. **writes** each phase with one native batch call (cached descriptors, ``pwrite``,
+   one errno per file), caches what succeeded (failures never), and **audits** every
+   write with its old and new value.
+
+A missing file is not an error: the cgroup is gone (or the knob does not exist on this
+kernel); it is skipped, counted and retried next time.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qosmanager._native import sysio
+from qosmanager.executor.audit import AuditLog
+from qosmanager.executor.files import FileTable
+from qosmanager.host import resources as res
+from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 4096
+IGNORABLE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
+
+
+def _key(target: str, resource: str, entry: str) -> str:
+    """Cache and ownership key: the file, the resource (v2's cpu.max carries two), the entry."""
+    return f"{target}|{resource}" + (f"#{entry}" if entry else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A strategy's wish: ``resource`` of ``cgroup`` (relative dir) should hold ``value``.
+
+    ``value`` is canonical (cgroup v1 semantics: ``-1`` = unlimited quota, shares for CPU
+    weight); the executor renders it for the host.  ``cgroup`` is the resctrl group for
+    ``resctrl.*`` resources and empty for sysctls.  ``entry`` names one entry of a file
+    holding several (a block device, a schemata line, a scheduler feature).
+    """
+
+    strategy: str
+    resource: str
+    value: str
+    cgroup: str = ""
+    entry: str = ""
+    reason: str = ""
+    uid: str | None = None
+    cacheable: bool = True
+    compare: bool = True  # read-compare before writing (False for append-style files)
+    raw: bool = False  # value is file content already (restores)
+    lease: float = 5.0  # seconds the strategy's claim on the file lasts without renewal
+
+
+@dataclass(slots=True)
+class WriteResult:
+    write: Write
+    target: str
+    status: str  # written | unchanged | cached | lost | invalid | unsupported | missing | failed | dry-run
+    value: str | None = None
+    old: str | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _CacheEntry:
+    value: str
+    ts: float
+
+
+@dataclass(slots=True)
+class _Claim:
+    strategy: str
+    value: str
+    ts: float
+    lease: float
+
+
+@dataclass(slots=True)
+class _Item:
+    write: Write
+    resource: res.Resource
+    key: str
+    path: str
+    target: str
+    depth: int
+    result: WriteResult
+    current: str | None = None
+    steps: list[tuple[int, str]] = field(default_factory=list)  # (phase, content)
+    audited: bool = False
+
+
+@dataclass
+class ExecutorStats:
+    requested: int = 0
+    cache_hits: int = 0
+    unchanged: int = 0
+    written: int = 0
+    failed: int = 0
+    missing: int = 0
+    invalid: int = 0
+    lost: int = 0
+    read_syscalls: int = 0
+    write_syscalls: int = 0
+
+
+class Executor:
+    """Validated, cached, ordered, audited batch writes (see the module docstring)."""
+
+    def __init__(self, layout: CgroupLayout, audit: AuditLog, *, dry_run: bool = False,
+                 force_seconds: float = 60.0, cache_ttl: float = 120.0, max_open_files: int = 4096,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.layout = layout
+        self.version = layout.version
+        self.audit = audit
+        self.dry_run = dry_run
+        self.force_seconds = force_seconds
+        self.cache_ttl = cache_ttl
+        self.clock = clock
+        self.files = FileTable(max_open_files)
+        self.stats = ExecutorStats()
+        self._cache: dict[str, _CacheEntry] = {}
+        self._claims: dict[str, _Claim] = {}
+        self._conflicts: dict[str, tuple[str, str, str]] = {}
+        self._originals: dict[str, tuple[str, str, Write]] = {}  # key -> (strategy, old content, write)
+        self._last_gc = clock()
+        self.on_write: list[Callable[[WriteResult], None]] = []
+
+    # ------------------------------------------------------------------
+    # resolution
+    # ------------------------------------------------------------------
+    def resolve(self, resource: str, cgroup: str = "") -> tuple[str, str] | None:
+        """``(absolute path, display path)`` of a resource, or None if this host has no such file.
+
+        The display path is relative to its root and prefixed ``proc/`` or ``sys/`` for
+        non-cgroup files: the audit's ``target`` and replay's ``file``.
+        """
+        r = res.get(resource)
+        if r.root == "cgroup":
+            fname = r.file_name(self.version)
+            if fname is None:
+                return None
+            path = self.layout.file(r.subsystem, cgroup, fname)
+            return path, os.path.relpath(path, self.layout.roots.cgroup)
+        rel = os.path.normpath(r.rel.format(group=cgroup))
+        if r.root == "proc":
+            return self.layout.roots.proc_path(rel), f"proc/{rel}"
+        return self.layout.roots.sys_path(rel), f"sys/{rel}"
+
+    # ------------------------------------------------------------------
+    # reads (strategies' view of current values, through the context)
+    # ------------------------------------------------------------------
+    def read(self, resource: str, cgroup: str = "") -> str | None:
+        return self.read_many(resource, [cgroup])[0]
+
+    def read_many(self, resource: str, cgroups: Sequence[str]) -> list[str | None]:
+        """Current canonical values of one resource in many cgroups, in one native read.
+
+        A value this executor wrote within ``force_seconds`` comes from the write cache
+        (no syscall).  None where the file is missing or unreadable.
+        """
+        r = res.get(resource)
+        now = self.clock()
+        out: list[str | None] = [None] * len(cgroups)
+        todo: list[tuple[int, str]] = []
+        for i, cg in enumerate(cgroups):
+            loc = self.resolve(resource, cg)
+            if loc is None:
+                continue
+            entry = self._cache.get(_key(loc[1], r.name, ""))
+            if entry is not None and now - entry.ts < self.force_seconds:
+                out[i] = entry.value
+            else:
+                todo.append((i, loc[0]))
+        if todo:
+            contents = self._read_paths([p for _, p in todo])
+            for (i, _), content in zip(todo, contents):
+                if isinstance(content, str):
+                    out[i] = self.canonical(r, content)
+        return out
+
+    def canonical(self, r: res.Resource, content: str) -> str:
+        """File content -> canonical (v1-style) value."""
+        text = content.strip()
+        if self.version == 2:
+            if r.name == "cpu.cfs_quota_us":
+                q = text.split()[0] if text else "max"
+                return "-1" if q == "max" else q
+            if r.name == "cpu.cfs_period_us":
+                parts = text.split()
+                return parts[1] if len(parts) > 1 else str(res.CFS_PERIOD_US)
+            if r.name == "cpu.shares" and text.isdigit():
+                return str(res.weight_to_shares(int(text)))
+            if r.name == "memory.limit_in_bytes" and text == "max":
+                return "-1"
+        elif r.name == "memory.limit_in_bytes" and text.isdigit() and int(text) >= res.V1_MEMORY_UNLIMITED:
+            return "-1"
+        return text
+
+    def _read_paths(self, paths: Sequence[str]) -> list[str | int]:
+        """Contents of files (via cached descriptors), or -errno."""
+        fds = self.files.lookup(paths)
+        out: list[str | int] = [0] * len(paths)
+        idx: list[int] = []
+        for i, f in enumerate(fds):
+            if isinstance(f, int):
+                out[i] = f
+            elif not f[2]:
+                out[i] = -errno.EACCES  # write-only file
+            else:
+                idx.append(i)
+        if idx:
+            arr = np.fromiter((fds[i][0] for i in idx), dtype=np.int32, count=len(idx))  # type: ignore[index]
+            data = sysio.pread_batch(arr, READ_CHUNK)
+            self.stats.read_syscalls += len(idx)
+            big = [k for k, d in enumerate(data) if isinstance(d, bytes) and len(d) == READ_CHUNK]
+            if big:
+                more = sysio.pread_batch(arr[big], 1 << 22)
+                self.stats.read_syscalls += len(big)
+                for k, d in zip(big, more):
+                    data[k] = d
+            for i, d in zip(idx, data):
+                out[i] = d.decode(errors="replace") if isinstance(d, bytes) else d
+        return out
+
+    # ------------------------------------------------------------------
+    # the batch
+    # ------------------------------------------------------------------
+    def apply(self, writes: Iterable[Write], now: float | None = None) -> list[WriteResult]:
+        now = self.clock() if now is None else now
+        results: list[WriteResult] = []
+        items: dict[str, _Item] = {}
+        for w in writes:
+            self.stats.requested += 1
+            item = self._prepare(w, now, results)
+            if item is None:
+                continue
+            winner = self._settle_ownership(item, now)
+            if winner is None:
+                continue
+            prev = items.get(item.key)
+            if prev is not None:
+                prev.result.status = "superseded"
+            items[item.key] = item
+        pending = [it for it in items.values() if not self._cache_hit(it, now)]
+        if pending:
+            self._read_current(pending)
+            self._plan(pending, now)
+            self._execute(pending, now)
+        self.audit.flush()
+        if now - self._last_gc > self.force_seconds:
+            self._gc(now)
+        return results
+
+    def _prepare(self, w: Write, now: float, results: list[WriteResult]) -> _Item | None:
+        try:
+            r = res.get(w.resource)
+        except KeyError as e:
+            results.append(WriteResult(w, w.resource, "invalid", error=str(e)))
+            self.stats.invalid += 1
+            self.audit.record(strategy=w.strategy, action="write", target=w.resource, value=w.value,
+                              reason=w.reason, executed=False, error=str(e), uid=w.uid)
+            return None
+        loc = self.resolve(w.resource, w.cgroup)
+        if loc is None:
+            results.append(WriteResult(w, w.resource, "unsupported"))
+            return None
+        path, target = loc
+        result = WriteResult(w, target, "cached")
+        results.append(result)
+        if not w.raw:
+            problem = r.validate(w.value)
+            if problem is not None:
+                result.status, result.error = "invalid", f"invalid value for {w.resource}: {problem}"
+                self.stats.invalid += 1
+                self.audit.record(strategy=w.strategy, action="write", target=target, value=w.value,
+                                  reason=w.reason, executed=False, error=result.error, uid=w.uid)
+                return None
+        key = _key(target, r.name, w.entry)
+        depth = 0 if r.root != "cgroup" or not w.cgroup else w.cgroup.count("/") + 1
+        return _Item(w, r, key, path, target, depth, result)
+
+    def _settle_ownership(self, item: _Item, now: float) -> _Item | None:
+        w = item.write
+        claim = self._claims.get(item.key)
+        if claim is None or claim.strategy == w.strategy or now - claim.ts > claim.lease:
+            self._claims[item.key] = _Claim(w.strategy, w.value, now, w.lease)
+            return item
+        winner = item.resource.merge(claim.value, w.value)
+        if winner == w.value and w.value != claim.value:
+            self._note_conflict(item, loser=claim.strategy, winner=w.strategy, loser_value=claim.value)
+            self._claims[item.key] = _Claim(w.strategy, w.value, now, w.lease)
+            return item
+        item.result.status = "lost"
+        if w.value != claim.value:
+            self.stats.lost += 1
+            self._note_conflict(item, loser=w.strategy, winner=claim.strategy, loser_value=w.value)
+        return None
+
+    def _note_conflict(self, item: _Item, loser: str, winner: str, loser_value: str) -> None:
+        sig = (loser, winner, loser_value)
+        if self._conflicts.get(item.key) == sig:
+            return  # audit a standing conflict once, not every tick
+        self._conflicts[item.key] = sig
+        self.audit.record(
+            strategy=loser, action="write", target=item.target, value=loser_value, uid=item.write.uid,
+            executed=False, reason=f"{item.target} is owned by {winner}: {item.resource.merge_rule}",
+        )
+
+    def _cache_hit(self, item: _Item, now: float) -> bool:
+        if not item.write.cacheable:
+            return False
+        entry = self._cache.get(item.key)
+        if entry is not None and entry.value == item.write.value and now - entry.ts < self.force_seconds:
+            self.stats.cache_hits += 1
+            item.result.status = "cached"
+            item.result.value = entry.value
+            return True
+        return False
+
+    def _read_current(self, items: list[_Item]) -> None:
+        paths = [it.path for it in items]
+        fds = self.files.lookup(paths)
+        readable: list[int] = []
+        for k, (it, f) in enumerate(zip(items, fds)):
+            if isinstance(f, int):
+                it.current = None
+                it.result.error = os.strerror(-f)
+                it.result.status = "missing" if -f in IGNORABLE else "failed"
+            elif it.write.compare and f[2]:
+                readable.append(k)
+        if readable:
+            contents = self._read_paths([items[k].path for k in readable])
+            for k, c in zip(readable, contents):
+                if isinstance(c, str):
+                    items[k].current = c
+                elif -c in IGNORABLE:
+                    items[k].result.status, items[k].result.error = "missing", os.strerror(-c)
+                    self.files.drop(items[k].path)
+
+    def _plan(self, items: list[_Item], now: float) -> None:
+        for it in items:
+            if it.result.status in ("missing", "failed"):
+                continue
+            w, r = it.write, it.resource
+            cur = it.current
+            content = w.value if w.raw else r.render(w.value, cur, self.version)
+            it.result.value = content.strip()
+            it.result.old = None if cur is None else cur.strip()
+            if cur is not None and w.compare and r.equal(cur, content, self.version):
+                it.result.status = "unchanged"
+                self.stats.unchanged += 1
+                if w.cacheable:
+                    self._cache[it.key] = _CacheEntry(w.value, now)
+                continue
+            it.result.status = "planned"
+            phase_exact = 1
+            if cur is not None and r.order == "larger":
+                old_c = self.canonical(r, cur)
+                new_c = self.canonical(r, content) if w.raw else w.value
+                try:
+                    phase_exact = 0 if res.larger(old_c, new_c) else 1
+                except ValueError:
+                    phase_exact = 1
+            elif cur is not None and r.order == "looser":
+                try:
+                    old_set = set(parse_cpu_list(cur))
+                    new_set = set(parse_cpu_list(content))
+                except ValueError:
+                    old_set = new_set = set()
+                if not new_set <= old_set:
+                    union = format_cpu_list(old_set | new_set)
+                    it.steps.append((0, union))
+                    if old_set | new_set == new_set:
+                        continue  # the union is the exact value: one step
+            elif r.order == "none":
+                phase_exact = 0
+            it.steps.append((phase_exact, content))
+
+    def _execute(self, items: list[_Item], now: float) -> None:
+        planned = [it for it in items if it.steps]
+        for phase in (0, 1):
+            batch = [(it, content) for it in planned for ph, content in it.steps if ph == phase]
+            if not batch:
+                continue
+            # phase 0 (limits rise / widen): parents first; phase 1 (fall / narrow): children first
+            batch.sort(key=lambda x: x[0].depth, reverse=(phase == 1))
+            self._write_batch(batch, now)
+        for it in items:
+            self._finish(it, now)
+
+    def _write_batch(self, batch: list[tuple[_Item, str]], now: float) -> None:
+        fds = self.files.lookup([it.path for it, _ in batch])
+        todo: list[int] = []
+        for k, ((it, _), f) in enumerate(zip(batch, fds)):
+            if isinstance(f, int):
+                it.result.status = "missing" if -f in IGNORABLE else "failed"
+                it.result.error = os.strerror(-f)
+            elif it.result.status != "failed":
+                todo.append(k)
+        if self.dry_run:
+            for k in todo:
+                batch[k][0].result.status = "dry-run"
+            return
+        if not todo:
+            return
+        fd_arr = np.fromiter((fds[k][0] for k in todo), dtype=np.int32, count=len(todo))  # type: ignore[index]
+        trunc = np.fromiter((fds[k][1] for k in todo), dtype=np.uint8, count=len(todo))  # type: ignore[index]
+        payloads = [batch[k][1].encode() for k in todo]
+        errs = sysio.pwrite_batch(fd_arr, payloads, trunc)
+        self.stats.write_syscalls += len(todo)
+        for k, e in zip(todo, errs.tolist()):
+            it, content = batch[k]
+            if e == 0:
+                it.result.status = "written"
+                self._audit(it, content, executed=True)
+            else:
+                it.result.status = "missing" if e in IGNORABLE else "failed"
+                it.result.error = f"{errno.errorcode.get(e, str(e))}: {os.strerror(e)}"
+                if e in IGNORABLE:
+                    self.files.drop(it.path)
+                else:
+                    self._audit(it, content, executed=False)
+
+    def _audit(self, it: _Item, content: str, executed: bool) -> None:
+        w = it.write
+        it.audited = True
+        self.audit.record(strategy=w.strategy, action="write", target=it.target, value=content.strip(),
+                          old=it.result.old, uid=w.uid, reason=w.reason, executed=executed,
+                          error=None if executed else it.result.error)
+        if executed:
+            for cb in self.on_write:
+                cb(WriteResult(w, it.target, "written", content.strip(), it.result.old))
+
+    def _finish(self, it: _Item, now: float) -> None:
+        st = it.result.status
+        w = it.write
+        if st == "written":
+            self.stats.written += 1
+            if w.cacheable:
+                self._cache[it.key] = _CacheEntry(w.value, now)
+            if it.key not in self._originals and it.result.old is not None and not w.raw:
+                self._originals[it.key] = (w.strategy, it.result.old, w)
+        elif st == "dry-run":
+            self.audit.record(strategy=w.strategy, action="write", target=it.target, value=it.result.value,
+                              old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
+            if w.cacheable:
+                self._cache[it.key] = _CacheEntry(w.value, now)
+        elif st == "missing":
+            self.stats.missing += 1
+            log.debug("skip %s: %s", it.target, it.result.error)
+        elif st == "failed":
+            self.stats.failed += 1
+            if not it.audited:
+                self._audit(it, it.result.value or w.value, executed=False)
+
+    # ------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------
+    def release(self, strategy: str) -> None:
+        """Drop every ownership claim of ``strategy`` (it was disabled or stopped)."""
+        for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
+            del self._claims[key]
+
+    def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
+        """Write back what ``strategy`` found before it first changed each file, then release it."""
+        writes = []
+        for key, (owner, old, w) in list(self._originals.items()):
+            if owner != strategy:
+                continue
+            writes.append(Write(strategy=strategy, resource=w.resource, value=old, cgroup=w.cgroup,
+                                entry=w.entry, reason=f"restore the value {strategy} found", uid=w.uid,
+                                raw=True, cacheable=False))
+            del self._originals[key]
+        self.release(strategy)
+        return self.apply(writes, now) if writes else []
+
+    def forget(self, cgroups: Sequence[str]) -> None:
+        """A pod went away: drop cache entries, claims and descriptors under its cgroup dirs."""
+        if not cgroups:
+            return
+        prefixes = []
+        for cg in cgroups:
+            if self.version == 1:
+                prefixes.extend(os.path.relpath(self.layout.abs_dir(s, cg), self.layout.roots.cgroup) + "/"
+                                for s in ("cpu", "cpuacct", "cpuset", "memory", "blkio"))
+            else:
+                prefixes.append(cg + "/")
+        pre = tuple(prefixes)
+        for d in (self._cache, self._claims, self._conflicts, self._originals):
+            for key in [k for k in d if k.startswith(pre)]:
+                del d[key]
+        self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
+
+    def _gc(self, now: float) -> None:
+        self._last_gc = now
+        for key in [k for k, e in self._cache.items() if now - e.ts > self.cache_ttl]:
+            del self._cache[key]
+        for key in [k for k, c in self._claims.items() if now - c.ts > max(c.lease, self.cache_ttl)]:
+            del self._claims[key]
+
+    def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
+        loc = self.resolve(resource, cgroup)
+        if loc is None:
+            return None
+        claim = self._claims.get(_key(loc[1], resource, entry))
+        return claim.strategy if claim else None
+
+    def close(self) -> None:
+        self.files.close()
+        self.audit.flush()

@@ -1,0 +1,239 @@
+"""The executor on fake cgroup trees: validation, cache, leveled order, ownership, audit."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from qosmanager.executor.audit import AuditLog
+from qosmanager.executor.executor import Executor, Write
+from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.roots import HostRoots
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path, version: int = 1, **kw):
+    roots = HostRoots(cgroup=str(tmp_path / "cgroup"), proc=str(tmp_path / "proc"), sys=str(tmp_path / "sys"))
+    layout = CgroupLayout(roots, version, "cgroupfs")
+    clock = Clock()
+    audit = AuditLog(str(tmp_path / "audit.log"), clock=clock)
+    ex = Executor(layout, audit, clock=clock, **kw)
+    return ex, layout, clock, audit
+
+
+def put(layout: CgroupLayout, subsystem: str, rel: str, name: str, content: str) -> str:
+    path = layout.file(subsystem, rel, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(content)
+    return path
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+BE = "kubepods/besteffort"
+
+
+def test_write_audit_and_cache(tmp_path) -> None:
+    ex, layout, clock, audit = make(tmp_path)
+    p = put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
+    res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE, reason="suppress BE")])
+    assert read(p) == "120000"
+    assert [r.status for r in res] == ["written"]
+    rec = audit.recent[-1]
+    assert rec["target"] == "cpu/kubepods/besteffort/cpu.cfs_quota_us"
+    assert (rec["value"], rec["old"], rec["executed"]) == ("120000", "-1", True)
+    assert rec["strategy"] == "cpuSuppress"
+    # the same value again costs no syscall at all
+    reads, writes = ex.stats.read_syscalls, ex.stats.write_syscalls
+    clock.t += 30
+    res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
+    assert res[0].status == "cached"
+    assert (ex.stats.read_syscalls, ex.stats.write_syscalls) == (reads, writes)
+    with open(str(tmp_path / "audit.log")) as f:
+        assert len(f.read().splitlines()) == 1
+
+
+def test_forced_recheck_corrects_outside_change(tmp_path) -> None:
+    ex, layout, clock, _audit = make(tmp_path)
+    p = put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
+    ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
+    with open(p, "w") as f:
+        f.write("-1\n")  # someone else resets it
+    clock.t += 59
+    assert ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])[0].status == "cached"
+    assert read(p) == "-1\n"
+    clock.t += 2  # past the 60 s force interval: read-compare, then correct
+    res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
+    assert res[0].status == "written" and read(p) == "120000"
+    # an unchanged file is only read, not written
+    clock.t += 61
+    w = ex.stats.write_syscalls
+    assert ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])[0].status == "unchanged"
+    assert ex.stats.write_syscalls == w
+
+
+def test_invalid_values_are_refused_and_audited(tmp_path) -> None:
+    ex, layout, _, audit = make(tmp_path)
+    p = put(layout, "cpu", BE, "cpu.shares", "1024\n")
+    res = ex.apply([Write("x", "cpu.shares", "1", BE), Write("x", "cpu.cfs_quota_us", "500", BE),
+                    Write("x", "cpuset.cpus", "0-a", BE), Write("x", "nope.file", "1", BE)])
+    assert [r.status for r in res] == ["invalid"] * 4
+    assert read(p) == "1024\n"
+    assert all(r["executed"] is False and "error" in r for r in audit.recent)
+    assert "outside [2, 262144]" in audit.recent[0]["error"]
+
+
+def test_failed_write_is_not_cached(tmp_path) -> None:
+    ex, layout, _clock, _audit = make(tmp_path)
+    os.makedirs(layout.file("cpu", BE, "cpu.cfs_quota_us"))  # a directory: open fails with EISDIR
+    res = ex.apply([Write("s", "cpu.cfs_quota_us", "120000", BE)])
+    assert res[0].status == "failed"
+    res = ex.apply([Write("s", "cpu.cfs_quota_us", "120000", BE)])
+    assert res[0].status == "failed"  # retried, not served from the cache
+    assert ex.stats.failed == 2
+
+
+def test_missing_cgroup_is_skipped_quietly(tmp_path) -> None:
+    ex, _layout, _, audit = make(tmp_path)
+    res = ex.apply([Write("s", "cpu.cfs_quota_us", "120000", "kubepods/besteffort/podgone")])
+    assert res[0].status == "missing"
+    assert not audit.recent and ex.stats.missing == 1
+
+
+def test_v2_rendering(tmp_path) -> None:
+    ex, layout, _, audit = make(tmp_path, version=2)
+    q = put(layout, "cpu", BE, "cpu.max", "max 100000\n")
+    w = put(layout, "cpu", BE, "cpu.weight", "100\n")
+    m = put(layout, "memory", BE, "memory.max", "max\n")
+    ex.apply([Write("s", "cpu.cfs_quota_us", "50000", BE), Write("s", "cpu.shares", "2", BE),
+              Write("s", "memory.limit_in_bytes", "1073741824", BE)])
+    assert read(q) == "50000 100000" and read(w) == "1" and read(m) == "1073741824"
+    assert "kubepods/besteffort/cpu.max" in {r["target"] for r in audit.recent}
+    ex.apply([Write("s", "cpu.cfs_quota_us", "-1", BE), Write("s", "memory.limit_in_bytes", "-1", BE)])
+    assert read(q) == "max 100000" and read(m) == "max"
+    # reads give canonical values back
+    assert ex.read("cpu.cfs_quota_us", BE) == "-1"
+    put(layout, "cpu", BE, "cpu.weight", "39\n")
+    ex._cache.clear()
+    assert ex.read("cpu.shares", BE) == str((39 - 1) * 262142 // 9999 + 2)
+
+
+def test_unlimited_equivalences_skip_writes(tmp_path) -> None:
+    ex, layout, _, _ = make(tmp_path, version=2)
+    put(layout, "memory", BE, "memory.high", "max\n")
+    res = ex.apply([Write("s", "memory.high", "9223372036854775807", BE)])
+    assert res[0].status == "unchanged"
+    put(layout, "cpuset", BE, "cpuset.cpus", "0-3\n")
+    assert ex.apply([Write("s", "cpuset.cpus", "0,1,2,3", BE)])[0].status == "unchanged"
+
+
+def tree(layout, subsystem, name, values: dict[str, str]) -> dict[str, str]:
+    return {rel: put(layout, subsystem, rel, name, v) for rel, v in values.items()}
+
+
+QOS, POD, CTR = "kubepods/burstable", "kubepods/burstable/poda", "kubepods/burstable/poda/c1"
+
+
+def order_of(audit) -> list[str]:
+    return [r["target"].split("/", 1)[1].rsplit("/", 1)[0] for r in audit.recent if r["executed"]]
+
+
+def test_leveled_quota_raise_parents_first_lower_children_first(tmp_path) -> None:
+    ex, layout, _, audit = make(tmp_path)
+    tree(layout, "cpu", "cpu.cfs_quota_us", {QOS: "100000", POD: "50000", CTR: "20000"})
+    # given children first on purpose: the executor reorders
+    ex.apply([Write("s", "cpu.cfs_quota_us", v, d) for d, v in ((CTR, "80000"), (POD, "150000"),
+                                                                  (QOS, "200000"))])
+    assert order_of(audit) == [QOS, POD, CTR]
+    audit.recent.clear()
+    ex.apply([Write("s", "cpu.cfs_quota_us", v, d) for d, v in ((QOS, "30000"), (POD, "20000"),
+                                                                  (CTR, "10000"))])
+    assert order_of(audit) == [CTR, POD, QOS]
+
+
+def test_leveled_cpuset_union_then_exact(tmp_path) -> None:
+    ex, layout, _, audit = make(tmp_path)
+    paths = tree(layout, "cpuset", "cpuset.cpus", {QOS: "0-1", POD: "0-1", CTR: "0-1"})
+    ex.apply([Write("s", "cpuset.cpus", "2-3", d) for d in (CTR, POD, QOS)])
+    got = [(r["target"].split("/", 1)[1].rsplit("/", 1)[0], r["value"]) for r in audit.recent]
+    assert got == [(QOS, "0-3"), (POD, "0-3"), (CTR, "0-3"), (CTR, "2-3"), (POD, "2-3"), (QOS, "2-3")]
+    assert all(read(p) == "2-3" for p in paths.values())
+
+
+def test_ownership_lower_quota_wins_and_loser_audited_once(tmp_path) -> None:
+    ex, layout, clock, audit = make(tmp_path)
+    p = put(layout, "cpu", POD, "cpu.cfs_quota_us", "-1\n")
+    ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD)])
+    assert read(p) == "300000"
+    # another strategy wants a lower quota while cpuBurst's claim is live: it wins
+    ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "100000", POD)])
+    assert read(p) == "100000" and ex.owner("cpu.cfs_quota_us", POD) == "cpuSuppress"
+    lost = [r for r in audit.recent if not r["executed"]]
+    assert len(lost) == 1 and lost[0]["strategy"] == "cpuBurst" and "lower CFS quota" in lost[0]["reason"]
+    # the higher wish keeps losing, audited only once
+    for _ in range(3):
+        clock.t += 1
+        res = ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD),
+                        Write("cpuSuppress", "cpu.cfs_quota_us", "100000", POD)])
+        assert read(p) == "100000"
+    # the same standing conflict (cpuBurst wants 300000, cpuSuppress holds the file) is audited once
+    assert len([r for r in audit.recent if not r["executed"]]) == 1
+    assert res[0].status == "lost"
+    # when the owner stops claiming, its lease runs out and the other may take the file
+    clock.t += 10
+    ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD)])
+    assert read(p) == "300000"
+
+
+def test_dry_run_writes_nothing(tmp_path) -> None:
+    ex, layout, _, audit = make(tmp_path, dry_run=True)
+    p = put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
+    res = ex.apply([Write("s", "cpu.cfs_quota_us", "120000", BE, reason="r")])
+    assert res[0].status == "dry-run" and read(p) == "-1\n"
+    assert audit.recent[-1]["executed"] is False and audit.recent[-1]["old"] == "-1"
+
+
+def test_restore_writes_back_what_was_found(tmp_path) -> None:
+    ex, layout, _, _ = make(tmp_path)
+    p = put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
+    s = tmp_path / "proc" / "sys" / "vm"
+    s.mkdir(parents=True)
+    (s / "min_free_kbytes").write_text("67584\n")
+    ex.apply([Write("sys", "min_free_kbytes", "100000"), Write("cpu", "cpu.cfs_quota_us", "50000", BE)])
+    assert (s / "min_free_kbytes").read_text() == "100000"
+    ex.restore("sys")
+    assert (s / "min_free_kbytes").read_text() == "67584" and read(p) == "50000"
+
+
+def test_blkio_entries_are_independent(tmp_path) -> None:
+    ex, layout, _, _ = make(tmp_path)
+    p = put(layout, "blkio", BE, "blkio.throttle.read_bps_device", "")
+    ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:0 1000", BE, entry="8:0")])
+    assert read(p) == "8:0 1000"
+    # the kernel keeps one line per device; on a fake file each write replaces the content,
+    # so simulate the kernel's table and check the compare rule per device
+    with open(p, "w") as f:
+        f.write("8:0 1000\n8:16 2000\n")
+    res = ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:16 2000", BE, entry="8:16"),
+                    Write("b", "blkio.throttle.read_bps_device", "8:32 0", BE, entry="8:32")])
+    assert [r.status for r in res] == ["unchanged", "unchanged"]  # delete of an absent device: nothing to do
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_unsupported_resources_are_skipped(tmp_path, version: int) -> None:
+    ex, _, _, audit = make(tmp_path, version=version)
+    name = "io.max" if version == 1 else "blkio.cost.weight"
+    res = ex.apply([Write("b", name, "8:0 rbps=1" if version == 1 else "8:0 50", BE)])
+    assert res[0].status == "unsupported" and not audit.recent
