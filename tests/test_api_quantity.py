@@ -72,8 +72,29 @@ def test_sub_nano_rounds_up_to_a_nano_like_upstream() -> None:
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "   ", "abc", "1.5.5", "1 k", "e3", "1e", "1i", "Ki", "1K", "1kk", "--1", "1e3.5", "0x10", "1_000",
-     "1m1", "ten", ".", "+", "1e999999", "١٢"],
+    [
+        "",
+        "   ",
+        "abc",
+        "1.5.5",
+        "1 k",
+        "e3",
+        "1e",
+        "1i",
+        "Ki",
+        "1K",
+        "1kk",
+        "--1",
+        "1e3.5",
+        "0x10",
+        "1_000",
+        "1m1",
+        "ten",
+        ".",
+        "+",
+        "1e999999",
+        "١٢",
+    ],
 )
 def test_garbage_is_a_clear_error(garbage: str) -> None:
     with pytest.raises(ValueError, match="invalid quantity"):

@@ -1,0 +1,576 @@
+"""NodeSLO defaults, merge and validation, checked against koordlet-qos §2.4 and §3 by hand."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+
+from qosmanager.api.nodeslo import (
+    BlkIOQOS,
+    CPUBurstConfig,
+    CPUBurstStrategy,
+    MemoryQOSCfg,
+    NodeSLOError,
+    PodMemoryQOSConfig,
+    ResourceQOS,
+    default_memory_qos,
+    default_spec_dict,
+    from_dict,
+    json_overlay,
+    load_object,
+    merge_spec,
+    overlay_config,
+    parse_nodeslo,
+)
+
+
+def nodeslo(spec: dict | None) -> dict:
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeSLO",
+        "metadata": {"name": "node-1", "resourceVersion": "42"},
+        "spec": spec,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults (qos §3), written out independently from the spec tables.
+
+
+def _memory(vals: tuple[int, ...]) -> dict:
+    keys = ["minLimitPercent", "lowLimitPercent", "throttlingPercent", "wmarkRatio", "wmarkScalePermill"]
+    keys += ["wmarkMinAdj", "priorityEnable", "priority", "oomKillGroup"]
+    return dict(zip(keys, vals))
+
+
+def _klass(cpu: tuple, resctrl: tuple, memory: tuple) -> dict:
+    return {
+        "cpuQOS": {"enable": False, "groupIdentity": cpu[0], "schedIdle": cpu[1], "coreExpeller": cpu[2]},
+        "resctrlQOS": {
+            "enable": False,
+            "catRangeStartPercent": resctrl[0],
+            "catRangeEndPercent": resctrl[1],
+            "mbaPercent": resctrl[2],
+        },
+        "memoryQOS": {"enable": False, **_memory(memory)},
+        "blkioQOS": {"enable": False, "blocks": []},
+        "networkQOS": {
+            "enable": False,
+            "ingressRequest": 0,
+            "ingressLimit": 0,
+            "egressRequest": 0,
+            "egressLimit": 0,
+        },
+    }
+
+
+EXPECTED_DEFAULTS = {
+    "resourceUsedThresholdWithBE": {
+        "enable": False,
+        "cpuSuppressThresholdPercent": 65,
+        "cpuSuppressPolicy": "cpuset",
+        "memoryEvictThresholdPercent": 70,
+        "cpuEvictPolicy": "evictByRealLimit",
+    },
+    "resourceQOSStrategy": {
+        "policies": {"cpuPolicy": "groupIdentity", "netQOSPolicy": "tc"},
+        "lsrClass": _klass((2, 0, True), (0, 100, 100), (0, 0, 0, 95, 20, -25, 0, 0, 0)),
+        "lsClass": _klass((2, 0, True), (0, 100, 100), (0, 0, 0, 95, 20, -25, 0, 0, 0)),
+        "beClass": _klass((-1, 0, False), (0, 30, 100), (0, 0, 0, 95, 20, 50, 0, 0, 0)),
+        "systemClass": _klass((0, 0, False), (0, 100, 100), (0, 0, 0, 0, 50, 0, 0, 0, 0)),
+        "cgroupRoot": {"blkioQOS": {"enable": False, "blocks": []}},
+    },
+    "cpuBurstStrategy": {
+        "policy": "none",
+        "cpuBurstPercent": 1000,
+        "cfsQuotaBurstPercent": 300,
+        "cfsQuotaBurstPeriodSeconds": -1,
+        "sharePoolThresholdPercent": 50,
+    },
+    "systemStrategy": {"totalNetworkBandwidth": "0"},
+    "extensions": {},
+    "hostApplications": [],
+}
+
+
+def test_default_spec_dict_is_exactly_the_spec_table() -> None:
+    assert default_spec_dict() == EXPECTED_DEFAULTS
+
+
+def test_default_spec_dict_is_a_fresh_copy_each_time() -> None:
+    first = default_spec_dict()
+    first["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = 1
+    first["resourceQOSStrategy"]["beClass"]["blkioQOS"]["blocks"].append({"name": "x"})
+    assert default_spec_dict() == EXPECTED_DEFAULTS
+
+
+def test_parse_none_gives_typed_merged_defaults() -> None:
+    spec = parse_nodeslo(None)
+    thr = spec.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_threshold_percent, thr.cpu_suppress_policy) == (False, 65, "cpuset")
+    assert (thr.memory_evict_threshold_percent, thr.cpu_evict_policy) == (70, "evictByRealLimit")
+    # Pointer fields the defaults leave unset stay None (the "doc says 110" values are not applied).
+    assert thr.memory_evict_lower_percent is None
+    assert thr.cpu_allocatable_evict_threshold_percent is None
+    assert thr.cpu_evict_be_usage_threshold_percent is None
+    assert thr.evict_enabled_priority_threshold is None
+    burst = spec.cpu_burst_strategy
+    assert (burst.policy, burst.cpu_burst_percent, burst.cfs_quota_burst_percent) == ("none", 1000, 300)
+    assert (burst.cfs_quota_burst_period_seconds, burst.share_pool_threshold_percent) == (-1, 50)
+    system = spec.system_strategy
+    assert system.min_free_kbytes_factor is None and system.watermark_scale_factor is None
+    assert system.sched_features is None and system.total_network_bandwidth == 0
+    policies = spec.resource_qos_strategy.policies
+    assert policies is not None and (policies.cpu_policy, policies.net_qos_policy) == ("groupIdentity", "tc")
+    assert spec.host_applications == () and dict(spec.extensions) == {}
+    assert spec.warnings == () and spec.resource_version == ""
+
+
+def test_merged_defaults_replace_disabled_lsr_ls_be_with_none_variants() -> None:
+    root = parse_nodeslo(None).resource_qos_strategy
+    for klass in (root.lsr_class, root.ls_class, root.be_class):
+        assert klass is not None and klass.memory_qos is not None and klass.resctrl_qos is not None
+        # NoneMemoryQOS = (0,0,0,0,50,0,0,0,0): e.g. BE's wmarkMinAdj 50 and wmarkRatio 95 are gone.
+        mem = klass.memory_qos
+        assert (mem.wmark_ratio, mem.wmark_scale_permill, mem.wmark_min_adj) == (0, 50, 0)
+        assert mem.enable is False
+        # NoneResctrlQOS = (0, 100, 100): BE's catRangeEndPercent 30 is gone too.
+        res = klass.resctrl_qos
+        assert (res.cat_range_start_percent, res.cat_range_end_percent, res.mba_percent) == (0, 100, 100)
+        assert klass.cpu_qos is not None
+        assert (klass.cpu_qos.group_identity, klass.cpu_qos.sched_idle, klass.cpu_qos.core_expeller) == (
+            0,
+            0,
+            False,
+        )
+
+
+def test_system_class_is_not_rewritten_when_disabled() -> None:
+    spec = parse_nodeslo(
+        nodeslo({"resourceQOSStrategy": {"systemClass": {"memoryQOS": {"enable": False, "wmarkRatio": 90}}}})
+    )
+    system = spec.resource_qos_strategy.system_class
+    assert system is not None and system.memory_qos is not None
+    assert system.memory_qos.wmark_ratio == 90
+
+
+def test_enabled_class_keeps_the_default_template_and_user_fields() -> None:
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "resourceQOSStrategy": {
+                    "beClass": {
+                        "memoryQOS": {"enable": True, "minLimitPercent": 10},
+                        "resctrlQOS": {"enable": True},
+                        "cpuQOS": {"enable": True},
+                    }
+                }
+            }
+        )
+    )
+    be = spec.class_qos("BE")
+    assert be is not None and be.memory_qos is not None and be.resctrl_qos is not None and be.cpu_qos
+    assert be.memory_qos.enable is True
+    assert (be.memory_qos.min_limit_percent, be.memory_qos.wmark_ratio, be.memory_qos.wmark_min_adj) == (
+        10,
+        95,
+        50,
+    )
+    assert (be.resctrl_qos.cat_range_end_percent, be.cpu_qos.group_identity) == (30, -1)
+
+
+def test_disabled_class_drops_user_inline_fields_but_keeps_enable() -> None:
+    merged = merge_spec(
+        {
+            "resourceQOSStrategy": {
+                "lsClass": {"memoryQOS": {"enable": False, "minLimitPercent": 30, "pageCacheLimitSize": 4096}}
+            }
+        }
+    )
+    mem = merged["resourceQOSStrategy"]["lsClass"]["memoryQOS"]
+    assert mem == {"enable": False, **_memory((0, 0, 0, 0, 50, 0, 0, 0, 0))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge semantics (qos §2.4)
+
+
+def test_nested_overlay_merges_field_by_field() -> None:
+    spec = parse_nodeslo(
+        nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 50}})
+    )
+    thr = spec.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_threshold_percent) == (True, 50)
+    assert (thr.memory_evict_threshold_percent, thr.cpu_suppress_policy) == (70, "cpuset")
+    assert spec.cpu_burst_strategy.cpu_burst_percent == 1000  # other sections untouched
+
+
+def test_explicit_nulls_keep_the_default() -> None:
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": None, "enable": True},
+                "cpuBurstStrategy": None,
+            }
+        )
+    )
+    assert spec.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65
+    assert spec.cpu_burst_strategy.cpu_burst_percent == 1000
+
+
+def test_empty_string_keeps_a_string_default_like_go_omitempty() -> None:
+    spec = parse_nodeslo(
+        nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "", "cpuEvictPolicy": ""}})
+    )
+    assert spec.resource_used_threshold_with_be.cpu_suppress_policy == "cpuset"
+    assert spec.resource_used_threshold_with_be.cpu_evict_policy == "evictByRealLimit"
+
+
+def test_lists_replace() -> None:
+    blocks = [{"name": "sda", "type": "device", "ioCfg": {"readIOPS": 100, "ioWeightPercent": 60}}]
+    spec = parse_nodeslo(
+        nodeslo({"resourceQOSStrategy": {"beClass": {"blkioQOS": {"enable": True, "blocks": blocks}}}})
+    )
+    be = spec.class_qos("BE")
+    assert be is not None and be.blkio_qos is not None
+    assert be.blkio_qos.enable is True
+    assert [
+        (b.name, b.type, b.io_cfg.read_iops, b.io_cfg.io_weight_percent) for b in be.blkio_qos.blocks
+    ] == [("sda", "device", 100, 60)]
+    assert be.blkio_qos.blocks[0].io_cfg.write_iops is None
+    assert json_overlay({"a": [1, 2, 3]}, {"a": [9]}) == {"a": [9]}
+
+
+def test_maps_merge_key_wise() -> None:
+    assert json_overlay({"m": {"A": True, "B": True}}, {"m": {"B": False, "C": True}}) == {
+        "m": {"A": True, "B": False, "C": True}
+    }
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "systemStrategy": {"schedFeatures": {"ID_ABSOLUTE_EXPEL": True}},
+                "extensions": {"vendor": {"knob": 1}},
+            }
+        )
+    )
+    assert dict(spec.system_strategy.sched_features or {}) == {"ID_ABSOLUTE_EXPEL": True}
+    assert spec.system_strategy.total_network_bandwidth == 0  # sibling default kept
+    assert dict(spec.extensions) == {"vendor": {"knob": 1}}
+
+
+def test_overlay_and_merge_do_not_mutate_their_inputs() -> None:
+    user = {"resourceUsedThresholdWithBE": {"enable": True}, "hostApplications": [{"name": "a"}]}
+    before = copy.deepcopy(user)
+    merged = merge_spec(user)
+    merged["hostApplications"][0]["name"] = "changed"
+    merged["resourceUsedThresholdWithBE"]["enable"] = False
+    assert user == before
+    assert default_spec_dict() == EXPECTED_DEFAULTS
+
+
+def test_host_applications_come_from_the_user() -> None:
+    apps = [
+        {
+            "name": "nginx",
+            "priority": "koord-prod",
+            "qos": "LS",
+            "cgroupPath": {
+                "base": "CgroupRoot",
+                "parentDir": "host-latency-sensitive/",
+                "relativePath": "nginx/",
+            },
+        },
+        {
+            "name": "batch-agent",
+            "qos": "BE",
+            "cgroupPath": {"base": "KubepodsBesteffort", "relativePath": "agent"},
+        },
+    ]
+    spec = parse_nodeslo(nodeslo({"hostApplications": apps}))
+    first, second = spec.host_applications
+    assert (first.name, first.priority, first.qos) == ("nginx", "koord-prod", "LS")
+    assert first.cgroup_path is not None and first.cgroup_path.parent_dir == "host-latency-sensitive/"
+    assert (second.priority, second.cgroup_path and second.cgroup_path.base) == ("", "KubepodsBesteffort")
+    assert second.cgroup_path is not None and second.cgroup_path.parent_dir == ""
+
+
+def test_resource_version_and_unknown_fields_are_reported() -> None:
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "resourceUsedThresholdWithBE": {"futureKnob": 1},
+                "newSection": {},
+                "resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": True, "turbo": True}}},
+            }
+        )
+    )
+    assert spec.resource_version == "42"
+    assert set(spec.warnings) == {
+        "spec.resourceUsedThresholdWithBE.futureKnob: unknown field ignored",
+        "spec.newSection: unknown field ignored",
+        "spec.resourceQOSStrategy.lsClass.cpuQOS.turbo: unknown field ignored",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+THR = "spec.resourceUsedThresholdWithBE"
+RQS = "spec.resourceQOSStrategy"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 150}},
+            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got 150",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": -1}},
+            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got -1",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"memoryEvictThresholdPercent": "70"}},
+            f'{THR}.memoryEvictThresholdPercent: must be an integer in [0, 100], got "70"',
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 65.5}},
+            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got 65.5",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"enable": "true"}},
+            f'{THR}.enable: must be a boolean, got "true"',
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": True}},
+            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got true",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "quota"}},
+            f'{THR}.cpuSuppressPolicy: must be one of "cpuset", "cfsQuota", "", '
+            'got "quota"',
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuEvictPolicy": "evictByMagic"}},
+            f'{THR}.cpuEvictPolicy: must be one of "evictByRealLimit", '
+            '"evictByAllocatable", "", got "evictByMagic"',
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"allocatableEvictPriorityThreshold": 8000}},
+            f"{THR}.allocatableEvictPriorityThreshold: must be an integer in [0, 7999], "
+            "got 8000",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"cpuEvictTimeWindowSeconds": 0}},
+            f"{THR}.cpuEvictTimeWindowSeconds: must be an integer >= 1, got 0",
+        ),
+        (
+            {"resourceUsedThresholdWithBE": {"evictEnabledPriorityThreshold": 2**31}},
+            f"{THR}.evictEnabledPriorityThreshold: must be an integer in "
+            "[-2147483648, 2147483647], got 2147483648",
+        ),
+        (
+            {"cpuBurstStrategy": {"policy": "always"}},
+            'spec.cpuBurstStrategy.policy: must be one of "none", "cpuBurstOnly", "cfsQuotaBurstOnly", '
+            '"auto", "", '
+            'got "always"',
+        ),
+        (
+            {
+                "resourceQOSStrategy": {
+                    "beClass": {
+                        "blkioQOS": {
+                            "blocks": [{"name": "a", "ioCfg": {}}, {"ioCfg": {"ioWeightPercent": 0}}]
+                        }
+                    }
+                }
+            },
+            f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.ioWeightPercent: must be an integer in "
+            "[1, 100], got 0",
+        ),
+        (
+            {"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": [{"type": "disk"}]}}}},
+            f'{RQS}.beClass.blkioQOS.blocks[0].type: must be one of "device", "volumegroup", '
+            '"podvolume", "", got "disk"',
+        ),
+        (
+            {"resourceQOSStrategy": {"lsrClass": {"memoryQOS": {"enable": True, "wmarkMinAdj": 60}}}},
+            f"{RQS}.lsrClass.memoryQOS.wmarkMinAdj: must be an integer in [-25, 50], got 60",
+        ),
+        (
+            {"resourceQOSStrategy": {"lsClass": {"resctrlQOS": {"enable": True, "mbaPercent": 101}}}},
+            f"{RQS}.lsClass.resctrlQOS.mbaPercent: must be an integer in [0, 100], got 101",
+        ),
+        (
+            {"resourceQOSStrategy": {"lsClass": []}},
+            f"{RQS}.lsClass: must be an object, got []",
+        ),
+        (
+            {"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": {"name": "a"}}}}},
+            f'{RQS}.beClass.blkioQOS.blocks: must be a list, got {{"name": "a"}}',
+        ),
+        (
+            {"systemStrategy": {"schedFeatures": {"FOO": "yes"}}},
+            'spec.systemStrategy.schedFeatures.FOO: must be a boolean, got "yes"',
+        ),
+        (
+            {"systemStrategy": {"totalNetworkBandwidth": "lots"}},
+            "spec.systemStrategy.totalNetworkBandwidth: invalid quantity 'lots'",
+        ),
+        (
+            {"resourceQOSStrategy": {"lsClass": {"networkQOS": {"ingressLimit": 150}}}},
+            f"{RQS}.lsClass.networkQOS.ingressLimit: a percentage must be in [0, 100], got 150",
+        ),
+        (
+            {"hostApplications": [{"name": "a", "qos": "GOLD"}]},
+            'spec.hostApplications[0].qos: must be one of "LSE", "LSR", "LS", "BE", "SYSTEM", "", got "GOLD"',
+        ),
+        (
+            {"hostApplications": [{"name": "a"}, {"name": "a"}]},
+            'spec.hostApplications[1].name: duplicate name "a"',
+        ),
+        ({"hostApplications": {"name": "a"}}, 'spec.hostApplications: must be a list, got {"name": "a"}'),
+        ({"extensions": [1]}, "spec.extensions: must be an object, got [1]"),
+    ],
+)
+def test_validation_names_the_field_and_the_reason(spec: dict, message: str) -> None:
+    with pytest.raises(NodeSLOError) as info:
+        parse_nodeslo(nodeslo(spec))
+    assert str(info.value) == message
+
+
+def test_object_level_errors() -> None:
+    with pytest.raises(NodeSLOError, match=r'^kind: must be "NodeSLO", got "Node"$'):
+        parse_nodeslo({"kind": "Node", "spec": {}})
+    with pytest.raises(NodeSLOError, match=r"^apiVersion: must be"):
+        parse_nodeslo({"apiVersion": "v1", "spec": {}})
+    with pytest.raises(NodeSLOError, match=r"^spec: must be an object, got \[\]$"):
+        parse_nodeslo({"spec": []})
+    with pytest.raises(NodeSLOError, match=r"^NodeSLO: must be an object"):
+        parse_nodeslo([])  # type: ignore[arg-type]
+
+
+def test_ranges_accept_their_bounds() -> None:
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "resourceUsedThresholdWithBE": {
+                    "cpuSuppressThresholdPercent": 100,
+                    "cpuSuppressMinPercent": 0,
+                    "allocatableEvictPriorityThreshold": 7999,
+                    "cpuAllocatableEvictThresholdPercent": 110,  # not capped at 100 (the doc default is 110)
+                    "evictEnabledPriorityThreshold": -(2**31),
+                },
+                "resourceQOSStrategy": {"lsrClass": {"memoryQOS": {"enable": True, "wmarkMinAdj": -25}}},
+                "systemStrategy": {"totalNetworkBandwidth": "10G"},
+            }
+        )
+    )
+    thr = spec.resource_used_threshold_with_be
+    assert (thr.cpu_suppress_threshold_percent, thr.cpu_suppress_min_percent) == (100, 0)
+    assert (thr.allocatable_evict_priority_threshold, thr.cpu_allocatable_evict_threshold_percent) == (
+        7999,
+        110,
+    )
+    assert spec.system_strategy.total_network_bandwidth == 10 * 10**9
+
+
+def test_a_bad_nodeslo_never_half_applies() -> None:
+    good = parse_nodeslo(
+        nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 40}})
+    )
+    bad_obj = nodeslo(
+        {
+            "resourceUsedThresholdWithBE": {
+                "enable": True,
+                "cpuSuppressThresholdPercent": 30,
+            },  # a valid change...
+            "cpuBurstStrategy": {"sharePoolThresholdPercent": 500},  # ...and an invalid one later
+        }
+    )
+    before = copy.deepcopy(bad_obj)
+    with pytest.raises(NodeSLOError, match="sharePoolThresholdPercent"):
+        parse_nodeslo(bad_obj)
+    assert bad_obj == before  # the input is untouched
+    assert good.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 40
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        good.resource_used_threshold_with_be.enable = False  # type: ignore[misc]
+
+
+def test_class_qos_lookup() -> None:
+    spec = parse_nodeslo(
+        nodeslo(
+            {
+                "resourceQOSStrategy": {
+                    "lsrClass": {"memoryQOS": {"enable": True, "priority": 11}},
+                    "lsClass": {"memoryQOS": {"enable": True, "priority": 7}},
+                    "beClass": {"memoryQOS": {"enable": True, "priority": 1}},
+                    "systemClass": {"memoryQOS": {"enable": True, "priority": 12}},
+                }
+            }
+        )
+    )
+
+    def prio(klass: ResourceQOS | None) -> int | None:
+        assert klass is not None and klass.memory_qos is not None
+        return klass.memory_qos.priority
+
+    assert [prio(spec.class_qos(q)) for q in ("LSE", "LSR", "LS", "BE", "SYSTEM")] == [11, 11, 7, 1, 12]
+    assert spec.class_qos("") is None and spec.class_qos("GOLD") is None
+    assert [prio(spec.kube_class_qos(q)) for q in ("Guaranteed", "Burstable", "BestEffort")] == [11, 7, 1]
+    assert spec.kube_class_qos("") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pod-level configs and the loader
+
+
+def test_from_dict_and_overlay_config_for_pod_overrides() -> None:
+    node_cfg = parse_nodeslo(nodeslo({"cpuBurstStrategy": {"policy": "auto"}})).cpu_burst_strategy
+    pod_cfg, warnings = from_dict(CPUBurstConfig, {"cpuBurstPercent": 200, "policy": "", "extra": 1}, "ann")
+    assert warnings == ("ann.extra: unknown field ignored",)
+    merged = overlay_config(node_cfg, pod_cfg)
+    assert isinstance(merged, CPUBurstStrategy)
+    assert (merged.policy, merged.cpu_burst_percent, merged.cfs_quota_burst_percent) == ("auto", 200, 300)
+    assert merged.share_pool_threshold_percent == 50
+
+    mem, _ = from_dict(PodMemoryQOSConfig, {"policy": "auto", "minLimitPercent": 40})
+    base = MemoryQOSCfg(enable=True, min_limit_percent=0, wmark_ratio=95)
+    over = overlay_config(base, mem)
+    assert (over.enable, over.min_limit_percent, over.wmark_ratio) == (True, 40, 95)
+
+    with pytest.raises(NodeSLOError, match=r"^BlkIOQOS.blocks: must be a list"):
+        from_dict(BlkIOQOS, {"blocks": 3})
+
+
+def test_default_memory_qos_templates() -> None:
+    be = default_memory_qos("BE")
+    lse = default_memory_qos("LSE")
+    assert be is not None and (be.wmark_ratio, be.wmark_scale_permill, be.wmark_min_adj) == (95, 20, 50)
+    assert lse is not None and lse.wmark_min_adj == -25
+    assert default_memory_qos("") is None
+
+
+def test_load_object_reads_yaml_and_json() -> None:
+    yaml_text = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\n"
+    yaml_text += "spec:\n  cpuBurstStrategy:\n    policy: auto\n"
+    assert parse_nodeslo(load_object(yaml_text)).cpu_burst_strategy.policy == "auto"
+    json_text = json.dumps(nodeslo({"resourceUsedThresholdWithBE": {"enable": True}}))
+    assert load_object(json_text, "slo.json")["metadata"]["resourceVersion"] == "42"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("spec: [unclosed", r"^/etc/slo.yaml: not valid YAML/JSON"),
+        ("", r"^/etc/slo.yaml: empty document$"),
+        ("- a\n- b\n", r"^/etc/slo.yaml: expected an object at the top level, got list$"),
+    ],
+)
+def test_load_object_errors_name_the_path(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_object(text, "/etc/slo.yaml")
