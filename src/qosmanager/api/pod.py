@@ -239,7 +239,11 @@ def _is_int32(number: Any) -> bool:
 
 
 def parse_int32(text: str | None) -> int | None:
-    """A strict decimal int32 (optional sign, ASCII digits only), or None."""
+    """A strict decimal int32 (optional sign, ASCII digits only), or None.
+
+    Deliberate fix (koordlet-qos §6b item 7): priority labels and annotations are read exactly as
+    Go's ``strconv.ParseInt(s, 10, 32)`` reads them, not with Python's lenient ``int()``.
+    """
     if text is None or _DECIMAL_RE.fullmatch(text) is None:
         return None
     number = int(text)
