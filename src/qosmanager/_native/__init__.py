@@ -11,30 +11,33 @@ import error: the agent never silently falls back to the slow path.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 from typing import Any
 
 PURE = os.environ.get("QOSMANAGER_PURE", "") == "1"
 
-StatReader: Any
-NodeReader: Any
-monotonic_ns: Any
+_reader: ModuleType
 sysio: ModuleType
 
 if PURE:
-    from qosmanager._native import pure_sysio as sysio
-    from qosmanager._native.pure_reader import NodeReader, StatReader, monotonic_ns
+    _reader = importlib.import_module("qosmanager._native.pure_reader")
+    sysio = importlib.import_module("qosmanager._native.pure_sysio")
 else:
     try:
-        from qosmanager._native import sysio
-        from qosmanager._native.reader import NodeReader, StatReader, monotonic_ns
+        sysio = importlib.import_module("qosmanager._native.sysio")
+        _reader = importlib.import_module("qosmanager._native.reader")
     except ImportError as exc:  # pragma: no cover - exercised only on broken installs
         raise ImportError(
             "qosmanager's native extensions are not built (" + str(exc) + "). Install the package "
             "with `pip install .` (it compiles ext/ with Cython and cffi), or set QOSMANAGER_PURE=1 "
             "to run the slower plain-Python reference implementations on purpose."
         ) from exc
+
+StatReader: Any = _reader.StatReader
+NodeReader: Any = _reader.NodeReader
+monotonic_ns: Any = _reader.monotonic_ns
 
 IMPLEMENTATION = "pure" if PURE else "native"
 

@@ -7,6 +7,7 @@ readable statement of what the native code does.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -108,6 +109,27 @@ def _parse_cpuset_count(data: bytes) -> int:
 
 class StatReader:
     """See ``ext/reader.pyx``: the same class, in Python."""
+
+    state: np.ndarray
+    errors: np.ndarray
+    died: np.ndarray
+    sample_ns: np.ndarray
+    usage_ns: np.ndarray
+    nr_periods: np.ndarray
+    nr_throttled: np.ndarray
+    throttled_ns: np.ndarray
+    mem_raw: np.ndarray
+    cpu_cores: np.ndarray
+    throttled_ratio: np.ndarray
+    memory_usage: np.ndarray
+    memory_usage_with_cache: np.ndarray
+    cpuset_count: np.ndarray
+    prev_usage: np.ndarray
+    prev_t: np.ndarray
+    has_prev: np.ndarray
+    prev_periods: np.ndarray
+    prev_throttled: np.ndarray
+    has_prev_thr: np.ndarray
 
     def __init__(self, capacity: int, cgroup_version: int, max_gap_ns: int = 20_000_000_000,
                  max_fds: int = -1) -> None:
@@ -405,10 +427,8 @@ class StatReader:
     def __del__(self) -> None:
         for fd in getattr(self, "_fds", []):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
 
 class NodeReader:
@@ -472,10 +492,8 @@ class NodeReader:
     def __del__(self) -> None:
         for fd in (getattr(self, "_stat_fd", -1), getattr(self, "_meminfo_fd", -1)):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
 
 __all__ = ["NodeReader", "StatReader", "monotonic_ns"]

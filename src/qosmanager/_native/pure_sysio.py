@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -57,7 +58,5 @@ def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:
 def close_batch(fds: np.ndarray) -> None:
     for fd in fds.tolist():
         if fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class AuditLog:
         self._buf: list[str] = []
         self._lock = threading.Lock()
         self._size = 0
-        self._fh = None
+        self._fh: TextIO | None = None
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -50,8 +50,9 @@ class AuditLog:
 
     def _open(self) -> None:
         assert self.path
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived handle
-        self._size = self._fh.tell()
+        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived handle
+        self._fh = fh
+        self._size = fh.tell()
 
     def add_sink(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Also hand every record to ``fn`` (events, metrics)."""

@@ -504,7 +504,7 @@ class Executor:
         """A pod went away: drop cache entries, claims and descriptors under its cgroup dirs."""
         if not cgroups:
             return
-        prefixes = []
+        prefixes: list[str] = []
         for cg in cgroups:
             if self.version == 1:
                 prefixes.extend(os.path.relpath(self.layout.abs_dir(s, cg), self.layout.roots.cgroup) + "/"

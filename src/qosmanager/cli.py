@@ -1,0 +1,87 @@
+"""Command line: ``qosmanager run | simulate | replay`` (flags pinned by interfaces.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from qosmanager import __version__
+
+
+def duration(text: str) -> float:
+    """``1s``, ``500ms``, ``2m``, ``1h`` or a plain number of seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 1s, 500ms, 2m)")
+    value = float(m.group(1))
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
+
+
+def feature_gates(text: str) -> dict[str, bool]:
+    gates: dict[str, bool] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or value.strip().lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"invalid feature gate {part!r} (use Name=true|false)")
+        gates[name.strip()] = value.strip().lower() == "true"
+    return gates
+
+
+def add_host_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="host cgroup mount")
+    p.add_argument("--proc-root", default="/proc", help="host procfs")
+    p.add_argument("--sys-root", default="/sys", help="host sysfs")
+    p.add_argument("--cgroup-version", default="auto", choices=["auto", "1", "2"])
+    p.add_argument("--cgroup-driver", default="auto", choices=["auto", "cgroupfs", "systemd"])
+    p.add_argument("--kubelet-cgroup-root", default="/",
+                   help="the kubelet's cgroupRoot: where kubepods sits inside each hierarchy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qosmanager", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"qosmanager {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the agent")
+    add_host_flags(run)
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
+    run.add_argument("--kubeconfig", default=None, help="Kubernetes source of node, pods and NodeSLO")
+    run.add_argument("--pods-file", default=None, help="standalone: a PodList JSON (the kubelet's /pods)")
+    run.add_argument("--node-file", default=None, help="standalone: a Node object (YAML or JSON)")
+    run.add_argument("--node-slo-file", default=None, help="standalone: a NodeSLO object (YAML or JSON)")
+    run.add_argument("--evict-mode", default=None, choices=["api", "kill", "none"],
+                     help="default: api with Kubernetes, none standalone")
+    run.add_argument("--dry-run", action="store_true", help="decide and audit; write and evict nothing")
+    run.add_argument("--audit-log", default=None, help="JSON-lines audit file")
+    run.add_argument("--metrics-addr", default="127.0.0.1:9316", help="/metrics and /healthz; empty disables")
+    run.add_argument("--feature-gates", type=feature_gates, default={}, help="Name=true,Other=false")
+    run.add_argument("--collect-interval", type=duration, default=1.0, help="metric collection period")
+    run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
+    run.add_argument("--force-update-seconds", type=float, default=60.0,
+                     help="re-check files written earlier than this (corrects outside changes)")
+    return parser
+
+
+def _logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _logging(args.verbose)
+    if args.command == "run":
+        from qosmanager.agent import run_from_args
+
+        return run_from_args(args)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

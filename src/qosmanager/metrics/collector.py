@@ -1,0 +1,491 @@
+"""The collector: joins pods to the cgroup tree and samples them every tick.
+
+One :class:`~qosmanager._native.StatReader` per kind of cgroup (pods, containers, the
+three kube QoS dirs, host applications) holds a descriptor for every stat file; a
+reader *slot* is the same number as the metric-cache *column* of that series, so a tick
+is:
+
+1. ``read()`` of each reader (native, no Python per container),
+2. a handful of numpy reductions for the node-level series (system usage, BE usage,
+   request and real limit),
+3. one ``append_row`` per series group.
+
+Discovery is incremental.  The pod set is diffed only when the state store's
+generation changes; a new pod or container opens its files, a removed one closes them
+and frees its column, a container whose ID changed (a restart) is swapped.  A cgroup
+that does not exist yet (the pod was just admitted) is retried with exponential
+backoff, and one that vanishes while its pod is still listed is reopened the same way.
+With 5 % of containers replaced per minute a tick therefore costs reads plus work in
+proportion to what changed, never a walk of the tree.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qosmanager._native import STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
+from qosmanager.api.pod import PodMeta
+from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.procfs import clock_ticks
+from qosmanager.metrics import cache as mc
+from qosmanager.states.store import StateStore
+
+log = logging.getLogger(__name__)
+
+QOS_DIRS = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)  # slot 0 = the kubepods root
+BE_SLOT = 2
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_BACKOFF = 30.0
+
+
+@dataclass
+class Tracked:
+    """A cgroup the collector follows: its cache column (== reader slot) and its files."""
+
+    key: str
+    col: int
+    rel: str
+    files: dict[str, str | None]
+    open: bool = False
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+
+@dataclass
+class TrackedPod:
+    meta: PodMeta
+    cg: Tracked
+    containers: dict[str, Tracked] = field(default_factory=dict)  # container id -> tracked
+
+
+@dataclass
+class CollectorStats:
+    ticks: int = 0
+    pods: int = 0
+    containers: int = 0
+    pending: int = 0
+    opened: int = 0
+    closed: int = 0
+    vanished: int = 0
+    read_errors: int = 0
+    last_tick_seconds: float = 0.0
+    last_sync_seconds: float = 0.0
+
+
+class Collector:
+    """Samples node, pod, container, BE and host-application series into the metric cache."""
+
+    def __init__(self, layout: CgroupLayout, cache: mc.MetricCache, store: StateStore, *,
+                 clock: Callable[[], float] = time.time, mono: Callable[[], int] = monotonic_ns,
+                 max_fds: int = -1, max_gap_seconds: float = 20.0) -> None:
+        self.layout = layout
+        self.cache = cache
+        self.store = store
+        self.clock = clock
+        self.mono = mono
+        self.version = layout.version
+        self.stats = CollectorStats()
+        self.on_pod_removed: list[Callable[[list[str]], None]] = []
+        self._files = self._probe_controllers()
+        gap = int(max_gap_seconds * 1e9)
+        budget = max_fds if max_fds >= 0 else _descriptor_budget()
+        self.pod_reader = StatReader(cache.pods.cols, self.version, gap, budget)
+        self.ctr_reader = StatReader(cache.containers.cols, self.version, gap, budget)
+        self.qos_reader = StatReader(len(QOS_DIRS), self.version, gap)
+        self.app_reader = StatReader(cache.hostapps.cols, self.version, gap)
+        self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
+        self._clk_tck = clock_ticks()
+        self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
+        self._pods: dict[str, TrackedPod] = {}
+        self._apps: dict[str, Tracked] = {}
+        self._pending: dict[tuple[str, str], Tracked] = {}
+        self._pods_gen = -1
+        self._slo_gen = -1
+        self._be_cpu_request = 0.0
+        self._be_ctr_mask = np.zeros(0, dtype=bool)
+        self._quota_fds: np.ndarray | None = None
+        self._open_qos_dirs()
+
+    # ------------------------------------------------------------------
+    # which stat files exist on this host (decided once)
+    # ------------------------------------------------------------------
+    def _probe_controllers(self) -> dict[str, bool]:
+        lay = self.layout
+        if self.version == 1:
+            def has(sub: str) -> bool:
+                return os.path.isdir(lay.abs_dir(sub, ""))
+            return {"usage": has("cpuacct"), "cpu_stat": has("cpu"), "memory_stat": has("memory"),
+                    "cpuset": has("cpuset")}
+        root = lay.abs_dir("", lay.kubepods_dir())
+        ctl = ""
+        for d in (root, lay.abs_dir("", "")):
+            try:
+                with open(os.path.join(d, "cgroup.controllers")) as f:
+                    ctl = f.read()
+                break
+            except OSError:
+                continue
+        names = set(ctl.split())
+        return {"usage": False, "cpu_stat": True, "memory_stat": "memory" in names,
+                "cpuset": "cpuset" in names}
+
+    def _paths(self, rel: str, cpuset: bool) -> dict[str, str | None]:
+        lay, f = self.layout, self._files
+        if self.version == 1:
+            return {
+                "usage": lay.file("cpuacct", rel, "cpuacct.usage") if f["usage"] else None,
+                "cpu_stat": lay.file("cpu", rel, "cpu.stat") if f["cpu_stat"] else None,
+                "memory_stat": lay.file("memory", rel, "memory.stat") if f["memory_stat"] else None,
+                "cpuset": lay.file("cpuset", rel, "cpuset.cpus") if cpuset and f["cpuset"] else None,
+            }
+        return {
+            "usage": None,
+            "cpu_stat": lay.file("", rel, "cpu.stat"),
+            "memory_stat": lay.file("", rel, "memory.stat") if f["memory_stat"] else None,
+            "cpuset": lay.file("", rel, "cpuset.cpus.effective") if cpuset and f["cpuset"] else None,
+        }
+
+    def _open_qos_dirs(self) -> None:
+        for slot, qos in enumerate(QOS_DIRS):
+            rel = self.layout.qos_dir(qos)
+            err = self.qos_reader.open(slot, **self._paths(rel, cpuset=(slot == BE_SLOT)))
+            if err:
+                log.warning("kube QoS cgroup %s not readable yet (%s)", rel, os.strerror(err))
+        be = self.layout.qos_dir(KubeQoS.BESTEFFORT)
+        if self.version == 1:
+            paths = [self.layout.file("cpu", be, "cpu.cfs_quota_us"),
+                     self.layout.file("cpu", be, "cpu.cfs_period_us")]
+        else:
+            paths = [self.layout.file("", be, "cpu.max")]
+        fds = sysio.open_batch(paths, os.O_RDONLY)
+        self._quota_fds = fds if (fds >= 0).all() else None
+        if self._quota_fds is None:
+            sysio.close_batch(fds[fds >= 0])
+
+    # ------------------------------------------------------------------
+    # discovery
+    # ------------------------------------------------------------------
+    def sync(self, now: float | None = None) -> None:
+        """Follow changes of the pod set and the host applications; retry pending opens."""
+        t0 = time.perf_counter()
+        now = self.clock() if now is None else now
+        if self.store.pods_generation != self._pods_gen:
+            self._pods_gen = self.store.pods_generation
+            self._sync_pods(self.store.pods, now)
+        if self.store.nodeslo_generation != self._slo_gen:
+            self._slo_gen = self.store.nodeslo_generation
+            self._sync_apps(now)
+        if self._pending:
+            self._retry(now)
+        self.stats.pending = len(self._pending)
+        self.stats.last_sync_seconds = time.perf_counter() - t0
+
+    def _sync_pods(self, pods: dict[str, PodMeta], now: float) -> None:
+        removed = [uid for uid in self._pods if uid not in pods]
+        gone_dirs: list[str] = []
+        for uid in removed:
+            gone_dirs.append(self._untrack_pod(uid))
+        for uid, meta in pods.items():
+            tp = self._pods.get(uid)
+            if meta.phase in TERMINAL_PHASES:
+                if tp is not None:
+                    gone_dirs.append(self._untrack_pod(uid))
+                continue
+            if tp is None:
+                self._track_pod(meta, now)
+            elif tp.meta is not meta:
+                self._update_pod(tp, meta, now)
+        self._be_cpu_request = float(sum(p.batch_cpu_request for p in pods.values()
+                                         if p.is_be() and p.phase not in TERMINAL_PHASES))
+        self._refresh_be_mask()
+        self.stats.pods = len(self._pods)
+        self.stats.containers = sum(len(tp.containers) for tp in self._pods.values())
+        if gone_dirs:
+            for cb in self.on_pod_removed:
+                cb(gone_dirs)
+
+    def _track_pod(self, meta: PodMeta, now: float) -> None:
+        rel = self.layout.pod_dir(meta.kube_qos, meta.uid)
+        col = self.cache.pods.column(meta.uid)
+        self._ensure_capacity(self.pod_reader, self.cache.pods.cols)
+        cg = Tracked(meta.uid, col, rel, self._paths(rel, cpuset=False))
+        tp = TrackedPod(meta, cg)
+        self._pods[meta.uid] = tp
+        self._open(self.pod_reader, cg, "pod", now)
+        self._track_containers(tp, meta, now)
+
+    def _track_containers(self, tp: TrackedPod, meta: PodMeta, now: float) -> None:
+        be = meta.kube_qos == KubeQoS.BESTEFFORT.value
+        for c in meta.containers:
+            if not c.container_id or c.container_id in tp.containers:
+                continue
+            try:
+                rel = self.layout.container_dir(tp.cg.rel, c.container_id)
+            except ValueError as e:
+                log.warning("pod %s container %s: %s", meta.key, c.name, e)
+                continue
+            col = self.cache.containers.column(c.container_id)
+            self._ensure_capacity(self.ctr_reader, self.cache.containers.cols)
+            tr = Tracked(c.container_id, col, rel, self._paths(rel, cpuset=be))
+            tp.containers[c.container_id] = tr
+            self._open(self.ctr_reader, tr, "container", now)
+
+    def _update_pod(self, tp: TrackedPod, meta: PodMeta, now: float) -> None:
+        new_rel = self.layout.pod_dir(meta.kube_qos, meta.uid)
+        if new_rel != tp.cg.rel:  # kube QoS changed (in-place resize): a different cgroup
+            self._untrack_pod(meta.uid)
+            self._track_pod(meta, now)
+            return
+        ids = {c.container_id for c in meta.containers if c.container_id}
+        for cid in [cid for cid in tp.containers if cid not in ids]:
+            self._close(self.ctr_reader, self.cache.containers, tp.containers.pop(cid), "container")
+        tp.meta = meta
+        self._track_containers(tp, meta, now)
+
+    def _untrack_pod(self, uid: str) -> str:
+        tp = self._pods.pop(uid)
+        for tr in tp.containers.values():
+            self._close(self.ctr_reader, self.cache.containers, tr, "container")
+        self._close(self.pod_reader, self.cache.pods, tp.cg, "pod")
+        return tp.cg.rel
+
+    def _sync_apps(self, now: float) -> None:
+        apps = {a["name"]: a for a in self.store.nodeslo.merged.get("hostApplications") or []
+                if isinstance(a, dict) and a.get("name")}
+        for name in [n for n in self._apps if n not in apps]:
+            self._close(self.app_reader, self.cache.hostapps, self._apps.pop(name), "app")
+        for name, app in apps.items():
+            try:
+                rel = self.layout.host_app_dir(app)
+            except ValueError as e:
+                log.warning("%s", e)
+                continue
+            tr = self._apps.get(name)
+            if tr is not None and tr.rel == rel:
+                continue
+            if tr is not None:
+                self._close(self.app_reader, self.cache.hostapps, tr, "app")
+            col = self.cache.hostapps.column(name)
+            self._ensure_capacity(self.app_reader, self.cache.hostapps.cols)
+            tr = Tracked(name, col, rel, self._paths(rel, cpuset=False))
+            self._apps[name] = tr
+            self._open(self.app_reader, tr, "app", now)
+
+    # ------------------------------------------------------------------
+    # slots
+    # ------------------------------------------------------------------
+    @staticmethod
+    def _ensure_capacity(reader: StatReader, cols: int) -> None:
+        if reader.capacity < cols:
+            reader.resize(cols)
+
+    def _reader_for(self, kind: str) -> StatReader:
+        return {"pod": self.pod_reader, "container": self.ctr_reader, "app": self.app_reader}[kind]
+
+    def _open(self, reader: StatReader, tr: Tracked, kind: str, now: float) -> None:
+        err = reader.open(tr.col, **tr.files)
+        if err == 0:
+            tr.open = True
+            tr.backoff = 0.0
+            self._pending.pop((kind, tr.key), None)
+            self.stats.opened += 1
+            return
+        tr.open = False
+        tr.backoff = min(MAX_BACKOFF, max(1.0, tr.backoff * 2))
+        tr.retry_at = now + tr.backoff
+        self._pending[(kind, tr.key)] = tr
+        if err != errno.ENOENT:
+            log.warning("cannot open stat files of %s %s: %s", kind, tr.rel, os.strerror(err))
+
+    def _close(self, reader: StatReader, group: mc.SeriesGroup, tr: Tracked, kind: str) -> None:
+        reader.close(tr.col)
+        group.release(tr.key)
+        self._pending.pop((kind, tr.key), None)
+        self.stats.closed += 1
+
+    def _retry(self, now: float) -> None:
+        for (kind, _), tr in list(self._pending.items()):
+            if now >= tr.retry_at:
+                self._open(self._reader_for(kind), tr, kind, now)
+
+    def _reap_dead(self, reader: StatReader, kind: str, index: dict[int, Tracked], now: float) -> None:
+        dead = np.flatnonzero(reader.died[: reader.high_water])
+        if not dead.size:
+            return
+        self.stats.vanished += int(dead.size)
+        for col in dead.tolist():
+            tr = index.get(col)
+            if tr is None:
+                continue
+            reader.close(col)
+            tr.open = False
+            tr.backoff = 1.0
+            tr.retry_at = now + 1.0
+            self._pending[(kind, tr.key)] = tr
+
+    def _refresh_be_mask(self) -> None:
+        mask = np.zeros(self.ctr_reader.capacity, dtype=bool)
+        for tp in self._pods.values():
+            if tp.meta.kube_qos == KubeQoS.BESTEFFORT.value:
+                for tr in tp.containers.values():
+                    mask[tr.col] = True
+        self._be_ctr_mask = mask
+
+    # ------------------------------------------------------------------
+    # the tick
+    # ------------------------------------------------------------------
+    def collect(self, now: float | None = None) -> None:
+        """Sample everything once and store it in the metric cache at time ``now``."""
+        t0 = time.perf_counter()
+        now = self.clock() if now is None else now
+        self.sync(now)
+        pr, cr, qr, ar = self.pod_reader, self.ctr_reader, self.qos_reader, self.app_reader
+        pr.read()
+        cr.read()
+        qr.read()
+        if self._apps:
+            ar.read()
+        if pr.died.any() or cr.died.any() or ar.died.any():
+            self._reap_all(now)
+        self._store_group(self.cache.pods, pr, now)
+        self._store_group(self.cache.containers, cr, now)
+        if self._apps:
+            self._store_group(self.cache.hostapps, ar, now, throttle=False)
+        self._store_node(now)
+        self.stats.ticks += 1
+        self.stats.read_errors = int(np.count_nonzero(pr.errors[: pr.high_water])
+                                     + np.count_nonzero(cr.errors[: cr.high_water]))
+        self.stats.last_tick_seconds = time.perf_counter() - t0
+
+    def _reap_all(self, now: float) -> None:
+        pods = {tp.cg.col: tp.cg for tp in self._pods.values()}
+        ctrs = {tr.col: tr for tp in self._pods.values() for tr in tp.containers.values()}
+        self._reap_dead(self.pod_reader, "pod", pods, now)
+        self._reap_dead(self.ctr_reader, "container", ctrs, now)
+        self._reap_dead(self.app_reader, "app", {t.col: t for t in self._apps.values()}, now)
+
+    @staticmethod
+    def _store_group(group: mc.SeriesGroup, reader: StatReader, now: float, throttle: bool = True) -> None:
+        values = {
+            mc.CPU_USAGE: reader.cpu_cores,
+            mc.MEMORY_USAGE: reader.memory_usage,
+            mc.MEMORY_USAGE_WITH_PAGE_CACHE: reader.memory_usage_with_cache,
+        }
+        if throttle:
+            values[mc.CPU_THROTTLED_RATIO] = reader.throttled_ratio
+        group.append_row(now, values)
+
+    def _store_node(self, now: float) -> None:
+        row: dict[str, np.ndarray] = {}
+
+        def put(name: str, v: float) -> None:
+            row[name] = np.array([v])
+
+        # node CPU from /proc/stat ticks, memory from /proc/meminfo
+        try:
+            busy = self.node_reader.read_stat()
+            t = self.mono()
+            total_kb, free_kb, avail_kb = self.node_reader.read_meminfo()
+        except (OSError, ValueError) as e:
+            log.warning("cannot read node usage from %s: %s", self.layout.roots.proc, e)
+            self.cache.node.append_row(now, {})
+            return
+        node_cpu = float("nan")
+        if self._prev_node is not None:
+            pb, pt = self._prev_node
+            dt = (t - pt) / 1e9
+            if busy >= pb and dt > 0:
+                node_cpu = (busy - pb) / (dt * self._clk_tck)
+        self._prev_node = (busy, t)
+        node_mem = float((total_kb - avail_kb) * 1024)
+        put("node_cpu_usage", node_cpu)
+        put("node_memory_usage", node_mem)
+        put("node_memory_usage_with_page_cache", float((total_kb - free_kb) * 1024))
+        # system usage = node - pods - host apps (only when every part was sampled now)
+        pr, ar = self.pod_reader, self.app_reader
+        pods_cpu = np.nansum(pr.cpu_cores[: pr.high_water])
+        pods_mem = np.nansum(pr.memory_usage[: pr.high_water])
+        apps_cpu = np.nansum(ar.cpu_cores[: ar.high_water]) if self._apps else 0.0
+        apps_mem = np.nansum(ar.memory_usage[: ar.high_water]) if self._apps else 0.0
+        if not np.isnan(node_cpu):
+            put("sys_cpu_usage", max(node_cpu - pods_cpu - apps_cpu, 0.0))
+        put("sys_memory_usage", max(node_mem - pods_mem - apps_mem, 0.0))
+        # BE: usage of the BE QoS dir, request of BE pods, real limit from cpusets and quota
+        be_cores = self.qos_reader.cpu_cores[BE_SLOT]
+        if not np.isnan(be_cores):
+            put("be_cpu_usage", float(int(be_cores * 1000)))
+        put("be_cpu_request", self._be_cpu_request)
+        limit = self._be_real_limit()
+        if limit is not None:
+            put("be_cpu_real_limit", limit)
+        self.cache.node.column(mc.NODE_KEY)
+        self.cache.node.append_row(now, row)
+
+    def _be_real_limit(self) -> float | None:
+        """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota."""
+        counts = [int(self.qos_reader.cpuset_count[BE_SLOT])]
+        cr = self.ctr_reader
+        hw = cr.high_water
+        if hw:
+            mask = self._be_ctr_mask[:hw] & (cr.state[:hw] == STATE_LIVE) & (cr.cpuset_count[:hw] >= 0)
+            if mask.any():
+                counts.append(int(cr.cpuset_count[:hw][mask].min()))
+        valid = [c for c in counts if c >= 0]
+        if not valid:
+            return None
+        limit = float(min(valid) * 1000)
+        quota = self._be_quota()
+        if quota is not None and quota[0] != -1 and quota[1] > 0:
+            limit = min(limit, float(quota[0] * 1000 // quota[1]))
+        return limit
+
+    def _be_quota(self) -> tuple[int, int] | None:
+        if self._quota_fds is None:
+            return None
+        data = sysio.pread_batch(self._quota_fds, 64)
+        if any(isinstance(d, int) for d in data):
+            return None
+        try:
+            if self.version == 1:
+                return int(data[0]), int(data[1])
+            q, p = data[0].split()
+            return (-1 if q == b"max" else int(q)), int(p)
+        except ValueError:
+            return None
+
+    # ------------------------------------------------------------------
+    def tracked_pods(self) -> dict[str, TrackedPod]:
+        return self._pods
+
+    def close(self) -> None:
+        for tp in list(self._pods):
+            self._untrack_pod(tp)
+        if self._quota_fds is not None:
+            sysio.close_batch(self._quota_fds)
+            self._quota_fds = None
+
+
+def _descriptor_budget() -> int:
+    """Descriptors the readers may hold: the soft limit, raised to the hard one, minus headroom."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        # two big readers share it; leave room for the executor, sockets and logs
+        return max(64, (soft - 2048) // 2)
+    except (ImportError, ValueError, OSError):
+        return 1024
+
+
+def pod_dirs(layout: CgroupLayout, pods: Sequence[PodMeta]) -> list[str]:
+    return [layout.pod_dir(p.kube_qos, p.uid) for p in pods]

@@ -1,0 +1,186 @@
+"""Real kernel cgroups for tests and benchmarks, created safely.
+
+Rules (the project's, for a shared machine):
+
+* cgroups are created only beneath this process's own cgroup in each hierarchy (read
+  from ``/proc/self/cgroup``), under one unique name, and removed afterwards, also on
+  failure;
+* nothing is written to a cgroup this helper did not create; no process is moved out of
+  its memory cgroup except into a child of it that we created; only processes we
+  started are killed, by pid.
+
+:class:`KernelTree` exposes the created hierarchies as a fake "cgroup root" directory
+of symlinks (``<root>/cpu -> /sys/fs/cgroup/cpu/<own>/<unique>`` ...), so the agent can
+be pointed at it with ``--cgroup-root`` and a kubelet cgroup root of ``/``: every file
+it reads or writes is a real kernel file.  ``unavailable()`` returns the reason when
+this is not possible here (tests skip with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+CGROUP_MOUNT = "/sys/fs/cgroup"
+V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory")
+
+
+def own_cgroups() -> dict[str, str]:
+    """Controller (or "" for the v2 unified line) -> this process's cgroup path."""
+    out: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ctrls.split(","):
+                out[c] = path
+    return out
+
+
+def hierarchy_dir(name: str) -> str:
+    """Where hierarchy ``name`` is mounted (``/sys/fs/cgroup/cpu`` may be a symlink to cpu,cpuacct)."""
+    return os.path.realpath(os.path.join(CGROUP_MOUNT, name))
+
+
+def _is_cgroup_mount(path: str) -> bool:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                if parts[4] == path and (" cgroup " in line or " cgroup2 " in line):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def unavailable(version: int = 1) -> str | None:
+    """Why real cgroups cannot be used for this version here, or None when they can."""
+    if os.geteuid() != 0:
+        return "real cgroups need root"
+    own = own_cgroups()
+    hierarchies = V1_HIERARCHIES if version == 1 else ("unified",)
+    for h in hierarchies:
+        d = hierarchy_dir(h)
+        if not _is_cgroup_mount(d):
+            return f"{d} is not a cgroup mount"
+        key = h if version == 1 else ""
+        if key not in own:
+            return f"this process has no {h} cgroup in /proc/self/cgroup"
+        base = os.path.join(d, own[key].lstrip("/"))
+        probe = os.path.join(base, f"qosm-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError as e:
+            return f"cannot create a cgroup under {base}: {e.strerror}"
+    return None
+
+
+class KernelTree:
+    """A private cgroup subtree in every hierarchy, seen through one symlink root."""
+
+    def __init__(self, version: int = 1) -> None:
+        reason = unavailable(version)
+        if reason:
+            raise RuntimeError(reason)
+        self.version = version
+        self.name = f"qosm-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.root = tempfile.mkdtemp(prefix="qosm-cgroot-")
+        own = own_cgroups()
+        self.bases: dict[str, str] = {}
+        self._created: list[str] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        if version == 1:
+            for h in V1_HIERARCHIES:
+                base = os.path.join(hierarchy_dir(h), own[h].lstrip("/"), self.name)
+                os.mkdir(base)
+                self._created.append(base)
+                self.bases[h] = base
+                os.symlink(base, os.path.join(self.root, h))
+            self._init_cpuset(self.bases["cpuset"])
+        else:
+            base = os.path.join(hierarchy_dir("unified"), own[""].lstrip("/"), self.name)
+            os.mkdir(base)
+            self._created.append(base)
+            self.bases[""] = base
+            os.rmdir(self.root)
+            os.symlink(base, self.root)
+
+    @staticmethod
+    def _init_cpuset(path: str) -> None:
+        parent = os.path.dirname(path)
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            with open(os.path.join(parent, f)) as src:
+                value = src.read().strip()
+            with open(os.path.join(path, f), "w") as dst:
+                dst.write(value)
+
+    def mkdir(self, rel: str) -> None:
+        """Create ``rel`` (and missing parents) in every hierarchy of this tree."""
+        parts = [p for p in rel.split("/") if p]
+        for base_name, base in self.bases.items():
+            cur = base
+            for p in parts:
+                cur = os.path.join(cur, p)
+                try:
+                    os.mkdir(cur)
+                except FileExistsError:
+                    continue
+                self._created.append(cur)
+                if base_name == "cpuset":
+                    self._init_cpuset(cur)
+
+    def path(self, hierarchy: str, rel: str) -> str:
+        return os.path.join(self.bases[hierarchy if self.version == 1 else ""], rel)
+
+    def spawn_busy(self, rel: str, seconds: float = 30.0) -> subprocess.Popen[bytes]:
+        """Start a CPU-bound child and move it into ``rel`` of the cpu and cpuacct hierarchies (v1) or
+        the unified one (v2).  It stays in its memory cgroup."""
+        code = f"import time\nt = time.time() + {seconds}\nwhile time.time() < t:\n    pass\n"
+        proc = subprocess.Popen(["python3", "-c", code])
+        self._procs.append(proc)
+        hierarchies = ("cpu", "cpuacct") if self.version == 1 else ("",)
+        for h in hierarchies:
+            with open(os.path.join(self.path(h, rel), "cgroup.procs"), "w") as f:
+                f.write(str(proc.pid))
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self._procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.wait(5)
+        for path in sorted(self._created, key=lambda p: p.count("/"), reverse=True):
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY:
+                        break
+                    time.sleep(0.05)
+        if os.path.islink(self.root):
+            os.unlink(self.root)
+        elif os.path.isdir(self.root):
+            for h in os.listdir(self.root):
+                os.unlink(os.path.join(self.root, h))
+            os.rmdir(self.root)
+
+
+@contextlib.contextmanager
+def kernel_tree(version: int = 1) -> Iterator[KernelTree]:
+    tree = KernelTree(version)
+    try:
+        yield tree
+    finally:
+        tree.cleanup()
