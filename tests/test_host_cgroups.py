@@ -145,7 +145,8 @@ def test_cgroupfs_pod_qos_needs_parent() -> None:
 
 
 @pytest.mark.parametrize(
-    "cid", ["", HASH, "rkt://abc", "docker://", "docker://../../etc", "docker://a/b", "containerd//abc"]
+    "cid", ["", HASH, "rkt://abc", "docker://", "docker://../../etc", "docker://a/b", "docker://a.scope",
+            "containerd//abc"]
 )
 def test_container_dir_bad_ids(cid: str) -> None:
     lay = layout()

@@ -56,7 +56,7 @@ _SYSTEMD_SCOPE_PREFIX = {
 }
 RUNTIMES = tuple(_SYSTEMD_SCOPE_PREFIX)
 
-_HASH_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]*")
+_HASH_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 _UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]*")
 _SYSTEMD_UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_]*")
 
@@ -335,7 +335,7 @@ class CgroupLayout:
         """A container dir's basename -> the container hash; None if it is not a container dir."""
         base = name.rstrip("/").rpartition("/")[2]
         if self.driver == CGROUPFS:
-            return base if _HASH_RE.fullmatch(base) and "." not in base else None
+            return base if _HASH_RE.fullmatch(base) else None
         if base.endswith(".scope"):
             stem = base[: -len(".scope")]
         elif base.startswith("crio-"):
@@ -350,7 +350,7 @@ class CgroupLayout:
         for prefix in ("cri-containerd-", "docker-", "crio-", "pouch-"):
             if stem.startswith(prefix):
                 digest = stem[len(prefix):]
-                return digest if _HASH_RE.fullmatch(digest) and "." not in digest else None
+                return digest if _HASH_RE.fullmatch(digest) else None
         return None
 
     # -- walking the tree ---------------------------------------------------
