@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from qosmanager.host.cgroups import (
     CGROUP2_SUPER_MAGIC,
@@ -339,3 +341,17 @@ def test_walkers(tmp_path: Path) -> None:
         be, f"{be}/poda", f"{be}/poda/c3", f"{be}/podb", f"{be}/podb/c1", f"{be}/podb/c2"]
     assert lay.dirs_at_depth("cpu", be, 1) == []
     assert lay.dirs_up_to_depth("cpu", be, 2) == []
+
+
+@given(
+    uid=st.uuids().map(str) | st.text("0123456789abcdef", min_size=32, max_size=32),  # static pods: md5 hex
+    digest=st.text("0123456789abcdef", min_size=1, max_size=64),
+    driver=st.sampled_from(["systemd", "cgroupfs"]),
+    qos=st.sampled_from(list(KubeQoS)),
+    runtime=st.sampled_from(["docker", "containerd", "cri-o", "pouch"]),
+)
+def test_paths_parse_back(uid: str, digest: str, driver: str, qos: KubeQoS, runtime: str) -> None:
+    lay = layout(driver=driver)
+    pod = lay.pod_dir(qos, uid)
+    assert lay.parse_pod_dir(pod) == (qos, uid)
+    assert lay.parse_container_dir(lay.container_dir(pod, f"{runtime}://{digest}")) == digest
