@@ -332,7 +332,7 @@ cdef class StatReader:
     cdef readonly int cgroup_version
     cdef readonly int high_water
     cdef public long long max_gap_ns
-    cdef readonly long long max_fds
+    cdef public long long max_fds
     cdef readonly long long open_fds
     cdef int *fds
     cdef char **paths

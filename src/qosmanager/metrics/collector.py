@@ -90,16 +90,19 @@ class Collector:
         self.store = store
         self.clock = clock
         self.mono = mono
+        # an injected clock (tests, simulate) also stamps the reader's samples
+        self._reader_clock = mono is not monotonic_ns
         self.version = layout.version
         self.stats = CollectorStats()
         self.on_pod_removed: list[Callable[[list[str]], None]] = []
         self._files = self._probe_controllers()
         gap = int(max_gap_seconds * 1e9)
-        budget = max_fds if max_fds >= 0 else _descriptor_budget()
-        self.pod_reader = StatReader(cache.pods.cols, self.version, gap, budget)
-        self.ctr_reader = StatReader(cache.containers.cols, self.version, gap, budget)
+        # one descriptor budget shared by the readers; files beyond it are read in reopen mode
+        self.fd_budget = max_fds if max_fds >= 0 else _descriptor_budget()
+        self.pod_reader = StatReader(cache.pods.cols, self.version, gap, self.fd_budget)
+        self.ctr_reader = StatReader(cache.containers.cols, self.version, gap, self.fd_budget)
         self.qos_reader = StatReader(len(QOS_DIRS), self.version, gap)
-        self.app_reader = StatReader(cache.hostapps.cols, self.version, gap)
+        self.app_reader = StatReader(cache.hostapps.cols, self.version, gap, self.fd_budget)
         self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
         self._clk_tck = clock_ticks()
         self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
@@ -290,6 +293,8 @@ class Collector:
         return {"pod": self.pod_reader, "container": self.ctr_reader, "app": self.app_reader}[kind]
 
     def _open(self, reader: StatReader, tr: Tracked, kind: str, now: float) -> None:
+        held = self.pod_reader.open_fds + self.ctr_reader.open_fds + self.app_reader.open_fds
+        reader.max_fds = reader.open_fds + max(0, self.fd_budget - held)
         err = reader.open(tr.col, **tr.files)
         if err == 0:
             tr.open = True
@@ -347,11 +352,12 @@ class Collector:
         now = self.clock() if now is None else now
         self.sync(now)
         pr, cr, qr, ar = self.pod_reader, self.ctr_reader, self.qos_reader, self.app_reader
-        pr.read()
-        cr.read()
-        qr.read()
+        t_ns = self.mono() if self._reader_clock else -1
+        pr.read(t_ns)
+        cr.read(t_ns)
+        qr.read(t_ns)
         if self._apps:
-            ar.read()
+            ar.read(t_ns)
         if pr.died.any() or cr.died.any() or ar.died.any():
             self._reap_all(now)
         self._store_group(self.cache.pods, pr, now)
@@ -481,8 +487,8 @@ def _descriptor_budget() -> int:
         if hard != resource.RLIM_INFINITY and soft < hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
-        # two big readers share it; leave room for the executor, sockets and logs
-        return max(64, (soft - 2048) // 2)
+        # leave room for the executor's descriptors, sockets and logs
+        return max(64, soft - 4096 - 256)
     except (ImportError, ValueError, OSError):
         return 1024
 

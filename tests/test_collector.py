@@ -1,0 +1,231 @@
+"""The collector end to end on fake hosts (v1 and v2) and on real kernel cgroups."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+
+import kernelcg
+from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.roots import HostRoots
+from qosmanager.metrics.cache import MetricCache
+from qosmanager.metrics.collector import Collector
+from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
+from qosmanager.sim.objects import pod_object
+from qosmanager.states.store import StateStore
+
+S = 1_000_000_000  # ns per second
+
+
+class Clocks:
+    """Wall (seconds) and monotonic (ns) clocks the test advances together."""
+
+    def __init__(self) -> None:
+        self.wall = 1000.0
+        self.mono = 50 * S
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += int(seconds * S)
+
+
+def setup(tmp_path, version: int, n_containers: int = 8, driver: str = "cgroupfs", **kw):
+    host = FakeHost(str(tmp_path / "host"), version=version, driver=driver, n_cpus=4)
+    pods = FakeHost.make_pods(n_containers, containers_per_pod=2, seed=1)
+    host.add_pods(pods)
+    store = StateStore()
+    store.set_pods([pod_object(p) for p in pods])
+    cache = MetricCache()
+    clk = Clocks()
+    col = Collector(host.layout, cache, store, clock=lambda: clk.wall, mono=lambda: clk.mono, **kw)
+    return host, pods, store, cache, clk, col
+
+
+def window(clk: Clocks) -> tuple[float, float]:
+    return clk.wall - 2.0, clk.wall
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+def test_pod_and_container_usage(tmp_path, version: int, driver: str) -> None:
+    host, pods, _, cache, clk, col = setup(tmp_path, version, driver=driver)
+    col.collect(clk.wall)
+    assert col.stats.pods == 4 and col.stats.containers == 8 and col.stats.pending == 0
+    # second tick: pod 0 used 1.5 s of CPU in 1 s, its first container 0.5 s; memory as set
+    p0, c0 = pods[0], pods[0].containers[0]
+    pod_dir, ctr_dir = host.pod_dir(p0.uid), host.container_dir(p0.uid, c0.name)
+    host.set_cpu_usage(pod_dir, 3 * S // 2)
+    host.set_cpu_usage(ctr_dir, S // 2)
+    host.set_throttle(ctr_dir, 100, 25, 5_000_000)
+    host.set_memory(ctr_dir, 100, 200, 3, 40, 50)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = window(clk)
+    assert cache.query("pod_cpu_usage", lo, hi, "last", pod=p0.uid) == pytest.approx(1.5)
+    assert cache.query("container_cpu_usage", lo, hi, "last", container=c0.container_id) == pytest.approx(0.5)
+    assert cache.query("container_memory_usage", lo, hi, "last", container=c0.container_id) == 303
+    assert cache.query("container_memory_usage_with_page_cache", lo, hi, "last",
+                       container=c0.container_id) == 393
+    assert cache.query("pod_cpu_usage", lo, hi, "last", pod=pods[1].uid) == 0.0
+    # throttling: first sample skipped, then delta ratio
+    host.set_throttle(ctr_dir, 200, 75, 9_000_000)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = window(clk)
+    assert cache.query("container_throttled_ratio", lo, hi, "last", container=c0.container_id) == 0.5
+
+
+def test_node_metrics(tmp_path) -> None:
+    host, pods, store, cache, clk, col = setup(tmp_path, 1)
+    host.set_proc_stat([100, 100, 100, 100], [1000] * 4)
+    host.set_meminfo(total_kb=64 << 20, free_kb=10 << 20, available_kb=40 << 20)
+    col.collect(clk.wall)
+    be = [p for p in pods if p.qos is KubeQoS.BESTEFFORT]
+    # node: 4 CPUs at 100 ticks/s each during 2 s = 4 cores x (2 s x 100 ticks/s)/(2 s x 100) = ...
+    host.set_proc_stat([300, 300, 100, 100], [1000] * 4)  # +400 busy ticks
+    for p in pods:
+        host.set_cpu_usage(host.pod_dir(p.uid), S // 4)  # 0.25 cores each over 1 s
+    be_qos = host.layout.qos_dir(KubeQoS.BESTEFFORT)
+    host.set_cpu_usage(be_qos, S // 2)
+    clk.advance(2.0)
+    col.collect(clk.wall)
+    lo, hi = window(clk)
+    tck = os.sysconf("SC_CLK_TCK")
+    node_cpu = 400 / (2.0 * tck)
+    assert cache.query("node_cpu_usage", lo, hi, "last") == pytest.approx(node_cpu)
+    assert cache.query("node_memory_usage", lo, hi, "last") == (64 << 20) * 1024 - (40 << 20) * 1024
+    assert cache.query("node_memory_usage_with_page_cache", lo, hi, "last") == (54 << 20) * 1024
+    pods_cpu = len(pods) * 0.25 / 2.0
+    assert cache.query("sys_cpu_usage", lo, hi, "last") == pytest.approx(max(node_cpu - pods_cpu, 0.0))
+    assert cache.query("be_cpu_usage", lo, hi, "last") == 250.0  # 0.5 s in 2 s = 250 milli-cores
+    assert cache.query("be_cpu_request", lo, hi, "last") == 1000.0 * sum(len(p.containers) for p in be)
+    assert cache.query("be_cpu_real_limit", lo, hi, "last") == 4000.0  # all 4 CPUs, no quota
+    # BE limit: a container's smaller cpuset and a BE quota both bound it
+    c = be[0].containers[0]
+    host.write(os.path.relpath(host.layout.file("cpuset", host.container_dir(be[0].uid, c.name), "cpuset.cpus"),
+                               host.root), "2-3\n")
+    host.write(os.path.relpath(host.layout.file("cpu", be_qos, "cpu.cfs_quota_us"), host.root), "150000\n")
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = window(clk)
+    assert cache.query("be_cpu_real_limit", lo, hi, "last") == 1500.0  # min(2 CPUs, 1.5 cores of quota)
+
+
+def test_incremental_discovery(tmp_path) -> None:
+    host, pods, store, cache, clk, col = setup(tmp_path, 2, n_containers=40)
+    col.collect(clk.wall)
+    opened = col.stats.opened
+    assert opened == 20 + 40
+    for _ in range(3):  # nothing changed: no opens, no closes
+        clk.advance(1.0)
+        col.collect(clk.wall)
+    assert col.stats.opened == opened and col.stats.closed == 0
+    # replace 2 of 40 containers (5 %): a container restarts with a new ID, a pod goes, a pod comes
+    p0 = pods[0]
+    old_id = p0.containers[0].container_id
+    host.remove_pod(p0.uid)
+    p0.containers[0] = FakeContainer(p0.containers[0].name, "containerd://" + "ab" * 32)
+    host.add_pod(p0)
+    gone = pods.pop(5)
+    host.remove_pod(gone.uid)
+    new = FakePod("0000aaaa-0000-4000-8000-000000000001", "default", "new", KubeQoS.BURSTABLE,
+                  [FakeContainer("c0", "containerd://" + "cd" * 32)])
+    host.add_pod(new)
+    pods.append(new)
+    store.set_pods([pod_object(p) for p in pods])
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    # closed: the old container, the gone pod and its 2 containers; opened: the new container, new pod + 1
+    assert col.stats.closed == 1 + 1 + 2
+    assert col.stats.opened - opened == 1 + 2
+    assert cache.containers.lookup(old_id) is None and cache.pods.lookup(gone.uid) is None
+    assert cache.containers.lookup("containerd://" + "ab" * 32) is not None
+
+
+def test_cgroup_created_later_is_picked_up(tmp_path) -> None:
+    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=2)
+    late = FakePod("0000bbbb-0000-4000-8000-000000000002", "default", "late", KubeQoS.BESTEFFORT,
+                   [FakeContainer("c0", "containerd://" + "ef" * 32)])
+    store.set_pods([pod_object(p) for p in [*pods, late]])
+    col.collect(clk.wall)
+    assert col.stats.pending == 2  # the pod and its container have no cgroup yet
+    host.add_pod(late)
+    clk.advance(0.5)
+    col.collect(clk.wall)
+    assert col.stats.pending == 2  # backoff: not retried before 1 s
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    assert col.stats.pending == 0 and col.stats.containers == 3
+
+
+def test_garbled_file_affects_only_its_container(tmp_path) -> None:
+    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=4)
+    col.collect(clk.wall)
+    bad, good = pods[0].containers[0], pods[0].containers[1]
+    for c in (bad, good):
+        host.set_cpu_usage(host.container_dir(pods[0].uid, c.name), S)
+    host.write(os.path.relpath(host.layout.file("memory", host.container_dir(pods[0].uid, bad.name),
+                                                "memory.stat"), host.root), "total_rss garbage\n")
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = clk.wall - 0.5, clk.wall  # this tick only (a 2 s window would still see the last good one)
+    assert cache.query("container_memory_usage", lo, hi, "last", container=bad.container_id) is None
+    assert cache.query("container_cpu_usage", lo, hi, "last", container=bad.container_id) == pytest.approx(1.0)
+    assert cache.query("container_memory_usage", lo, hi, "last", container=good.container_id) == 0
+    assert col.stats.read_errors == 1
+
+
+def test_removed_pod_reports_dirs(tmp_path) -> None:
+    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=4)
+    seen: list[list[str]] = []
+    col.on_pod_removed.append(seen.append)
+    col.collect(clk.wall)
+    store.set_pods([pod_object(p) for p in pods[1:]])
+    col.collect(clk.wall + 1)
+    assert seen == [[host.pod_dir(pods[0].uid)]]
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("version", [1, 2])
+def test_real_kernel_busy_process(version: int) -> None:
+    """A CPU-bound child in a real cgroup shows up as ~1 core of usage through the collector."""
+    reason = kernelcg.unavailable(version)
+    if reason:
+        pytest.skip(f"real cgroups v{version} unavailable: {reason}")
+    with kernelcg.kernel_tree(version) as tree:
+        layout = CgroupLayout(HostRoots(cgroup=tree.root), version, "cgroupfs")
+        pod = FakePod("1111cccc-0000-4000-8000-000000000003", "default", "busy", KubeQoS.BURSTABLE,
+                      [FakeContainer("c0", "containerd://" + "12" * 32)])
+        pod_rel = layout.pod_dir(KubeQoS.BURSTABLE, pod.uid)
+        ctr_rel = layout.container_dir(pod_rel, pod.containers[0].container_id)
+        for q in (KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
+            tree.mkdir(layout.qos_dir(q))
+        tree.mkdir(ctr_rel)
+        tree.spawn_busy(ctr_rel, seconds=20)
+        store = StateStore()
+        store.set_pods([pod_object(pod)])
+        cache = MetricCache()
+        col = Collector(layout, cache, store)
+        assert col.stats.pods == 0
+        col.collect(time.time())
+        assert col.stats.pending == 0, "the real cgroups must be found"
+        samples = []
+        for _ in range(3):
+            time.sleep(0.5)
+            now = time.time()
+            col.collect(now)
+            samples.append(cache.query("container_cpu_usage", now - 1, now, "last",
+                                       container=pod.containers[0].container_id))
+        pod_cpu = cache.query("pod_cpu_usage", now - 1, now, "last", pod=pod.uid)
+        # one busy thread on a 2-CPU machine: close to one core (the machine is shared: wide bounds)
+        assert all(s is not None and 0.5 < s < 1.2 for s in samples), samples
+        assert pod_cpu is not None and pod_cpu >= samples[-1] * 0.9
+        if version == 1:
+            mem = cache.query("container_memory_usage", now - 1, now, "last",
+                              container=pod.containers[0].container_id)
+            assert mem is not None and not math.isnan(mem)  # real memory.stat parsed
+        assert np.count_nonzero(col.ctr_reader.errors[: col.ctr_reader.high_water]) == 0
