@@ -80,7 +80,7 @@ def test_pod_and_container_usage(tmp_path, version: int, driver: str) -> None:
 
 
 def test_node_metrics(tmp_path) -> None:
-    host, pods, store, cache, clk, col = setup(tmp_path, 1)
+    host, pods, _store, cache, clk, col = setup(tmp_path, 1)
     host.set_proc_stat([100, 100, 100, 100], [1000] * 4)
     host.set_meminfo(total_kb=64 << 20, free_kb=10 << 20, available_kb=40 << 20)
     col.collect(clk.wall)
@@ -147,7 +147,7 @@ def test_incremental_discovery(tmp_path) -> None:
 
 
 def test_cgroup_created_later_is_picked_up(tmp_path) -> None:
-    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=2)
+    host, pods, store, _cache, clk, col = setup(tmp_path, 1, n_containers=2)
     late = FakePod("0000bbbb-0000-4000-8000-000000000002", "default", "late", KubeQoS.BESTEFFORT,
                    [FakeContainer("c0", "containerd://" + "ef" * 32)])
     store.set_pods([pod_object(p) for p in [*pods, late]])
@@ -163,7 +163,7 @@ def test_cgroup_created_later_is_picked_up(tmp_path) -> None:
 
 
 def test_garbled_file_affects_only_its_container(tmp_path) -> None:
-    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=4)
+    host, pods, _store, cache, clk, col = setup(tmp_path, 1, n_containers=4)
     col.collect(clk.wall)
     bad, good = pods[0].containers[0], pods[0].containers[1]
     for c in (bad, good):
@@ -180,7 +180,7 @@ def test_garbled_file_affects_only_its_container(tmp_path) -> None:
 
 
 def test_removed_pod_reports_dirs(tmp_path) -> None:
-    host, pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=4)
+    host, pods, store, _cache, clk, col = setup(tmp_path, 1, n_containers=4)
     seen: list[list[str]] = []
     col.on_pod_removed.append(seen.append)
     col.collect(clk.wall)

@@ -237,3 +237,15 @@ def test_unsupported_resources_are_skipped(tmp_path, version: int) -> None:
     name = "io.max" if version == 1 else "blkio.cost.weight"
     res = ex.apply([Write("b", name, "8:0 rbps=1" if version == 1 else "8:0 50", BE)])
     assert res[0].status == "unsupported" and not audit.recent
+
+
+def test_batch_larger_than_the_descriptor_table(tmp_path) -> None:
+    """A batch bigger than the descriptor LRU must not have its own descriptors evicted mid-batch."""
+    ex, layout, _, _ = make(tmp_path, max_open_files=4)
+    dirs = [f"kubepods/burstable/pod{i}" for i in range(10)]
+    paths = [put(layout, "cpu", d, "cpu.cfs_quota_us", "-1\n") for d in dirs]
+    res = ex.apply([Write("s", "cpu.cfs_quota_us", str(10000 + i), d) for i, d in enumerate(dirs)])
+    assert [r.status for r in res] == ["written"] * 10
+    assert [read(p) for p in paths] == [str(10000 + i) for i in range(10)]
+    ex.apply([Write("s", "cpu.cfs_quota_us", "5000", dirs[0])])
+    assert len(ex.files) <= 10

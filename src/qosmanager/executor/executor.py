@@ -54,7 +54,7 @@ def _key(target: str, resource: str, entry: str) -> str:
     return f"{target}|{resource}" + (f"#{entry}" if entry else "")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
     """A strategy's wish: ``resource`` of ``cgroup`` (relative dir) should hold ``value``.
 
@@ -75,6 +75,7 @@ class Write:
     compare: bool = True  # read-compare before writing (False for append-style files)
     raw: bool = False  # value is file content already (restores)
     lease: float = 5.0  # seconds the strategy's claim on the file lasts without renewal
+    # (not frozen only because frozen dataclasses are slow to build; treat as immutable)
 
 
 @dataclass(slots=True)
@@ -89,8 +90,9 @@ class WriteResult:
 
 @dataclass(slots=True)
 class _CacheEntry:
-    value: str
-    ts: float
+    value: str  # canonical value written
+    ts: float  # when it was written or last confirmed
+    content: str | None = None  # what the file held afterwards (saves a read on the next change)
 
 
 @dataclass(slots=True)
@@ -113,6 +115,8 @@ class _Item:
     current: str | None = None
     steps: list[tuple[int, str]] = field(default_factory=list)  # (phase, content)
     audited: bool = False
+    fd: int = -1
+    truncate: bool = False
 
 
 @dataclass
@@ -149,6 +153,7 @@ class Executor:
         self._conflicts: dict[str, tuple[str, str, str]] = {}
         self._originals: dict[str, tuple[str, str, Write]] = {}  # key -> (strategy, old content, write)
         self._last_gc = clock()
+        self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
 
     # ------------------------------------------------------------------
@@ -255,21 +260,43 @@ class Executor:
         now = self.clock() if now is None else now
         results: list[WriteResult] = []
         items: dict[str, _Item] = {}
+        cache, force = self._cache, self.force_seconds
         for w in writes:
             self.stats.requested += 1
-            item = self._prepare(w, now, results)
-            if item is None:
+            loc = self._locate(w, results)
+            if loc is None:
                 continue
-            winner = self._settle_ownership(item, now)
-            if winner is None:
+            r, path, target, depth, base_key = loc
+            key = base_key + "#" + w.entry if w.entry else base_key
+            # fast path: this strategy already owns the file and wrote this value recently
+            claim = self._claims.get(key)
+            entry = cache.get(key)
+            if (claim is not None and claim.strategy == w.strategy and entry is not None and w.cacheable
+                    and entry.value == w.value and now - entry.ts < force):
+                claim.ts, claim.value, claim.lease = now, w.value, w.lease
+                self.stats.cache_hits += 1
+                results.append(WriteResult(w, target, "cached", w.value))
                 continue
-            prev = items.get(item.key)
+            result = WriteResult(w, target, "cached")
+            results.append(result)
+            if not w.raw:
+                problem = r.validate(w.value)
+                if problem is not None:
+                    result.status, result.error = "invalid", f"invalid value for {w.resource}: {problem}"
+                    self.stats.invalid += 1
+                    self.audit.record(strategy=w.strategy, action="write", target=target, value=w.value,
+                                      reason=w.reason, executed=False, error=result.error, uid=w.uid)
+                    continue
+            item = _Item(w, r, key, path, target, depth, result)
+            if self._settle_ownership(item, now) is None:
+                continue
+            prev = items.get(key)
             if prev is not None:
                 prev.result.status = "superseded"
-            items[item.key] = item
+            items[key] = item
         pending = [it for it in items.values() if not self._cache_hit(it, now)]
         if pending:
-            self._read_current(pending)
+            self._read_current(pending, now)
             self._plan(pending, now)
             self._execute(pending, now)
         self.audit.flush()
@@ -277,7 +304,13 @@ class Executor:
             self._gc(now)
         return results
 
-    def _prepare(self, w: Write, now: float, results: list[WriteResult]) -> _Item | None:
+    def _locate(self, w: Write,
+                results: list[WriteResult]) -> tuple[res.Resource, str, str, int, str] | None:
+        """Resource, path, display target, depth and key base of a write; memoized per (resource, dir)."""
+        mk = (w.resource, w.cgroup)
+        loc = self._where.get(mk)
+        if loc is not None:
+            return loc
         try:
             r = res.get(w.resource)
         except KeyError as e:
@@ -286,24 +319,17 @@ class Executor:
             self.audit.record(strategy=w.strategy, action="write", target=w.resource, value=w.value,
                               reason=w.reason, executed=False, error=str(e), uid=w.uid)
             return None
-        loc = self.resolve(w.resource, w.cgroup)
-        if loc is None:
+        where = self.resolve(w.resource, w.cgroup)
+        if where is None:
             results.append(WriteResult(w, w.resource, "unsupported"))
             return None
-        path, target = loc
-        result = WriteResult(w, target, "cached")
-        results.append(result)
-        if not w.raw:
-            problem = r.validate(w.value)
-            if problem is not None:
-                result.status, result.error = "invalid", f"invalid value for {w.resource}: {problem}"
-                self.stats.invalid += 1
-                self.audit.record(strategy=w.strategy, action="write", target=target, value=w.value,
-                                  reason=w.reason, executed=False, error=result.error, uid=w.uid)
-                return None
-        key = _key(target, r.name, w.entry)
+        path, target = where
         depth = 0 if r.root != "cgroup" or not w.cgroup else w.cgroup.count("/") + 1
-        return _Item(w, r, key, path, target, depth, result)
+        loc = (r, path, target, depth, _key(target, r.name, ""))
+        if len(self._where) >= 262_144:
+            self._where.clear()
+        self._where[mk] = loc
+        return loc
 
     def _settle_ownership(self, item: _Item, now: float) -> _Item | None:
         w = item.write
@@ -343,7 +369,9 @@ class Executor:
             return True
         return False
 
-    def _read_current(self, items: list[_Item]) -> None:
+    def _read_current(self, items: list[_Item], now: float) -> None:
+        """Current contents: from the write cache when fresh (the value changed, the file did not
+        change behind our back within the force interval), else from one native batch read."""
         paths = [it.path for it in items]
         fds = self.files.lookup(paths)
         readable: list[int] = []
@@ -352,7 +380,15 @@ class Executor:
                 it.current = None
                 it.result.error = os.strerror(-f)
                 it.result.status = "missing" if -f in IGNORABLE else "failed"
-            elif it.write.compare and f[2]:
+                continue
+            it.fd, it.truncate = f[0], f[1]
+            if not it.write.compare:
+                continue
+            entry = self._cache.get(it.key)
+            if (entry is not None and entry.content is not None and it.write.cacheable
+                    and not it.resource.multi_entry and now - entry.ts < self.force_seconds):
+                it.current = entry.content
+            elif f[2]:
                 readable.append(k)
         if readable:
             contents = self._read_paths([items[k].path for k in readable])
@@ -376,7 +412,7 @@ class Executor:
                 it.result.status = "unchanged"
                 self.stats.unchanged += 1
                 if w.cacheable:
-                    self._cache[it.key] = _CacheEntry(w.value, now)
+                    self._cache[it.key] = _CacheEntry(w.value, now, cur)
                 continue
             it.result.status = "planned"
             phase_exact = 1
@@ -415,22 +451,17 @@ class Executor:
             self._finish(it, now)
 
     def _write_batch(self, batch: list[tuple[_Item, str]], now: float) -> None:
-        fds = self.files.lookup([it.path for it, _ in batch])
-        todo: list[int] = []
-        for k, ((it, _), f) in enumerate(zip(batch, fds)):
-            if isinstance(f, int):
-                it.result.status = "missing" if -f in IGNORABLE else "failed"
-                it.result.error = os.strerror(-f)
-            elif it.result.status != "failed":
-                todo.append(k)
+        # descriptors were looked up when the current values were read (an LRU eviction in
+        # between would only close descriptors of files not in this batch)
+        todo = [k for k, (it, _) in enumerate(batch) if it.result.status != "failed" and it.fd >= 0]
         if self.dry_run:
             for k in todo:
                 batch[k][0].result.status = "dry-run"
             return
         if not todo:
             return
-        fd_arr = np.fromiter((fds[k][0] for k in todo), dtype=np.int32, count=len(todo))  # type: ignore[index]
-        trunc = np.fromiter((fds[k][1] for k in todo), dtype=np.uint8, count=len(todo))  # type: ignore[index]
+        fd_arr = np.fromiter((batch[k][0].fd for k in todo), dtype=np.int32, count=len(todo))
+        trunc = np.fromiter((batch[k][0].truncate for k in todo), dtype=np.uint8, count=len(todo))
         payloads = [batch[k][1].encode() for k in todo]
         errs = sysio.pwrite_batch(fd_arr, payloads, trunc)
         self.stats.write_syscalls += len(todo)
@@ -463,7 +494,7 @@ class Executor:
         if st == "written":
             self.stats.written += 1
             if w.cacheable:
-                self._cache[it.key] = _CacheEntry(w.value, now)
+                self._cache[it.key] = _CacheEntry(w.value, now, it.result.value)
             if it.key not in self._originals and it.result.old is not None and not w.raw:
                 self._originals[it.key] = (w.strategy, it.result.old, w)
         elif st == "dry-run":
@@ -512,6 +543,9 @@ class Executor:
             else:
                 prefixes.append(cg + "/")
         pre = tuple(prefixes)
+        dirs = tuple(cg + "/" for cg in cgroups)
+        for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
+            del self._where[mk]
         for d in (self._cache, self._claims, self._conflicts, self._originals):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]

@@ -69,7 +69,7 @@ class FileTable:
                 entry = (fd, self._needs_truncate(fd), k not in retry)
                 self._fds[paths[i]] = entry
                 out[i] = entry
-            self._evict()
+            self._evict(protect=len(paths))
         return out
 
     @staticmethod
@@ -82,8 +82,10 @@ class FileTable:
         st = os.fstat(fd)
         return stat.S_ISREG(st.st_mode) and st.st_size not in (0, 4096)
 
-    def _evict(self) -> None:
-        over = len(self._fds) - self.capacity
+    def _evict(self, protect: int = 0) -> None:
+        """Close least recently used descriptors beyond capacity, never one of the ``protect`` most
+        recent (those were just handed out for the current batch, which may exceed capacity)."""
+        over = min(len(self._fds) - self.capacity, len(self._fds) - protect)
         if over <= 0:
             return
         victims = []

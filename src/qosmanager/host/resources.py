@@ -91,7 +91,8 @@ def int_or_unlimited(text: str) -> int:
 # ---------------------------------------------------------------------------
 def _int(text: str) -> int | None:
     t = text.strip()
-    if not re.fullmatch(r"-?\d{1,19}", t):
+    digits = t[1:] if t[:1] == "-" else t
+    if not (0 < len(digits) <= 19 and digits.isascii() and digits.isdigit()):
         return None
     v = int(t)
     return v if -(2**63) <= v <= INT64_MAX else None

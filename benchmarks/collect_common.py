@@ -1,0 +1,82 @@
+"""Shared pieces of the collector benchmarks: the four variants over one set of cgroups.
+
+(a) ``native``    -- the collector's readers (``StatReader.read``: pread + parse + deltas, in C)
+(b) ``reference`` -- the plain-Python twin of the same readers
+(c) ``naive``     -- what a straightforward agent does: per file open, read, split, close,
+                     a dict per cgroup, deltas in Python
+(d) ``floor``     -- the native readers' ``pread_only``: the same descriptors, no parsing
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from qosmanager._native import pure_reader
+from qosmanager.metrics.collector import Collector
+
+V1_MEM = ("total_inactive_anon", "total_active_anon", "total_unevictable", "total_inactive_file",
+          "total_active_file")
+V2_MEM = ("inactive_anon", "active_anon", "unevictable", "inactive_file", "active_file")
+
+
+def tracked_files(col: Collector) -> list[dict[str, str | None]]:
+    out = []
+    for tp in col.tracked_pods().values():
+        out.append(tp.cg.files)
+        out.extend(tr.files for tr in tp.containers.values())
+    return out
+
+
+def reference_readers(col: Collector) -> list[pure_reader.StatReader]:
+    readers = []
+    for src in (col.pod_reader, col.ctr_reader):
+        r = pure_reader.StatReader(src.capacity, col.version)
+        readers.append(r)
+    for tp in col.tracked_pods().values():
+        readers[0].open(tp.cg.col, **tp.cg.files)
+        for tr in tp.containers.values():
+            readers[1].open(tr.col, **tr.files)
+    return readers
+
+
+def naive_collector(files: list[dict[str, str | None]], version: int) -> Callable[[], int]:
+    """Per file: open, read, split, close; keys into a dict; deltas against the previous dict."""
+    mem_keys = V1_MEM if version == 1 else V2_MEM
+    prev: dict[int, tuple[int, int, int, int]] = {}
+    results: dict[int, tuple[float, float, int]] = {}
+
+    def kv(path: str) -> dict[str, int]:
+        with open(path) as f:
+            text = f.read()
+        out = {}
+        for line in text.split("\n"):
+            parts = line.split()
+            if len(parts) >= 2:
+                out[parts[0]] = int(parts[1])
+        return out
+
+    def run() -> int:
+        for i, fs in enumerate(files):
+            t = time.monotonic_ns()
+            if version == 1:
+                with open(fs["usage"]) as f:  # type: ignore[arg-type]
+                    usage = int(f.read().split()[0])
+                cpu = kv(fs["cpu_stat"])  # type: ignore[arg-type]
+            else:
+                cpu = kv(fs["cpu_stat"])  # type: ignore[arg-type]
+                usage = cpu["usage_usec"] * 1000
+            periods, throttled = cpu.get("nr_periods", 0), cpu.get("nr_throttled", 0)
+            mem = kv(fs["memory_stat"]) if fs.get("memory_stat") else {}  # type: ignore[arg-type]
+            memory = sum(mem.get(k, 0) for k in mem_keys[:3])
+            p = prev.get(i)
+            cores = ratio = float("nan")
+            if p is not None and usage >= p[0] and t > p[1]:
+                cores = (usage - p[0]) / (t - p[1])
+                dp = periods - p[2]
+                ratio = (throttled - p[3]) / dp if dp > 0 else 0.0
+            prev[i] = (usage, t, periods, throttled)
+            results[i] = (cores, ratio, memory)
+        return len(results)
+
+    return run
