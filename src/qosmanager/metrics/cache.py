@@ -569,6 +569,11 @@ class MetricCache:
         self.hostapps = SeriesGroup("hostapps", HOSTAPP_METRICS, hostapp_rows, cols=8)
         self._groups = {_NODE: self.node, _POD: self.pods, _CONTAINER: self.containers, _APP: self.hostapps}
 
+    def group_of(self, name: str) -> tuple[SeriesGroup, str]:
+        """The group and group metric of a metric name, for per-key (vectorised) queries."""
+        kind, metric = _metric_name(name)
+        return (self.node if kind == _NODE else self._groups[kind]), metric
+
     def resolve(
         self, name: str, *, pod: str | None = None, container: str | None = None, app: str | None = None
     ) -> tuple[SeriesGroup, str, str]:

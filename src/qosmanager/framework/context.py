@@ -1,0 +1,194 @@
+"""What a strategy sees on a tick: state, metrics, the host's layout, and the two ways to act.
+
+A :class:`Context` is built for every strategy tick from long-lived shared parts
+(:class:`Shared`).  Everything on it is read-only for strategies:
+
+* ``now`` (wall-clock seconds: strategies never call ``time.time()``, so replay is exact),
+  ``node``, ``pods`` (uid -> :class:`~qosmanager.api.pod.PodMeta`), ``nodeslo`` (merged with the
+  defaults and validated), ``gates``, ``cfg``, ``cpu_info`` (topology), ``layout``;
+* metric queries with koordlet's windows, vectorised over every pod/container at once:
+  :meth:`Context.pod_metrics` returns ``{uid: value}`` for the pods that have data;
+* current cgroup values through the executor (:meth:`read`, :meth:`read_many`: served from the
+  write cache when fresh, else one native batch read);
+* :meth:`evict`: hand eviction tasks to the shared coordinator.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qosmanager.api.node import NodeMeta
+from qosmanager.api.nodeslo import NodeSLOSpec
+from qosmanager.api.pod import ContainerMeta, PodMeta
+from qosmanager.eviction.types import EvictResult, EvictTask
+from qosmanager.executor.executor import Executor
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig
+from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.sysfs import NodeCPUInfo
+from qosmanager.metrics import cache as mc
+from qosmanager.states.store import StateStore
+
+Evictor = Callable[[str, Sequence[EvictTask], float], EvictResult]
+
+
+@dataclass
+class Shared:
+    """The long-lived parts every context points to."""
+
+    store: StateStore
+    layout: CgroupLayout
+    cache: mc.MetricCache
+    executor: Executor
+    gates: FeatureGates
+    cfg: QoSConfig
+    evictor: Evictor
+    cpu_info: Callable[[], NodeCPUInfo | None]
+    # extra topology annotations (koordlet reads them from NodeResourceTopology); standalone and
+    # replay take them from the Node object's annotations
+    topology_annotations: Callable[[], Mapping[str, str]] | None = None
+    _walks: dict[tuple[str, str, int, int], list[str]] = field(default_factory=dict)
+
+
+class Context:
+    def __init__(self, shared: Shared, now: float) -> None:
+        self._s = shared
+        store = shared.store
+        self.now = now
+        self.node: NodeMeta | None = store.node
+        self.pods: Mapping[str, PodMeta] = store.pods
+        self.pods_generation = store.pods_generation
+        self.nodeslo: NodeSLOSpec = store.nodeslo
+        self.nodeslo_present = store.nodeslo_present
+        self.gates: FeatureGates = shared.gates
+        self.cfg: QoSConfig = shared.cfg
+        self.layout: CgroupLayout = shared.layout
+        self.cache: mc.MetricCache = shared.cache
+
+    # ------------------------------------------------------------------ topology
+    @property
+    def cpu_info(self) -> NodeCPUInfo | None:
+        return self._s.cpu_info()
+
+    @property
+    def topology_annotations(self) -> Mapping[str, str]:
+        if self._s.topology_annotations is not None:
+            return self._s.topology_annotations()
+        return self.node.annotations if self.node is not None else {}
+
+    @property
+    def cgroup_version(self) -> int:
+        return self.layout.version
+
+    # ------------------------------------------------------------------ metric windows
+    @property
+    def last_window(self) -> float:
+        """koordlet's ``*Last`` queries look back two collect intervals (older data is stale)."""
+        return 2.0 * self.cfg.collect_interval
+
+    def _span(self, window: float | None) -> tuple[float, float]:
+        w = self.last_window if window is None else window
+        return self.now - w, self.now
+
+    def node_metric(self, name: str, agg: str = "last", window: float | None = None) -> float | None:
+        """A node-level series (node_*, sys_*, be_*): None when there is no sample in the window."""
+        lo, hi = self._span(window)
+        return self.cache.query(name, lo, hi, agg)
+
+    def node_metric_count(self, name: str, window: float | None = None) -> int:
+        lo, hi = self._span(window)
+        v = self.cache.query(name, lo, hi, "count")
+        return int(v or 0)
+
+    def _group_metrics(self, group: mc.SeriesGroup, metric: str, agg: str, window: float | None) -> dict[str, float]:
+        lo, hi = self._span(window)
+        values = group.aggregate_all(metric, lo, hi, agg)
+        keys = group.keys()
+        if not keys:
+            return {}
+        cols = np.fromiter(keys.values(), dtype=np.int64, count=len(keys))
+        vals = values[cols]
+        ok = ~np.isnan(vals)
+        names = list(keys)
+        return {names[i]: float(vals[i]) for i in np.flatnonzero(ok).tolist()}
+
+    def pod_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
+        """``{pod uid: value}`` of ``pod_cpu_usage`` / ``pod_memory_usage`` / ... for every pod with data
+        (koordlet's CollectAllPodMetrics), in one vectorised pass."""
+        group, metric = self.cache.group_of(name)
+        return self._group_metrics(group, metric, agg, window)
+
+    def container_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
+        """``{container id: value}`` of ``container_cpu_usage`` / ``container_throttled_ratio`` / ..."""
+        group, metric = self.cache.group_of(name)
+        return self._group_metrics(group, metric, agg, window)
+
+    def hostapp_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
+        group, metric = self.cache.group_of(name)
+        return self._group_metrics(group, metric, agg, window)
+
+    # ------------------------------------------------------------------ cgroup layout
+    def pod_dir(self, pod: PodMeta) -> str:
+        return self.layout.pod_dir(pod.kube_qos, pod.uid)
+
+    def container_dir(self, pod: PodMeta, container: ContainerMeta) -> str | None:
+        """The container's cgroup dir, or None when it has no (valid) container ID yet."""
+        if not container.container_id:
+            return None
+        try:
+            return self.layout.container_dir(self.pod_dir(pod), container.container_id)
+        except ValueError:
+            return None
+
+    def qos_dir(self, kube_qos: str) -> str:
+        return self.layout.qos_dir(kube_qos)
+
+    def cgroup_dirs(self, subsystem: str, parent: str, max_depth: int) -> list[str]:
+        """Dirs under ``parent`` up to ``max_depth`` (parent first, then walk order), relative to the
+        cgroup root.  The walk is redone only when the pod set changed (it finds sandbox containers
+        that the pod list does not name)."""
+        key = (subsystem, parent, max_depth, self.pods_generation)
+        walks = self._s._walks
+        hit = walks.get(key)
+        if hit is None:
+            for k in [k for k in walks if k[:3] == key[:3]]:
+                del walks[k]
+            hit = self.layout.dirs_up_to_depth(subsystem, parent, max_depth)
+            walks[key] = hit
+        return hit
+
+    def cgroup_exists(self, subsystem: str, rel: str) -> bool:
+        return os.path.isdir(self.layout.abs_dir(subsystem, rel))
+
+    # ------------------------------------------------------------------ current values
+    def read(self, resource: str, cgroup: str = "") -> str | None:
+        return self._s.executor.read(resource, cgroup)
+
+    def read_many(self, resource: str, cgroups: Sequence[str]) -> list[str | None]:
+        return self._s.executor.read_many(resource, cgroups)
+
+    def read_file(self, root: str, rel: str) -> str | None:
+        """A non-knob host file (``root`` is "proc" or "sys"), e.g. ``sys/kernel/debug/sched_features``."""
+        roots = self.layout.roots
+        path = roots.proc_path(rel) if root == "proc" else roots.sys_path(rel)
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    # ------------------------------------------------------------------ acting
+    def evict(self, strategy: str, tasks: Sequence[EvictTask]) -> EvictResult:
+        return self._s.evictor(strategy, tasks, self.now)
+
+    def __repr__(self) -> str:
+        return f"Context(now={self.now}, pods={len(self.pods)})"
+
+
+def annotations_of(node: NodeMeta | None) -> Mapping[str, Any]:
+    return node.annotations if node is not None else {}

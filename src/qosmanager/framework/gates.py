@@ -1,0 +1,91 @@
+"""Feature gates with koordlet's names and defaults (infra §6.3).
+
+``--feature-gates Name=true,Other=false`` overrides them; ``AllAlpha`` / ``AllBeta`` switch
+every alpha / beta gate.  An unknown gate name is an error (a typo must not silently leave
+a strategy off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ALPHA, BETA = "alpha", "beta"
+
+# gate -> (default, stage)
+KNOWN: dict[str, tuple[bool, str]] = {
+    "AuditEvents": (False, ALPHA),
+    "AuditEventsHTTPHandler": (False, ALPHA),
+    "BECPUSuppress": (True, BETA),
+    "BECPUManager": (False, ALPHA),
+    "BECPUEvict": (False, ALPHA),
+    "BEMemoryEvict": (False, ALPHA),
+    "CPUEvict": (False, ALPHA),
+    "MemoryEvict": (False, ALPHA),
+    "CPUAllocatableEvict": (False, ALPHA),
+    "MemoryAllocatableEvict": (False, ALPHA),
+    "CPUBurst": (True, BETA),
+    "SystemConfig": (False, ALPHA),
+    "RdtResctrl": (True, BETA),
+    "ResctrlCollector": (False, ALPHA),
+    "CgroupReconcile": (False, ALPHA),
+    "NodeTopologyReport": (True, BETA),
+    "Accelerators": (False, ALPHA),
+    "RDMADevices": (False, ALPHA),
+    "CPICollector": (False, ALPHA),
+    "Libpfm4": (False, ALPHA),
+    "PSICollector": (False, ALPHA),
+    "BlkIOReconcile": (False, ALPHA),
+    "ColdPageCollector": (False, ALPHA),
+    "HugePageReport": (False, ALPHA),
+    "PodResourcesProxy": (False, ALPHA),
+    "HamiCoreVGPUMonitor": (False, ALPHA),
+    "PerCPUMetric": (False, ALPHA),
+    "NodeMetricPromMetrics": (False, ALPHA),
+    # runtime-hook gates share the gate object in koordlet
+    "GroupIdentity": (True, BETA),
+    "CPUSetAllocator": (True, BETA),
+    "GPUEnvInject": (False, ALPHA),
+    "RDMADeviceInject": (False, ALPHA),
+    "BatchResource": (True, BETA),
+    "CPUNormalization": (False, ALPHA),
+    "CoreSched": (False, ALPHA),
+    "TerwayQoS": (False, ALPHA),
+    "TCNetworkQoS": (False, ALPHA),
+    "Resctrl": (False, ALPHA),
+    "OOMScoreAdj": (False, ALPHA),
+}
+
+
+class UnknownGateError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class FeatureGates:
+    values: Mapping[str, bool]
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, bool] | None = None) -> FeatureGates:
+        values = {name: default for name, (default, _) in KNOWN.items()}
+        overrides = dict(overrides or {})
+        for group, stage in (("AllAlpha", ALPHA), ("AllBeta", BETA)):
+            if group in overrides:
+                flag = overrides.pop(group)
+                for name, (_, st) in KNOWN.items():
+                    if st == stage:
+                        values[name] = flag
+        unknown = sorted(set(overrides) - set(KNOWN))
+        if unknown:
+            raise UnknownGateError(f"unknown feature gate(s): {', '.join(unknown)}; known: {', '.join(sorted(KNOWN))}")
+        values.update(overrides)
+        return cls(values)
+
+    def enabled(self, name: str) -> bool:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise UnknownGateError(f"unknown feature gate {name}") from None
+
+    def any(self, *names: str) -> bool:
+        return any(self.enabled(n) for n in names)

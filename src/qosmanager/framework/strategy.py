@@ -1,0 +1,92 @@
+"""The strategy interface.
+
+A strategy is a small object: its name, the feature gates that enable it, which interval it
+runs at, and a :meth:`Strategy.tick` that reads the :class:`~qosmanager.framework.context.Context`
+and returns the files it wants written (:class:`~qosmanager.executor.executor.Write`).  It never
+touches a file itself.  Evictions go through ``ctx.evict`` (the shared coordinator), which
+answers synchronously so a strategy can keep its cool-down.
+
+Strategies keep only small state of their own (step limits, limiters, cool-downs); everything
+else comes from the context, which is what makes ``replay`` run the same code as ``run``.
+
+Semantics follow koordlet: a strategy is *enabled* when one of its gates is on and its
+interval is positive (static, decided at start); NodeSLO switches (``enable: false`` and
+friends) are read inside :meth:`tick` every time, so NodeSLO changes reach a strategy on its
+next tick, and a strategy that is switched off there restores what it changed.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.framework.gates import FeatureGates
+
+if TYPE_CHECKING:
+    from qosmanager.framework.context import Context
+
+
+@dataclass
+class QoSConfig:
+    """The QoS manager's flags (koordlet-qos §2.1), in seconds."""
+
+    collect_interval: float = 1.0
+    reconcile_interval: float = 1.0
+    cpu_suppress_interval: float = 1.0
+    cpu_evict_interval: float = 1.0
+    memory_evict_interval: float = 1.0
+    memory_evict_cool_time: float = 4.0
+    cpu_evict_cool_time: float = 20.0
+    force_update_seconds: float = 60.0
+    cpu_manager_policy: str = "none"  # the kubelet's CPU manager policy: "none" | "static"
+
+    def interval(self, key: str) -> float:
+        return float(getattr(self, f"{key}_interval"))
+
+
+class Strategy(abc.ABC):
+    """Base class of the QoS strategies (see the module docstring)."""
+
+    name: ClassVar[str]
+    gates: ClassVar[tuple[str, ...]]
+    interval_key: ClassVar[str] = "reconcile"  # QoSConfig.<key>_interval
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        self.cfg = cfg
+        self.feature_gates = gates
+
+    @property
+    def interval(self) -> float:
+        return self.cfg.interval(self.interval_key)
+
+    def enabled(self) -> bool:
+        """koordlet's ``Enabled()``: one of the gates is on and the interval is positive."""
+        return self.interval > 0 and any(self.feature_gates.enabled(g) for g in self.gates)
+
+    def gate(self, name: str) -> bool:
+        return self.feature_gates.enabled(name)
+
+    @abc.abstractmethod
+    def tick(self, ctx: Context) -> list[Write]:
+        """One run of the algorithm: the writes this strategy wants now."""
+
+    def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:  # noqa: B027 - optional hook
+        """Called with the executor's results of the writes returned by :meth:`tick`."""
+
+    def write(self, resource: str, cgroup: str, value: object, reason: str, **kw: object) -> Write:
+        """Shorthand for a :class:`Write` from this strategy."""
+        return Write(self.name, resource, str(value), cgroup, reason=reason, **kw)  # type: ignore[arg-type]
+
+
+REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: make a strategy known to the manager (names are pinned by interfaces.md)."""
+    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+        raise ValueError(f"strategy {cls.name} registered twice")
+    REGISTRY[cls.name] = cls
+    return cls
