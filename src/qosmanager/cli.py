@@ -64,7 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
     run.add_argument("--force-update-seconds", type=float, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")
+    add_qos_flags(run)
     return parser
+
+
+def add_qos_flags(p: argparse.ArgumentParser) -> None:
+    """koordlet's QoS-manager flags (same names and defaults)."""
+    p.add_argument("--reconcile-interval-seconds", type=float, default=1.0)
+    p.add_argument("--cpu-suppress-interval-seconds", type=float, default=1.0)
+    p.add_argument("--cpu-evict-interval-seconds", type=float, default=1.0)
+    p.add_argument("--memory-evict-interval-seconds", type=float, default=1.0)
+    p.add_argument("--memory-evict-cool-time-seconds", type=float, default=4.0)
+    p.add_argument("--cpu-evict-cool-time-seconds", type=float, default=20.0)
+    p.add_argument("--kubelet-cpu-manager-policy", default="none", choices=["none", "static"],
+                   help="the kubelet's CPU manager policy (standalone; from the topology with Kubernetes)")
+    p.add_argument("--strategies", default=None,
+                   help="comma-separated strategy names to run (default: every enabled one)")
 
 
 def _logging(verbosity: int) -> None:
