@@ -11,17 +11,24 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
+from qosmanager.eviction.coordinator import EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
+from qosmanager.framework.context import Shared
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.manager import QoSManager
 from qosmanager.framework.scheduler import Scheduler
+from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.roots import HostRoots
+from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.metrics.cache import MetricCache
 from qosmanager.metrics.collector import Collector
 from qosmanager.states.files import FileSource
@@ -48,12 +55,19 @@ class AgentConfig:
     collect_interval: float = 1.0
     force_update_seconds: float = 60.0
     max_fds: int = -1
+    qos: QoSConfig = field(default_factory=QoSConfig)
+    strategies: list[str] | None = None  # None: every enabled strategy
+    cpu_info_refresh: float = 60.0  # koordlet's NodeInfoCollector interval
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cfg: AgentConfig, *, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.clock = clock
+        self.gates = FeatureGates.from_overrides(cfg.feature_gates)
+        cfg.qos.collect_interval = cfg.collect_interval
+        cfg.qos.force_update_seconds = cfg.force_update_seconds
         roots = cfg.roots
         version = detect_version(roots.cgroup) if cfg.cgroup_version == "auto" else int(cfg.cgroup_version)
         driver = detect_driver(roots, version) if cfg.cgroup_driver == "auto" else cfg.cgroup_driver
@@ -68,9 +82,32 @@ class Agent:
                                  force_seconds=cfg.force_update_seconds, clock=clock)
         self.collector = Collector(self.layout, self.cache, self.store, clock=clock, max_fds=cfg.max_fds)
         self.collector.on_pod_removed.append(self.executor.forget)
-        self.scheduler = Scheduler(wall=clock)
+        evict_mode = cfg.evict_mode or ("api" if cfg.kubeconfig else "none")
+        self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
+                                               dry_run=cfg.dry_run, clock=clock)
+        self._cpu_info: NodeCPUInfo | None = None
+        self._cpu_info_at = float("-inf")
+        self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
+                             gates=self.gates, cfg=cfg.qos, evictor=self.coordinator.execute,
+                             cpu_info=self.cpu_info)
+        self.manager = QoSManager(self.shared, only=cfg.strategies, clock=clock)
+        self.scheduler = Scheduler(wall=clock, monotonic=monotonic)
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
+        # strategies start after the first samples exist (koordlet waits for the collectors too)
+        self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
+        log.info("strategies: %s", ", ".join(self.strategy_names) or "none enabled")
         self.stop_event = threading.Event()
+
+    def cpu_info(self) -> NodeCPUInfo | None:
+        """CPU topology, re-read every ``cpu_info_refresh`` seconds (CPUs go on- and offline)."""
+        now = self.clock()
+        if self._cpu_info is None or now - self._cpu_info_at >= self.cfg.cpu_info_refresh:
+            try:
+                self._cpu_info = read_node_cpu_info(self.layout.roots)
+            except (OSError, ValueError) as e:
+                log.warning("cannot read the CPU topology: %s", e)
+            self._cpu_info_at = now
+        return self._cpu_info
 
     def collect(self, now: float) -> None:
         self.source.poll(now)
@@ -109,11 +146,26 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         feature_gates=args.feature_gates,
         collect_interval=args.collect_interval,
         force_update_seconds=args.force_update_seconds,
+        qos=QoSConfig(
+            reconcile_interval=args.reconcile_interval_seconds,
+            cpu_suppress_interval=args.cpu_suppress_interval_seconds,
+            cpu_evict_interval=args.cpu_evict_interval_seconds,
+            memory_evict_interval=args.memory_evict_interval_seconds,
+            memory_evict_cool_time=args.memory_evict_cool_time_seconds,
+            cpu_evict_cool_time=args.cpu_evict_cool_time_seconds,
+            cpu_manager_policy=args.kubelet_cpu_manager_policy,
+        ),
+        strategies=[s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None,
     )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    agent = Agent(config_from_args(args))
+    try:
+        agent = Agent(config_from_args(args))
+    except (ValueError, FileNotFoundError) as e:
+        log.error("%s", e)
+        print(f"qosmanager: {e}", file=sys.stderr)
+        return 2
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.warning("received %s, stopping", signal.Signals(signum).name)

@@ -1,0 +1,115 @@
+"""Scheduler, feature gates and the manager's isolation of strategy failures."""
+
+from __future__ import annotations
+
+import threading
+from typing import ClassVar
+
+import pytest
+
+from qosmanager.executor.executor import Write
+from qosmanager.framework.context import Context
+from qosmanager.framework.gates import FeatureGates, UnknownGateError
+from qosmanager.framework.scheduler import Scheduler
+from qosmanager.framework.strategy import REGISTRY, Strategy
+from qosmanager.sim.harness import Harness
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_scheduler_sleeps_the_interval_after_each_run_finishes() -> None:
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=1)
+    starts: list[float] = []
+
+    def slow(now: float) -> None:
+        starts.append(mono.t)
+        mono.t += 0.3  # the job itself takes 0.3 s
+
+    sched.add("slow", 1.0, slow, jitter=0.0)
+    stop = threading.Event()
+
+    # drive the loop with a fake clock: waiting advances it
+    def fake_wait(timeout: float | None = None) -> bool:
+        mono.t += timeout or 0.0
+        return False
+
+    stop.wait = fake_wait  # type: ignore[method-assign]
+    sched.run(stop, duration=4.0)
+    # runs at 0, 1.3, 2.6, 3.9: interval counted from the end of the previous run, no catch-up
+    assert starts == pytest.approx([0.0, 1.3, 2.6, 3.9])
+
+
+def test_scheduler_jitter_is_bounded_and_a_failing_job_keeps_running() -> None:
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=2)
+    ok_runs: list[float] = []
+    errors: list[str] = []
+    bad = sched.add("bad", 1.0, lambda now: 1 / 0, jitter=0.05)
+    sched.add("ok", 1.0, lambda now: ok_runs.append(mono.t), jitter=0.05)
+    sched.on_error.append(lambda job, e: errors.append(job.name))
+    stop = threading.Event()
+
+    def fake_wait(timeout: float | None = None) -> bool:
+        mono.t += timeout or 0.0
+        return False
+
+    stop.wait = fake_wait  # type: ignore[method-assign]
+    sched.run(stop, duration=10.0)
+    gaps = [b - a for a, b in zip(ok_runs, ok_runs[1:])]
+    assert len(ok_runs) >= 9 and all(0.95 <= g <= 1.05 for g in gaps)
+    assert bad.errors >= 9 and bad.runs == bad.errors and set(errors) == {"bad"}
+    assert "ZeroDivisionError" in bad.last_error
+
+
+def test_feature_gates_defaults_overrides_and_typos() -> None:
+    g = FeatureGates.from_overrides({})
+    assert g.enabled("BECPUSuppress") and g.enabled("CPUBurst") and g.enabled("RdtResctrl")
+    assert not g.enabled("BEMemoryEvict") and not g.enabled("CgroupReconcile")
+    g = FeatureGates.from_overrides({"AllAlpha": True, "CPUBurst": False})
+    assert g.enabled("BEMemoryEvict") and g.enabled("BlkIOReconcile") and not g.enabled("CPUBurst")
+    with pytest.raises(UnknownGateError, match="BECPUSupress"):
+        FeatureGates.from_overrides({"BECPUSupress": True})
+
+
+class Boom(Strategy):
+    name = "testBoom"
+    gates: ClassVar[tuple[str, ...]] = ("CPUBurst",)
+
+    def tick(self, ctx: Context) -> list[Write]:
+        raise RuntimeError("boom")
+
+
+class Echo(Strategy):
+    """Writes the NodeSLO's suppress threshold into a file: shows NodeSLO changes reach the next tick."""
+
+    name = "testEcho"
+    gates: ClassVar[tuple[str, ...]] = ("CPUBurst",)
+
+    def tick(self, ctx: Context) -> list[Write]:
+        pct = ctx.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent
+        return [self.write("cpu.shares", ctx.qos_dir("Burstable"), 1000 + int(pct or 0), "echo")]
+
+
+def test_a_failing_strategy_is_audited_and_the_others_keep_running(monkeypatch) -> None:
+    monkeypatch.setitem(REGISTRY, Boom.name, Boom)
+    monkeypatch.setitem(REGISTRY, Echo.name, Echo)
+    h = Harness(strategies=["testBoom", "testEcho"])
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 40}})
+    h.tick("testBoom", 1000.0)
+    h.tick("testEcho", 1000.0)
+    shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
+    assert h.read_file(shares) == "1040"
+    err = [r for r in h.audit.recent if r["action"] == "error"]
+    assert len(err) == 1 and err[0]["strategy"] == "testBoom" and "boom" in err[0]["error"]
+    assert h.manager.stats["testBoom"].errors == 1
+    # a NodeSLO change reaches the strategy on its next tick
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 55}})
+    h.tick("testEcho", 1001.0)
+    assert h.read_file(shares) == "1055"
