@@ -65,6 +65,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force-update-seconds", type=float, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")
     add_qos_flags(run)
+
+    replay = sub.add_parser("replay", help="evaluate strategies offline on a scenario file (prints JSON)")
+    replay.add_argument("scenario", help="scenario file (YAML or JSON; - reads standard input)")
+    replay.add_argument("--compact", action="store_true",
+                        help="print only writes, evictions and files (no refused/errors/audit)")
+
+    sim = sub.add_parser("simulate", help="run the real agent on a synthetic dense node with a closed-loop load")
+    sim.add_argument("--containers", type=int, default=2000, help="containers on the node (2 per pod)")
+    sim.add_argument("--duration", type=duration, default=30.0, help="simulated time to run")
+    sim.add_argument("--cgroup-version", type=int, default=1, choices=[1, 2])
+    sim.add_argument("--seed", type=int, default=0, help="seed of the pods and the load")
+    sim.add_argument("--cpus", type=int, default=64, help="CPUs of the synthetic node")
+    sim.add_argument("--memory-gib", type=int, default=256, help="memory of the synthetic node (GiB)")
+    sim.add_argument("--suppress-policy", default="cfsQuota", choices=["cfsQuota", "cpuset"],
+                     help="NodeSLO cpuSuppressPolicy")
+    sim.add_argument("--step", type=duration, default=1.0, help="load-model step (simulated seconds)")
+    sim.add_argument("--feature-gates", type=feature_gates, default={},
+                     help="Name=true,Other=false on top of the simulation's (BEMemoryEvict=true)")
+    sim.add_argument("--plot", default=None, metavar="FILE.png", help="draw the run (needs matplotlib)")
+    sim.add_argument("--audit-log", default=None, help="keep the agent's JSON-lines audit here")
+    sim.add_argument("--workdir", default=None, help="build the node here (default: a temporary dir on /dev/shm)")
+    sim.add_argument("--keep", action="store_true", help="keep the synthetic node's files")
+    sim.add_argument("--real-time", action="store_true", help="run on the wall clock instead of simulated time")
+    sim.add_argument("--json", default=None, metavar="FILE", help="also write the timeline and summary as JSON")
     return parser
 
 
@@ -95,6 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from qosmanager.agent import run_from_args
 
         return run_from_args(args)
+    if args.command == "replay":
+        from qosmanager.sim.replay import replay_main
+
+        return replay_main(args.scenario, compact=args.compact)
+    if args.command == "simulate":
+        from qosmanager.sim.simulate import simulate_from_args
+
+        return simulate_from_args(args)
     return 2
 
 
