@@ -123,11 +123,19 @@ class EvictionCoordinator:
         lookup = {id(t): {v.pod.uid: v.release for v in t.victims} for t in live}
 
         def aggregate(pod: PodMeta) -> dict[str, dict[str, float]]:
+            """What evicting ``pod`` releases, per target: resource-wise max over that target's tasks.
+
+            A pod that is not one of a task's victims still releases for it what the task's
+            ``release_of`` says (koordlet runs every task's resource function on every evicted pod:
+            a BE pod evicted for BECPUEvict also gives back its usage to a later CPUEvict task).
+            """
             out: dict[str, dict[str, float]] = {}
             for target, ts in by_target.items():
                 acc: dict[str, float] = {}
                 for t in ts:
                     rel = lookup[id(t)].get(pod.uid)
+                    if rel is None and t.release_of is not None:
+                        rel = t.release_of(pod)
                     if rel is None:
                         continue
                     for r, q in rel.items():
@@ -177,6 +185,7 @@ class EvictionCoordinator:
                     continue
                 refusal = self._refuse(pod, now)
                 if refusal:
+                    done.add(pod.uid)  # decided for this round: one audit record, not one per task
                     self._decide(strategy, task, victim, "skipped", False, refusal, result, now)
                     continue
                 ok, error = self._evict(pod, task, now)
@@ -213,7 +222,7 @@ class EvictionCoordinator:
     @staticmethod
     def _reason(task: EvictTask, victim: Victim) -> str:
         details = ", ".join(f"{k}={v}" for k, v in victim.details.items())
-        release = ", ".join(f"{r}={q:g}" for r, q in victim.release.items())
+        release = ", ".join(f"{r}={_amount(q)}" for r, q in victim.release.items())
         return f"{task.reason}; evict {victim.pod.key} ({details}) to release {release}".replace(" ()", "")
 
     def _decide(self, strategy: str, task: EvictTask, victim: Victim, action: str, executed: bool,
@@ -271,3 +280,8 @@ class EvictionCoordinator:
             if isinstance(d, bytes):
                 pids.extend(int(x) for x in d.split() if x.isdigit())
         return np.asarray(pids, dtype=np.int64).tolist()
+
+
+def _amount(q: float) -> str:
+    """An amount for the audit, exact: byte counts must not turn into ``1.28849e+10``."""
+    return str(int(q)) if float(q).is_integer() else repr(float(q))

@@ -10,7 +10,7 @@ being evicted as released (pending release), and never evicts a pod twice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,9 @@ class EvictTask:
     target: str  # TARGET_POD_USED | TARGET_POD_REQUEST
     to_release: Mapping[str, float]  # resource -> amount still to release
     victims: list[Victim]  # in eviction order
+    # what evicting a pod that is *not* one of this task's victims releases for this task (koordlet
+    # applies every task's resource function to every evicted pod); None: nothing
+    release_of: Callable[[PodMeta], Mapping[str, float]] | None = None
 
     @property
     def koordlet_reason(self) -> str:
