@@ -1,0 +1,486 @@
+"""cpuSuppress: cap the CPU BestEffort pods may use so the rest stays under a node usage threshold
+(koordlet's CPUSuppress, koordlet-qos §4.1).
+
+Every tick the strategy computes how much CPU is left for BE once everything that must not be
+squeezed is accounted for::
+
+    suppress(BE) = capacity x cpuSuppressThresholdPercent%
+                   - used(non-BE pods, and pods the agent does not know)
+                   - used(non-BE host applications)
+                   - max(node used - used(all pods) - used(all host apps), 0, node reservation)
+
+floored at ``capacity x cpuSuppressMinPercent%`` when that is set, and enforces it with one of
+two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
+
+* ``cpuset`` (default): give the BE QoS dir, its pods and containers (sandboxes included) that
+  many whole CPUs, spread over NUMA nodes / sockets and preferring full hyper-thread pairs, never
+  reserved, system-exclusive or LSE CPUs; CPUs of LSR pods are shared in proportion.
+* ``cfsQuota``: set the BE QoS dir's CFS quota (``cpu.max`` on cgroup v2).
+
+Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of
+the node are skipped.  The policy not in use is recovered (quota back to unlimited, cpuset back
+to every CPU BE may have), and both are recovered when the NodeSLO switches suppression off.
+With the ``BECPUManager`` gate the BE cpuset belongs to the runtime hooks and only recovery runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from qosmanager.api.node import NodeMeta
+from qosmanager.api.nodeslo import (
+    CPU_SUPPRESS_POLICY_CFS_QUOTA,
+    CPU_SUPPRESS_POLICY_CPUSET,
+    HostApplicationSpec,
+)
+from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
+from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.framework.context import Context
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig, Strategy, register
+from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+from qosmanager.host.resources import CFS_PERIOD_US
+from qosmanager.host.sysfs import NodeCPUInfo, Processor
+from qosmanager.strategies._helpers import (
+    AnnotationError,
+    FilteredUsage,
+    calculate_filter_pods_used,
+    cpu_manager_policy,
+    non_be_host_app_filter,
+    non_be_pod_filter,
+    reserved_cpus,
+    system_qos_exclusive_cpus,
+    threshold_feature_disabled,
+)
+
+log = logging.getLogger(__name__)
+
+SUPPRESS_BYPASS_QUOTA_DELTA_RATIO = 0.01
+BE_MIN_CPUSET_CORES = 2
+BE_MIN_QUOTA = 2000
+BE_MAX_INCREASE_CPU_PERCENT = 0.1
+BE_UNSET_QUOTA = -1
+
+POLICY_USING, POLICY_RECOVERED = "using", "recovered"
+CPU_MANAGER_STATIC = "static"
+
+# depth below the BE QoS dir: 0 the QoS dir, 1 pods, 2 containers (sandboxes included)
+POD_DEPTH, CONTAINER_DEPTH = 1, 2
+
+REASON = "AdjustBEByNodeCPUUsage"
+QUOTA, CPUSET = "cpu.cfs_quota_us", "cpuset.cpus"
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go's int64 division: truncates toward zero (Python's // floors)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressQuantity:
+    """``calculateBESuppressCPU``: the BE budget in milli-cores and the terms it came from."""
+
+    milli: int
+    capacity_milli: int
+    threshold_percent: int
+    used: FilteredUsage
+    min_milli: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _PodCPUSets:
+    """What the pods' ``resource-status`` cpusets say, computed once per pod-set change."""
+
+    generation: int
+    owner_qos: Mapping[int, str]  # cpu -> raw QoS of the (last listed) pod whose cpuset holds it
+    lse_cpus: frozenset[int]
+    hook_pod_dirs: frozenset[str]  # pod dirs whose cpuset the BE cpuset hook manages (BECPUManager)
+
+
+@register
+class CPUSuppress(Strategy):
+    """BE CPU suppression by cpuset or CFS quota (see the module docstring)."""
+
+    name = "cpuSuppress"
+    gates = ("BECPUSuppress",)
+    interval_key = "cpu_suppress"
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        super().__init__(cfg, gates)
+        # koordlet's suppressPolicyStatuses: policy -> "using" | "recovered" (empty at start)
+        self.policy_status: dict[str, str] = {}
+        self.last_suppress: SuppressQuantity | None = None
+        self._quota_recovery: Write | None = None
+        self._pod_cpusets: _PodCPUSets | None = None
+        # the cpuset plan last handed to the executor: [(dirs, value), ...], when, and whether it all
+        # landed; an unchanged plan is re-sent only after force_update_seconds (the executor's
+        # write cache would answer every write of it anyway, one by one)
+        self._cpuset_plan: list[tuple[list[str], str]] | None = None
+        self._cpuset_plan_at = -math.inf
+        self._cpuset_writes: list[Write] = []
+        self._depth_split: tuple[list[str], dict[int, list[str]]] | None = None
+
+    # ------------------------------------------------------------------ the tick (suppressBECPU)
+    def tick(self, ctx: Context) -> list[Write]:
+        self._quota_recovery = None
+        self._cpuset_writes = []
+        disabled = threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present)
+        if disabled is None:
+            return []  # no NodeSLO (or no enable flag): koordlet does nothing, not even recovery
+        if self.gate("BECPUSuppress") and self.gate("BECPUManager"):
+            # the BE cpuset hook owns BE cpusets: only undo what suppression did
+            return self._recover_cfs_quota(ctx) + self._recover_cpuset_for_be_cpu_manager(ctx)
+        if disabled:
+            return self._recover_cfs_quota(ctx) + self._recover_cpuset(ctx, CONTAINER_DEPTH)
+        node = ctx.node
+        if node is None or not ctx.pods:
+            return []
+        pod_used = ctx.pod_metrics("pod_cpu_usage")
+        node_used = ctx.node_metric("node_cpu_usage")
+        if node_used is None:
+            return []  # no sample within 2 x collect interval: never act on stale data
+        host_used = ctx.hostapp_metrics("hostapp_cpu_usage")
+        thr = ctx.nodeslo.resource_used_threshold_with_be
+        if thr.cpu_suppress_threshold_percent is None:
+            return []
+        q = calculate_be_suppress_cpu(node, node_used, pod_used, ctx.pods, ctx.nodeslo.host_applications,
+                                      host_used, thr.cpu_suppress_threshold_percent, thr.cpu_suppress_min_percent)
+        self.last_suppress = q
+        cpu_info = ctx.cpu_info
+        if cpu_info is None:
+            return []
+        if thr.cpu_suppress_policy == CPU_SUPPRESS_POLICY_CFS_QUOTA:
+            writes = self._adjust_by_cfs_quota(ctx, q, node)
+            self.policy_status[CPU_SUPPRESS_POLICY_CFS_QUOTA] = POLICY_USING
+            return writes + self._recover_cpuset(ctx, CONTAINER_DEPTH)
+        writes = self._adjust_by_cpuset(ctx, q, cpu_info)  # "cpuset", "" or anything else
+        self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_USING
+        return writes + self._recover_cfs_quota(ctx)
+
+    def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
+        if self._quota_recovery is not None:
+            for r in results:
+                if r.write is self._quota_recovery:
+                    # a missing BE dir counts as done, as koordlet's executor ignores "dir not exist"
+                    if r.status in ("written", "unchanged", "cached", "missing", "dry-run"):
+                        self.policy_status[CPU_SUPPRESS_POLICY_CFS_QUOTA] = POLICY_RECOVERED
+                    break
+        if self._cpuset_writes:
+            sent = {id(w) for w in self._cpuset_writes}
+            if any(r.status in ("failed", "lost") for r in results if id(r.write) in sent):
+                self._cpuset_plan = None  # something did not land: send the whole plan again next tick
+
+    # ------------------------------------------------------------------ cfsQuota policy
+    def _adjust_by_cfs_quota(self, ctx: Context, q: SuppressQuantity, node: NodeMeta) -> list[Write]:
+        """``adjustByCfsQuota``: the BE QoS dir's quota, with the bypass and the step limit."""
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        new_quota = max(_go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+        current = _int_or_none(ctx.read(QUOTA, be_dir))
+        if current is None:
+            return []  # unreadable: koordlet gives up for this tick
+        cores = node.cpu_capacity_cores  # Quantity.Value(): fractional capacity rounds up
+        min_delta = cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
+        if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA:
+            return []  # a change under 1 % of the node is not worth a write
+        max_increase = cores * CFS_PERIOD_US * BE_MAX_INCREASE_CPU_PERCENT
+        if new_quota - current > max_increase and current != BE_UNSET_QUOTA:
+            new_quota = current + int(max_increase)  # scale up slowly; down at once; none from unlimited
+        reason = f"{REASON}: BE quota {new_quota} ({_explain(q)})"
+        return [self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
+
+    def _recover_cfs_quota(self, ctx: Context) -> list[Write]:
+        """``recoverCFSQuotaIfNeed``: BE quota back to unlimited, once (until the policy is used again)."""
+        if self.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) == POLICY_RECOVERED:
+            return []
+        w = self.write(QUOTA, ctx.qos_dir(KUBE_QOS_BESTEFFORT), BE_UNSET_QUOTA,
+                       "recover the BE CFS quota: quota suppression is not in use", cacheable=False)
+        self._quota_recovery = w
+        return [w]
+
+    # ------------------------------------------------------------------ cpuset policy
+    def _adjust_by_cpuset(self, ctx: Context, q: SuppressQuantity, cpu_info: NodeCPUInfo) -> list[Write]:
+        """``adjustByCPUSet``: how many CPUs BE gets, which ones, and where they are written."""
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        old = self._read_be_cpuset(ctx, be_dir, cpu_info)
+        if old is None:
+            return []
+        pod_sets = self._pod_sets(ctx)
+        annotations = ctx.topology_annotations
+        excluded = reserved_cpus(annotations) | system_qos_exclusive_cpus(annotations)
+        lsr: list[Processor] = []
+        ls: list[Processor] = []
+        for p in cpu_info.processors:
+            if p.cpu in excluded:
+                continue
+            owner = pod_sets.owner_qos.get(p.cpu)
+            if owner == QOS_LSR:
+                lsr.append(p)
+            elif owner != QOS_LSE:  # LSE CPUs are never given to BE
+                ls.append(p)
+        n = max(math.ceil(q.milli / 1000), BE_MIN_CPUSET_CORES)
+        max_increase = math.ceil(len(cpu_info.processors) * BE_MAX_INCREASE_CPU_PERCENT)
+        if n - len(old) > max_increase:
+            n = len(old) + max_increase  # scale up slowly, down at once
+        if not lsr and not ls:
+            # koordlet fix: koordlet divides by len(lsr) + len(ls) here and panics when every CPU is
+            # reserved, system-exclusive or LSE; there is simply no CPU to give BE, so leave it be.
+            log.warning("cpuSuppress: no CPU is available to BE pods (all reserved, system-exclusive or LSE)")
+            return []
+        n_lsr = n * len(lsr) // (len(lsr) + len(ls))
+        be: list[int] = []
+        if n_lsr > 0:
+            be += pick_be_cpus(n_lsr, lsr)
+        if n - n_lsr > 0:
+            be += pick_be_cpus(n - n_lsr, ls)
+        return self._apply_be_cpuset(ctx, be_dir, be, q)
+
+    def _apply_be_cpuset(self, ctx: Context, be_dir: str, be: list[int], q: SuppressQuantity) -> list[Write]:
+        """``applyBESuppressCPUSet``: with a static kubelet CPU manager only containers are narrowed
+        (the QoS and pod dirs keep every BE CPU); otherwise the QoS dir, pods and containers all get
+        the BE cpuset.  The executor widens parents first and narrows children first."""
+        try:
+            policy = cpu_manager_policy(ctx.topology_annotations, ctx.cfg.cpu_manager_policy)
+        except AnnotationError as e:
+            log.warning("cpuSuppress: BE cpuset not applied: %s", e)
+            return []
+        if not be:
+            # not enough CPUs in a pool for the wanted count (koordlet writes nothing then); and an
+            # empty cpuset is never a valid limit: the kernel refuses it (v1) or reads it as "all" (v2)
+            return []
+        value = format_cpu_list(be)
+        reason = f"{REASON}: BE cpuset {value} ({_explain(q)})"
+        if policy == CPU_MANAGER_STATIC:
+            full = self._be_cpuset_value(ctx)
+            if full is None:
+                return []
+            split = self._split_by_depth(ctx, be_dir)
+            plan = [(split[0] + split[POD_DEPTH], full), (split[CONTAINER_DEPTH], value)]
+            self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED  # recoverCPUSetIfNeed(1)
+            return self._emit_cpuset(ctx, plan, reason)
+        paths = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
+        return self._emit_cpuset(ctx, [(paths, value)], reason)
+
+    def _read_be_cpuset(self, ctx: Context, be_dir: str, cpu_info: NodeCPUInfo) -> list[int] | None:
+        """The BE QoS dir's current CPUs; None when unreadable.
+
+        On cgroup v2 koordlet reads ``cpuset.cpus.effective``: an empty ``cpuset.cpus`` there
+        means "inherit the parent's", so the nearest ancestor that sets one decides, and with none
+        the BE dir has every online CPU.
+        """
+        dirs = [be_dir]
+        if ctx.cgroup_version == 2:
+            parts = be_dir.split("/")
+            dirs += ["/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+        values = ctx.read_many(CPUSET, dirs)
+        if values[0] is None:
+            return None
+        for text in values:
+            if text is None:
+                break
+            try:
+                cpus = parse_cpu_list(text)
+            except ValueError as e:
+                log.warning("cpuSuppress: BE cpuset unreadable: %s", e)
+                return None
+            if cpus or ctx.cgroup_version == 1:
+                return cpus
+        return sorted(p.cpu for p in cpu_info.processors)
+
+    # ------------------------------------------------------------------ recovery
+    def _be_cpuset_value(self, ctx: Context) -> str | None:
+        """``calcBECPUSet``: every CPU - system-exclusive - reserved - LSE pods' CPUs (LSR CPUs stay)."""
+        cpu_info = ctx.cpu_info
+        if cpu_info is None:
+            return None
+        annotations = ctx.topology_annotations
+        excluded = (system_qos_exclusive_cpus(annotations) | reserved_cpus(annotations)
+                    | self._pod_sets(ctx).lse_cpus)
+        cpus = [p.cpu for p in cpu_info.processors if p.cpu not in excluded]
+        if not cpus:
+            log.warning("cpuSuppress: no CPU left for BE pods to recover to; BE cpusets left as they are")
+            return None
+        return format_cpu_list(cpus)
+
+    def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Write]:
+        """``recoverCPUSetIfNeed``: every BE dir down to ``max_depth`` gets the whole BE cpuset."""
+        full = self._be_cpuset_value(ctx)
+        if full is None:
+            return []
+        self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
+        paths = ctx.cgroup_dirs("cpuset", ctx.qos_dir(KUBE_QOS_BESTEFFORT), max_depth)
+        return self._emit_cpuset(ctx, [(paths, full)], "recover the BE cpuset: cpuset suppression is not in use")
+
+    def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Write]:
+        """``recoverCPUSetForBECPUManager``: like the recovery, but containers of pods whose cpuset
+        the BE cpuset hook manages (``resource-status`` with a cpuset or NUMA resources) are left alone."""
+        full = self._be_cpuset_value(ctx)
+        if full is None:
+            return []
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        split = self._split_by_depth(ctx, be_dir)
+        hook = self._pod_sets(ctx).hook_pod_dirs
+        containers = [d for d in split[CONTAINER_DEPTH] if d.rpartition("/")[0] not in hook]
+        self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
+        plan = [(split[0] + split[POD_DEPTH] + containers, full)]
+        return self._emit_cpuset(ctx, plan, "recover the BE cpuset: the BE CPU manager owns BE cpusets")
+
+    # ------------------------------------------------------------------ plumbing
+    def _emit_cpuset(self, ctx: Context, plan: list[tuple[list[str], str]], reason: str) -> list[Write]:
+        """Writes for a cpuset plan, unless the same plan was sent within the force-update interval."""
+        if plan == self._cpuset_plan and ctx.now - self._cpuset_plan_at < ctx.cfg.force_update_seconds:
+            return []
+        self._cpuset_plan, self._cpuset_plan_at = plan, ctx.now
+        writes = [self.write(CPUSET, d, value, reason) for dirs, value in plan for d in dirs]
+        self._cpuset_writes = writes
+        return writes
+
+    def _split_by_depth(self, ctx: Context, be_dir: str) -> dict[int, list[str]]:
+        """BE cpuset dirs (the cached walk) by depth below the BE QoS dir."""
+        walk = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
+        if self._depth_split is not None and self._depth_split[0] is walk:
+            return self._depth_split[1]
+        base = be_dir.count("/")
+        split: dict[int, list[str]] = {0: [], POD_DEPTH: [], CONTAINER_DEPTH: []}
+        for d in walk:
+            split[d.count("/") - base].append(d)
+        self._depth_split = (walk, split)
+        return split
+
+    def _pod_sets(self, ctx: Context) -> _PodCPUSets:
+        cached = self._pod_cpusets
+        if cached is not None and cached.generation == ctx.pods_generation:
+            return cached
+        owner: dict[int, str] = {}
+        lse: set[int] = set()
+        hook: set[str] = set()
+        for pod in ctx.pods.values():
+            if pod.resource_status_cpuset or pod.resource_status_numa:
+                d = _pod_dir(ctx, pod)
+                if d is not None:
+                    hook.add(d)
+            if not pod.resource_status_cpuset:
+                continue
+            try:
+                cpus = parse_cpu_list(pod.resource_status_cpuset)
+            except ValueError as e:
+                log.warning("cpuSuppress: pod %s: resource-status cpuset ignored: %s", pod.key, e)
+                continue
+            for c in cpus:
+                owner[c] = pod.qos_raw
+            if pod.qos_raw == QOS_LSE:
+                lse.update(cpus)
+        self._pod_cpusets = _PodCPUSets(ctx.pods_generation, owner, frozenset(lse), frozenset(hook))
+        return self._pod_cpusets
+
+
+# ---------------------------------------------------------------------------------------------
+# formulas
+
+
+def calculate_be_suppress_cpu(node: NodeMeta, node_used: float, pod_used: Mapping[str, float],
+                              pods: Mapping[str, PodMeta], host_apps: Sequence[HostApplicationSpec],
+                              host_used: Mapping[str, float], threshold_percent: int,
+                              min_percent: int | None) -> SuppressQuantity:
+    """``calculateBESuppressCPU``: the BE budget in milli-cores (may be negative), int64 arithmetic.
+
+    Node *capacity* is the base; each usage term is truncated to milli-cores on its own.
+    """
+    reserved = node.reserved_cpu_milli / 1000
+    used = calculate_filter_pods_used(node_used, reserved, pods, pod_used, host_apps, host_used,
+                                      non_be_pod_filter, non_be_host_app_filter)
+    capacity = node.cpu_capacity_milli
+    milli = (capacity * threshold_percent // 100 - int(used.pods * 1000) - int(used.host_apps * 1000)
+             - int(used.system * 1000))
+    min_milli = None
+    if min_percent is not None:
+        min_milli = capacity * min_percent // 100
+        milli = max(milli, min_milli)
+    return SuppressQuantity(milli, capacity, threshold_percent, used, min_milli)
+
+
+def pick_be_cpus(cpus: int, procs: Sequence[Processor]) -> list[int]:
+    """``calculateBESuppressCPUSetPolicy``: ``cpus`` CPUs out of ``procs``, spread over NUMA node /
+    socket buckets round-robin, full hyper-thread pairs first, then single CPUs.
+
+    Returns [] when ``procs`` has fewer than ``cpus`` CPUs.  The order is the picking order.
+    """
+    n = len(procs)
+    if n < cpus:
+        return []
+    # koordlet fix: koordlet keys buckets by (NodeID + N) * (SocketID + 1), which puts two different
+    # (node, socket) pairs in one bucket when the products collide (e.g. N=8: node 4 of socket 1 and
+    # node 0 of socket 2 are both 24), so BE CPUs are no longer spread over them.  We key by the pair;
+    # without a collision the buckets, and so the picks, are the same.
+    groups: dict[tuple[int, int], list[Processor]] = {}
+    for p in procs:
+        groups.setdefault((p.node, p.socket), []).append(p)
+    buckets = [sorted(g, key=lambda p: (p.core, p.cpu)) for g in groups.values()]
+    buckets.sort(key=lambda b: (-len(b), b[0].cpu))
+    need = cpus
+    used: set[int] = set()
+    result: list[int] = []
+    nb = len(buckets)
+    i = 0
+    if nb:
+        prev = -1
+        while need > 1:  # pairs of hyper-threads of one core
+            if i == 0:
+                if prev == need:
+                    break  # a whole round without a pair
+                prev = need
+            b = buckets[i]
+            for j in range(len(b) - 1):
+                if b[j].cpu in used:
+                    continue
+                if b[j].core == b[j + 1].core:
+                    result += [b[j].cpu, b[j + 1].cpu]
+                    used.update((b[j].cpu, b[j + 1].cpu))
+                    need -= 2
+                    break
+            i = (i + 1) % nb
+        start, prev = i, -1
+        while need > 0:  # single CPUs, from the bucket where the pairs stopped
+            if i == start:
+                if prev == need:
+                    break
+                prev = need
+            for p in buckets[i]:
+                if p.cpu not in used:
+                    result.append(p.cpu)
+                    used.add(p.cpu)
+                    need -= 1
+                    break
+            i = (i + 1) % nb
+    return result
+
+
+def _explain(q: SuppressQuantity) -> str:
+    u = q.used
+    text = (f"capacity {q.capacity_milli}m x {q.threshold_percent}% - non-BE pods {u.pods:.3f} - "
+            f"non-BE host apps {u.host_apps:.3f} - system {u.system:.3f} cores = {q.milli}m")
+    if q.min_milli is not None:
+        text += f", at least {q.min_milli}m"
+    return text
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _pod_dir(ctx: Context, pod: PodMeta) -> str | None:
+    try:
+        return ctx.pod_dir(pod)
+    except ValueError:
+        return None
+
+
+__all__ = ["CPUSuppress", "SuppressQuantity", "calculate_be_suppress_cpu", "pick_be_cpus"]

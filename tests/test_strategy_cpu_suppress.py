@@ -1,0 +1,463 @@
+"""cpuSuppress (koordlet-qos §4.1): the BE budget, both policies, step limits, CPU picking, recovery.
+
+Expected values are worked out by hand from the spec's formulas in the comments next to them.
+The fake host's 8 CPUs are 4 cores x 2 threads: CPU c and c+4 are siblings of core c % 4; with
+two sockets / NUMA nodes, cores 0-1 (CPUs 0,1,4,5) are node 0 and cores 2-3 (CPUs 2,3,6,7) node 1.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from qosmanager.api.nodeslo import parse_nodeslo
+from qosmanager.api.pod import pod_meta
+from qosmanager.framework.strategy import QoSConfig
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.host.sysfs import Processor
+from qosmanager.sim.fakehost import FakeContainer, FakePod
+from qosmanager.sim.harness import Harness
+from qosmanager.sim.objects import node_object, pod_object
+from qosmanager.strategies import _helpers
+from qosmanager.strategies.cpu_suppress import calculate_be_suppress_cpu, pick_be_cpus
+
+NOW = 1000.0
+BE_DIR = "kubepods/besteffort"
+
+
+def cid(ch: str) -> str:
+    return "containerd://" + ch * 64
+
+
+def make(version: int = 1, *, n_cpus: int = 8, sockets: int = 1, numa: int = 1,
+         gates: dict[str, bool] | None = None, node_annotations: dict[str, str] | None = None,
+         cfg: QoSConfig | None = None, allocatable_milli: int | None = None) -> Harness:
+    h = Harness(version=version, strategies=["cpuSuppress"], n_cpus=n_cpus, sockets=sockets, numa_nodes=numa,
+                gates=gates, cfg=cfg)
+    node = node_object(h.host)
+    node["metadata"]["annotations"].update(node_annotations or {})
+    if allocatable_milli is not None:
+        node["status"]["allocatable"]["cpu"] = f"{allocatable_milli}m"
+    h.set_node(node)
+    return h
+
+
+def slo(h: Harness, *, enable: bool = True, policy: str = "cpuset", threshold: int = 65,
+        min_percent: int | None = None, host_apps: list[dict[str, Any]] | None = None) -> None:
+    thr: dict[str, Any] = {"enable": enable, "cpuSuppressThresholdPercent": threshold, "cpuSuppressPolicy": policy}
+    if min_percent is not None:
+        thr["cpuSuppressMinPercent"] = min_percent
+    spec: dict[str, Any] = {"resourceUsedThresholdWithBE": thr}
+    if host_apps is not None:
+        spec["hostApplications"] = host_apps
+    h.set_nodeslo(spec)
+
+
+LS = FakePod("ls-1", "default", "ls", KubeQoS.BURSTABLE, [FakeContainer("c", cid("b"))])
+BE_POD = FakePod("be-1", "default", "be", KubeQoS.BESTEFFORT, [FakeContainer("c", cid("a"))], sandbox_id=cid("e"))
+
+
+def with_pods(h: Harness, *extra: dict[str, Any]) -> None:
+    """The LS pod and a BE pod with a sandbox dir (which only a walk of the tree finds)."""
+    h.host.add_pod(FakePod(BE_POD.uid, BE_POD.namespace, BE_POD.name, BE_POD.qos, list(BE_POD.containers),
+                           sandbox_id=BE_POD.sandbox_id))
+    h.set_pods([pod_object(LS), pod_object(BE_POD), *extra])
+
+
+def usage(h: Harness, t: float, node: float, **pods: float) -> None:
+    h.add_samples("node_cpu_usage", [(t, node)])
+    for uid, v in pods.items():
+        h.add_samples("pod_cpu_usage", [(t, v)], pod=uid.replace("_", "-"))
+
+
+def be_dirs(h: Harness) -> list[str]:
+    pod = h.host.pod_dir("be-1")
+    return [BE_DIR, pod, f"{pod}/{'a' * 64}", f"{pod}/{'e' * 64}"]
+
+
+def read_quota(h: Harness) -> int:
+    if h.host.version == 1:
+        return int(h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us")) or "")
+    q = (h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.max")) or "").split()[0]
+    return -1 if q == "max" else int(q)
+
+
+def set_quota(h: Harness, value: int) -> None:
+    if h.host.version == 1:
+        h.write_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us"), f"{value}\n")
+    else:
+        h.write_file(h.cgroup_file("cpu", BE_DIR, "cpu.max"), f"{'max' if value == -1 else value} 100000\n")
+
+
+def read_cpuset(h: Harness, rel: str) -> str:
+    return (h.read_file(h.cgroup_file("cpuset", rel, "cpuset.cpus")) or "").strip()
+
+
+def set_cpuset(h: Harness, rel: str, value: str) -> None:
+    h.write_file(h.cgroup_file("cpuset", rel, "cpuset.cpus"), value + "\n")
+
+
+def files_written(h: Harness, suffix: str) -> list[str]:
+    return [w["file"] for w in h.recorded.writes if w["file"].endswith(suffix)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the BE budget (calculateBESuppressCPU / CalculateFilterPodsUsed)
+
+
+def pod(uid: str, qos_label: str | None, kube_qos: str) -> Any:
+    labels = {"koordinator.sh/qosClass": qos_label} if qos_label else {}
+    return pod_meta({"metadata": {"uid": uid, "name": uid, "labels": labels},
+                     "spec": {"containers": [{"name": "c"}]}, "status": {"qosClass": kube_qos}})
+
+
+def test_be_suppress_quantity_by_hand() -> None:
+    h = make(allocatable_milli=7500)  # capacity 8 cores, kept back 0.5 core
+    assert h.store.node is not None
+    pods = {p.uid: p for p in (pod("ls", "LS", "Burstable"), pod("be", "BE", "BestEffort"),
+                               pod("ls-besteffort", "LS", "BestEffort"))}
+    # dyadic usages so every float sum is exact
+    pod_used = {"ls": 2.25, "be": 1.5, "unknown": 0.5, "ls-besteffort": 0.25}
+    spec = parse_nodeslo({"spec": {"hostApplications": [
+        {"name": "ls-app", "qos": "LS"},
+        {"name": "be-app", "qos": "BE", "cgroupPath": {"base": "KubepodsBesteffort", "relativePath": "x"}},
+        {"name": "be-elsewhere", "qos": "BE"},
+        {"name": "no-metric", "qos": "LS"},
+    ]}})
+    host_used = {"ls-app": 0.625, "be-app": 0.375, "be-elsewhere": 0.125}
+    q = calculate_be_suppress_cpu(h.store.node, 6.0, pod_used, pods, spec.host_applications, host_used, 65, None)
+    # high-priority pods: ls 2.25 + unknown 0.5 (no metadata) = 2.75; "ls-besteffort" is kube BestEffort -> BE
+    # high-priority apps: ls-app 0.625 + be-elsewhere 0.125 (BE, but not under the BE QoS dir) = 0.75
+    # system: 6.0 - (2.25+1.5+0.5+0.25) - (0.625+0.375+0.125) = 0.375 < reserved 0.5 -> 0.5
+    assert (q.used.pods, q.used.host_apps, q.used.system) == (2.75, 0.75, 0.5)
+    # 8000*65//100 = 5200; 5200 - 2750 - 750 - 500 = 1200
+    assert q.milli == 1200
+    # with cpuSuppressMinPercent 20: 8000*20//100 = 1600 > 1200
+    q = calculate_be_suppress_cpu(h.store.node, 6.0, pod_used, pods, spec.host_applications, host_used, 65, 20)
+    assert q.milli == 1600 and q.min_milli == 1600
+    # each term is truncated to milli-cores on its own: system 3.0007 - 1.0 = 2.0007 -> 2000 (not 2001)
+    q = calculate_be_suppress_cpu(h.store.node, 3.0007, {"ls": 1.0}, pods, (), {}, 50, None)
+    assert q.milli == 4000 - 1000 - 2000
+    # the budget may be negative (cfsQuota then floors it at the minimum quota)
+    q = calculate_be_suppress_cpu(h.store.node, 8.0, {"ls": 7.0}, pods, (), {}, 50, None)
+    assert q.milli == 4000 - 7000 - 1000
+
+
+def test_filters() -> None:
+    assert _helpers.non_be_pod_filter(pod("a", "LS", "Burstable"))
+    assert _helpers.non_be_pod_filter(pod("a", None, "Guaranteed"))
+    assert not _helpers.non_be_pod_filter(pod("a", "BE", "Burstable"))
+    assert not _helpers.non_be_pod_filter(pod("a", None, "BestEffort"))
+    assert not _helpers.not_batch_or_free_pod_filter(pod("a", "BE", "BestEffort"))  # batch by default
+    assert _helpers.not_batch_or_free_pod_filter(pod("a", "LS", "Burstable"))  # prod by default
+
+
+# ---------------------------------------------------------------------------------------------
+# cfsQuota policy
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cfs_quota_policy_steps(version: int) -> None:
+    h = make(version)
+    with_pods(h)
+    slo(h, policy="cfsQuota", host_apps=[{"name": "agent", "qos": "LS"}])
+    set_cpuset(h, BE_DIR, "0-3")  # left by an earlier cpuset policy: recovered to every CPU
+    h.add_samples("hostapp_cpu_usage", [(NOW - 1, 0.5)], app="agent")
+    # node 4.0 = ls 2.0 + be 1.0 + agent 0.5 + system 0.5
+    usage(h, NOW - 1, 4.0, ls_1=2.0, be_1=1.0)
+    h.tick("cpuSuppress", NOW)
+    # 5200 - 2000 - 500 (agent) - 500 (system) = 2200m -> quota 220000; from unlimited: no step limit
+    assert read_quota(h) == 220000
+    assert all(read_cpuset(h, d) == "0-7" for d in be_dirs(h))
+    assert h.strategy("cpuSuppress").policy_status == {"cfsQuota": "using", "cpuset": "recovered"}
+
+    # LS calms down: 5200 - 200 - 500 - 500 = 4000m -> 400000, but the step is 10 % of 8 cores
+    usage(h, NOW, 2.2, ls_1=0.2, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 1)
+    assert read_quota(h) == 220000 + 80000
+    h.add_samples("hostapp_cpu_usage", [(NOW + 1, 0.5)], app="agent")
+    usage(h, NOW + 1, 2.2, ls_1=0.2, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 2)
+    assert read_quota(h) == 380000  # 300000 + 80000
+    h.add_samples("hostapp_cpu_usage", [(NOW + 2, 0.5)], app="agent")
+    usage(h, NOW + 2, 2.2, ls_1=0.2, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 3)
+    assert read_quota(h) == 400000  # the last 20000 is under the 80000 step
+
+    # |395000 - 400000| = 5000 < 1 % of 8 cores (8000): bypassed
+    h.add_samples("hostapp_cpu_usage", [(NOW + 3, 0.5)], app="agent")
+    usage(h, NOW + 3, 2.25, ls_1=0.25, be_1=1.0)
+    n = len(h.recorded.writes)
+    h.tick("cpuSuppress", NOW + 4)
+    assert read_quota(h) == 400000 and len(h.recorded.writes) == n
+
+    # scale-down is immediate: 5200 - 4000 - 500 - 500 = 200m -> 20000
+    h.add_samples("hostapp_cpu_usage", [(NOW + 4, 0.5)], app="agent")
+    usage(h, NOW + 4, 6.0, ls_1=4.0, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 5)
+    assert read_quota(h) == 20000
+
+    # a negative budget floors at the minimum quota 2000
+    h.add_samples("hostapp_cpu_usage", [(NOW + 5, 0.5)], app="agent")
+    usage(h, NOW + 5, 8.0, ls_1=6.0, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 6)
+    assert read_quota(h) == 2000
+    # the minimum is never bypassed: |2000 - 5000| = 3000 < 8000, still written
+    set_quota(h, 5000)
+    h.add_samples("hostapp_cpu_usage", [(NOW + 6, 0.5)], app="agent")
+    usage(h, NOW + 6, 8.0, ls_1=6.0, be_1=1.0)
+    h.tick("cpuSuppress", NOW + 7)
+    assert read_quota(h) == 2000
+
+
+def test_cfs_quota_write_is_not_cached() -> None:
+    """koordlet's Update(false): an outside change is corrected on the next tick, not after 60 s."""
+    h = make()
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    usage(h, NOW - 1, 3.0, ls_1=2.0, be_1=0.5)
+    h.tick("cpuSuppress", NOW)
+    # 5200 - 2000 - 500 = 2700m
+    assert read_quota(h) == 270000
+    set_quota(h, 500000)  # someone else raised it
+    usage(h, NOW, 3.0, ls_1=2.0, be_1=0.5)
+    h.tick("cpuSuppress", NOW + 1)
+    assert read_quota(h) == 270000  # scale-down from 500000 is immediate
+
+
+# ---------------------------------------------------------------------------------------------
+# cpuset policy
+
+
+def test_pick_be_cpus_by_hand() -> None:
+    procs = [Processor(c, c % 4, 0 if c % 4 < 2 else 1, 0 if c % 4 < 2 else 1, 0) for c in range(8)]
+    # buckets: node0 sorted by (core, cpu) = [0,4,1,5], node1 = [2,6,3,7]; equal sizes, node0 first
+    assert pick_be_cpus(3, procs) == [0, 4, 2]  # pair (0,4); need 1 -> singles from node1: 2
+    assert pick_be_cpus(5, procs) == [0, 4, 2, 6, 1]  # pairs (0,4), (2,6); single from node0: 1
+    assert pick_be_cpus(8, procs) == [0, 4, 2, 6, 1, 5, 3, 7]
+    assert pick_be_cpus(9, procs) == []  # not enough CPUs
+    assert pick_be_cpus(0, procs) == []
+    # no hyper-threads: a round without pairs, then singles round-robin
+    singles = [Processor(0, 0, 0, 0, 0), Processor(1, 1, 0, 0, 0), Processor(2, 2, 1, 1, 1),
+               Processor(3, 3, 1, 1, 1)]
+    assert pick_be_cpus(3, singles) == [0, 2, 1]
+    # a bigger bucket comes first whatever its CPU ids
+    uneven = [Processor(0, 0, 0, 0, 0), Processor(1, 1, 1, 1, 1), Processor(2, 2, 1, 1, 1)]
+    assert pick_be_cpus(2, uneven) == [1, 0]
+
+
+def test_pick_be_cpus_bucket_key_collision_is_fixed() -> None:
+    """koordlet keys buckets by (NodeID + N) * (SocketID + 1): with N = 8, node 0 of socket 2 and node 4
+    of socket 1 both give 24, so koordlet puts all 8 CPUs in one bucket and picks [0, 1, 2, 3] (two
+    cores of one node).  Keyed by (node, socket), the picks spread over both: [0, 1, 4, 5]."""
+    procs = [Processor(c, c // 2, 2, 0, 0) for c in range(4)] + [Processor(c, c // 2, 1, 4, 1) for c in range(4, 8)]
+    assert pick_be_cpus(4, procs) == [0, 1, 4, 5]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpuset_policy_shrinks_at_once_and_grows_slowly(version: int) -> None:
+    h = make(version, sockets=2, numa=2)
+    with_pods(h)
+    slo(h, policy="cpuset")
+    set_quota(h, 300000)  # left by an earlier cfsQuota policy: recovered to unlimited
+    usage(h, NOW - 1, 2.5, ls_1=2.0, be_1=0.0)
+    h.tick("cpuSuppress", NOW)
+    # 5200 - 2000 - 500 (system) = 2700m -> 3 CPUs; old is all 8 (on v2: inherited, cpuset.cpus empty);
+    # picked [0,4] (a pair of node 0) then 2 (node 1)
+    assert {d: read_cpuset(h, d) for d in be_dirs(h)} == {d: "0,2,4" for d in be_dirs(h)}
+    assert read_quota(h) == -1
+    assert h.strategy("cpuSuppress").policy_status == {"cpuset": "using", "cfsQuota": "recovered"}
+
+    # LS drops: 5200 - 200 - 500 = 4500m -> 5 CPUs, but only ceil(8 * 0.1) = 1 more per tick -> 4
+    usage(h, NOW, 0.7, ls_1=0.2, be_1=0.0)
+    h.tick("cpuSuppress", NOW + 1)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4,6"}  # pairs (0,4), (2,6)
+    usage(h, NOW + 1, 0.7, ls_1=0.2, be_1=0.0)
+    h.tick("cpuSuppress", NOW + 2)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0-2,4,6"}  # 5: pairs, then single 1
+    # at least 2 CPUs even when the budget is gone: 5200 - 6000 - 500 < 0
+    usage(h, NOW + 2, 6.5, ls_1=6.0, be_1=0.0)
+    h.tick("cpuSuppress", NOW + 3)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,4"}
+
+
+def nrt(reserved: str | None = None, system: str | None = None, policy: str | None = None) -> dict[str, str]:
+    out = {}
+    if reserved is not None:
+        out["node.koordinator.sh/reservation"] = json.dumps({"reservedCPUs": reserved})
+    if system is not None:
+        out["node.koordinator.sh/system-qos-resource"] = json.dumps({"cpuset": system})
+    if policy is not None:
+        out["kubelet.koordinator.sh/cpu-manager-policy"] = json.dumps({"policy": policy})
+    return out
+
+
+def pinned_pod(uid: str, qos: str, cpuset: str) -> dict[str, Any]:
+    p = FakePod(uid, "default", uid, KubeQoS.GUARANTEED, [FakeContainer("c", cid(uid[-1]))])
+    return pod_object(p, labels={"koordinator.sh/qosClass": qos},
+                      annotations={"scheduling.koordinator.sh/resource-status": json.dumps({"cpuset": cpuset})})
+
+
+def pools_scenario(version: int, **kw: Any) -> Harness:
+    """CPU 0 reserved, CPU 4 system-exclusive, LSR pod on 1,5, LSE pod on 3,7: LSR pool [1,5], LS pool [2,6]."""
+    h = make(version, sockets=2, numa=2, **kw)
+    with_pods(h, pinned_pod("lsr-1", "LSR", "1,5"), pinned_pod("lse-2", "LSE", "3,7"))
+    slo(h, policy="cpuset")
+    # non-BE pods: lsr 1.0 + lse 0.5 = 1.5; system max(2.0 - 1.5, 0) = 0.5 < reserved 1 CPU -> 1.0
+    usage(h, NOW - 1, 2.0, lsr_1=1.0, lse_2=0.5)
+    return h
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpuset_pools_exclude_reserved_system_and_lse(version: int) -> None:
+    h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4"))
+    h.tick("cpuSuppress", NOW)
+    # 5200 - 1500 - 1000 = 2700m -> 3 CPUs; nLSR = 3 * 2 // 4 = 1 -> [1]; the LS pool gives the pair (2,6)
+    assert {d: read_cpuset(h, d) for d in be_dirs(h)} == {d: "1-2,6" for d in be_dirs(h)}
+
+
+@pytest.mark.parametrize("how", ["annotation", "config"])
+def test_static_cpu_manager_narrows_only_containers(how: str) -> None:
+    if how == "annotation":
+        h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static"))
+    else:
+        h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4"),
+                           cfg=QoSConfig(cpu_manager_policy="static"))
+    h.tick("cpuSuppress", NOW)
+    qos, pod_dir, ctr, sandbox = be_dirs(h)
+    # QoS and pod dirs: every CPU - system 4 - reserved 0 - LSE 3,7 (LSR CPUs stay) = 1,2,5,6
+    assert (read_cpuset(h, qos), read_cpuset(h, pod_dir)) == ("1-2,5-6", "1-2,5-6")
+    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
+
+
+def test_unreadable_cpu_manager_annotation_writes_no_cpuset() -> None:
+    h = pools_scenario(1, node_annotations={"kubelet.koordinator.sh/cpu-manager-policy": "{not json"})
+    h.tick("cpuSuppress", NOW)
+    assert files_written(h, "cpuset.cpus") == []
+    assert h.manager.stats["cpuSuppress"].errors == 0
+
+
+def test_no_cpu_left_for_be_does_not_crash() -> None:
+    """koordlet divides by zero (panics) when every CPU is reserved, system-exclusive or LSE."""
+    h = make(node_annotations=nrt(reserved="0-3", system="4-5"))
+    with_pods(h, pinned_pod("lse-2", "LSE", "6-7"))
+    slo(h, policy="cpuset")
+    usage(h, NOW - 1, 1.0, ls_1=0.5)
+    h.tick("cpuSuppress", NOW)
+    assert h.manager.stats["cpuSuppress"].errors == 0
+    assert files_written(h, "cpuset.cpus") == []
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0-7"}
+
+
+def test_unchanged_cpuset_plan_is_resent_only_after_the_force_interval() -> None:
+    h = make(sockets=2, numa=2)
+    with_pods(h)
+    slo(h)
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
+    set_cpuset(h, be_dirs(h)[2], "0-7")  # changed behind the agent's back
+    usage(h, NOW + 30, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 31)
+    assert read_cpuset(h, be_dirs(h)[2]) == "0-7"  # within 60 s: trusted (as koordlet's write cache)
+    usage(h, NOW + 60, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 61)
+    assert read_cpuset(h, be_dirs(h)[2]) == "0,2,4"
+
+
+# ---------------------------------------------------------------------------------------------
+# switching off, switching policy, missing data
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_disable_restores_quota_and_cpusets(version: int) -> None:
+    h = make(version, sockets=2, numa=2)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert read_quota(h) == 270000  # 5200 - 2000 - 500
+    slo(h, enable=False, policy="cfsQuota")
+    h.tick("cpuSuppress", NOW + 1)
+    assert read_quota(h) == -1
+    assert h.strategy("cpuSuppress").policy_status == {"cfsQuota": "recovered", "cpuset": "recovered"}
+    # the quota recovery is done once: a later outside change is not reverted by the recovery
+    set_quota(h, 123000)
+    h.tick("cpuSuppress", NOW + 2)
+    assert read_quota(h) == 123000
+
+    slo(h, policy="cpuset")
+    usage(h, NOW + 2, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 3)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
+    # the cpuset policy recovers the quota only while its status is not "recovered" (koordlet)
+    assert read_quota(h) == 123000
+    slo(h, enable=False)
+    h.tick("cpuSuppress", NOW + 4)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0-7"}
+
+
+def test_policy_switch_recovers_the_other_policy() -> None:
+    h = make(sockets=2, numa=2)
+    with_pods(h)
+    slo(h, policy="cpuset")
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert read_cpuset(h, BE_DIR) == "0,2,4"
+    slo(h, policy="cfsQuota")
+    usage(h, NOW, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 1)
+    assert read_quota(h) == 270000 and {read_cpuset(h, d) for d in be_dirs(h)} == {"0-7"}
+    slo(h, policy="cpuset")
+    usage(h, NOW + 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 2)
+    assert read_quota(h) == -1 and read_cpuset(h, BE_DIR) == "0,2,4"
+
+
+def test_without_nodeslo_nothing_happens_not_even_recovery() -> None:
+    h = make()
+    with_pods(h)
+    set_quota(h, 50000)
+    set_cpuset(h, BE_DIR, "0-1")
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert h.recorded.writes == []
+    assert read_quota(h) == 50000
+
+
+@pytest.mark.parametrize("policy", ["cpuset", "cfsQuota"])
+def test_stale_node_metric_does_nothing(policy: str) -> None:
+    h = make()
+    with_pods(h)
+    slo(h, policy=policy)
+    set_quota(h, 50000)
+    usage(h, NOW - 3, 2.5, ls_1=2.0)  # older than 2 x the 1 s collect interval
+    h.tick("cpuSuppress", NOW)
+    assert h.recorded.writes == []
+    h.set_pods([])
+    usage(h, NOW, 2.5)
+    h.tick("cpuSuppress", NOW + 1)
+    assert h.recorded.writes == []  # no pods: nothing either
+
+
+def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> None:
+    h = make(gates={"BECPUManager": True}, node_annotations=nrt(reserved="0"))
+    hooked = FakePod("be-3", "default", "be3", KubeQoS.BESTEFFORT, [FakeContainer("c", cid("c"))])
+    h.host.add_pod(hooked)
+    with_pods(h, pod_object(hooked, annotations={
+        "scheduling.koordinator.sh/resource-status": json.dumps({"numaNodeResources": [{"node": 0}]})}))
+    hooked_ctr = h.host.container_dir("be-3", "c")
+    set_cpuset(h, hooked_ctr, "5")
+    for d in be_dirs(h):
+        set_cpuset(h, d, "1-2")
+    set_quota(h, 90000)
+    slo(h, policy="cpuset")
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert read_quota(h) == -1
+    # every CPU but the reserved 0
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"1-7"}
+    assert read_cpuset(h, h.host.pod_dir("be-3")) == "1-7"
+    assert read_cpuset(h, hooked_ctr) == "5"
