@@ -1,0 +1,234 @@
+"""memoryEvict: evict pods to give memory back (koordlet-qos §4.4).
+
+The memory twin of :mod:`qosmanager.strategies.cpu_evict`, three features in this order:
+
+* ``BEMemoryEvict`` -- node memory usage is at or above ``memoryEvictThresholdPercent``: evict BE
+  pods, largest users first, until their usage covers the excess over the lower percent.
+* ``MemoryAllocatableEvict`` -- low-priority pods request more than
+  ``memoryAllocatableEvictThresholdPercent`` of a batch/mid memory resource the node offers:
+  evict by request until it is back at the lower percent.
+* ``MemoryEvict`` -- the same usage trigger as ``BEMemoryEvict``, but the victims are opted-in
+  low-priority pods (``koordinator.sh/eviction-enabled: "true"``) in priority order.
+
+Gating, config checks (logged once, the other features keep running) and the coordinator
+are as for CPU.  The cool-down (``MemoryEvictCoolTimeSeconds``, 4 s) starts only after a tick
+that evicted a new pod: there is no quiet start, unlike cpuEvict.
+
+Units: bytes throughout (pod and node memory usage metrics are bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from qosmanager.api.node import NodeMeta
+from qosmanager.api.nodeslo import ResourceThresholdStrategy
+from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
+from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
+from qosmanager.executor.executor import Write
+from qosmanager.framework.context import Context
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig, Strategy, register
+from qosmanager.strategies.cpu_evict import (
+    Candidate,
+    ConfigProblems,
+    Lazy,
+    PerPodsGeneration,
+    allocatable_release,
+    be_order,
+    be_pods,
+    check_allocatable_config,
+    describe_amounts,
+    describe_requested,
+    go_div,
+    is_feature_disabled,
+    priority_candidates,
+    request_release_of,
+    requested_by_priority,
+    sort_by_priority,
+)
+
+BE_MEMORY_EVICT = "BEMemoryEvict"
+MEMORY_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
+MEMORY_EVICT = "MemoryEvict"
+
+MEMORY_RELEASE_BUFFER_PERCENT = 2  # memoryEvictLowerPercent when unset: threshold - 2
+
+
+@register
+class MemoryEvict(Strategy):
+    name = "memoryEvict"
+    gates: ClassVar[tuple[str, ...]] = (BE_MEMORY_EVICT, MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT)
+    interval_key = "memory_evict"
+    features: ClassVar[tuple[str, ...]] = (BE_MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT, MEMORY_EVICT)  # fixed order
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        super().__init__(cfg, gates)
+        self.last_evict_time = 0.0  # no quiet start
+        self.problems = ConfigProblems(self.name)
+        self.per_pods = PerPodsGeneration()
+
+    def tick(self, ctx: Context) -> list[Write]:
+        if ctx.now < self.last_evict_time + ctx.cfg.memory_evict_cool_time:
+            return []
+        node = ctx.node
+        if node is None or node.memory_capacity <= 0:
+            return []
+        cfg = ctx.nodeslo.resource_used_threshold_with_be
+        usage = Lazy(lambda: ctx.pod_metrics("pod_memory_usage"))  # bytes, read once per tick when needed
+        builders = {
+            BE_MEMORY_EVICT: self.be_memory_evict_task,
+            MEMORY_ALLOCATABLE_EVICT: self.allocatable_evict_task,
+            MEMORY_EVICT: self.memory_evict_task,
+        }
+        tasks: list[EvictTask] = []
+        for feature in self.features:
+            if not self.gate(feature) or is_feature_disabled(ctx):
+                continue
+            task = builders[feature](ctx, node, cfg, usage)
+            if task is not None:
+                tasks.append(task)
+        if not tasks:
+            return []
+        result = ctx.evict(self.name, tasks)
+        if result.newly_evicted:  # pods still pending release do not restart the cool-down
+            self.last_evict_time = ctx.now
+        return []
+
+    # ------------------------------------------------------------------ BEMemoryEvict
+    def be_memory_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                             usage: Lazy[dict[str, float]]) -> EvictTask | None:
+        if self.problems.check(BE_MEMORY_EVICT, check_common_config(cfg)):
+            return None
+        release = calculate_release_by_used_threshold(ctx, node, cfg)
+        if release is None:
+            return None
+        amount, why = release
+        used = usage()
+        release_of = used_release_of(used)
+        pods = self.per_pods.get(ctx, ("be", BE_MEMORY_EVICT),
+                                 lambda: be_pods(ctx.pods.values(), BE_MEMORY_EVICT))
+        cands = [Candidate(pod, int(used.get(pod.uid, 0.0)), pod.request_for(RESOURCE_MEMORY)[1]) for pod in pods]
+        victims = [Victim(c.pod, {RESOURCE_MEMORY: c.used}, memory_details(c))
+                   for c in be_order(cands, lambda c: c.used)]
+        return EvictTask(BE_MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims, release_of)
+
+    # ------------------------------------------------------------------ MemoryAllocatableEvict
+    def allocatable_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                               usage: Lazy[dict[str, float]]) -> EvictTask | None:
+        if self.problems.check(MEMORY_ALLOCATABLE_EVICT, check_allocatable_config(cfg, "Memory")):
+            return None
+        threshold = cfg.allocatable_evict_priority_threshold
+        t_pct = cfg.memory_allocatable_evict_threshold_percent
+        l_pct = cfg.memory_allocatable_evict_lower_percent
+        assert threshold is not None and t_pct is not None and l_pct is not None  # checked above
+        requested = self.per_pods.get(
+            ctx, ("requested", RESOURCE_MEMORY, threshold),
+            lambda: requested_by_priority(ctx.pods.values(), threshold, RESOURCE_MEMORY))
+        overall = allocatable_release(requested, node.allocatable, t_pct, l_pct, memory_allocatable_formula)
+        if not overall:
+            return None
+        release_of = request_release_of(RESOURCE_MEMORY, overall)
+        cands = priority_candidates(self.per_pods, ctx, MEMORY_ALLOCATABLE_EVICT, threshold, usage(), 1.0,
+                                    RESOURCE_MEMORY)
+        victims = [Victim(c.pod, release_of(c.pod), memory_details(c))
+                   for c in sort_by_priority(cands, lambda c: c.request)]
+        why = (f"pods with priority <= {threshold} request more than {t_pct}% of the node's allocatable "
+               f"({describe_requested(requested, node.allocatable)}); release down to {l_pct}%: "
+               f"{describe_amounts(overall)}")
+        return EvictTask(MEMORY_ALLOCATABLE_EVICT, why, TARGET_POD_REQUEST, overall, victims, release_of)
+
+    # ------------------------------------------------------------------ MemoryEvict
+    def memory_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                          usage: Lazy[dict[str, float]]) -> EvictTask | None:
+        problem = check_common_config(cfg)
+        if problem is None and cfg.evict_enabled_priority_threshold is None:
+            problem = "EvictEnabledPriorityThreshold not config"
+        if self.problems.check(MEMORY_EVICT, problem):
+            return None
+        release = calculate_release_by_used_threshold(ctx, node, cfg)
+        if release is None:
+            return None
+        amount, why = release
+        threshold = cfg.evict_enabled_priority_threshold
+        assert threshold is not None  # checked above
+        used = usage()
+        # koordlet fix: koordlet stores these victims' usage as bytes x 1000 (a copy of the CPU
+        # milli-core conversion), so a victim seemed to release 1000 times its memory and this
+        # feature (and any podUsed task in the same round) stopped after the first eviction.
+        cands = priority_candidates(self.per_pods, ctx, MEMORY_EVICT, threshold, used, 1.0, RESOURCE_MEMORY)
+        victims = [Victim(c.pod, {RESOURCE_MEMORY: c.used}, memory_details(c))
+                   for c in sort_by_priority(cands, lambda c: c.used)]
+        return EvictTask(MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims,
+                         used_release_of(used))
+
+
+# --------------------------------------------------------------------------------------------
+# Config checks (koordlet's messages, verbatim)
+
+
+def check_common_config(cfg: ResourceThresholdStrategy | None) -> str | None:
+    """The check BEMemoryEvict and MemoryEvict share (koordlet spells this "resourceThresholdStrategy")."""
+    if cfg is None:
+        return "resourceThresholdStrategy not config"
+    threshold = cfg.memory_evict_threshold_percent
+    if threshold is None:
+        return "threshold percent is nil"
+    if threshold < 0:
+        return f"threshold percent({threshold}) should equal or greater than 0"
+    lower = memory_evict_lower_percent(cfg, threshold)
+    if lower >= threshold:
+        return f"lower percent({lower}) should less than threshold percent({threshold})"
+    return None
+
+
+def memory_evict_lower_percent(cfg: ResourceThresholdStrategy, threshold: int) -> int:
+    lower = cfg.memory_evict_lower_percent
+    return lower if lower is not None else threshold - MEMORY_RELEASE_BUFFER_PERCENT
+
+
+# --------------------------------------------------------------------------------------------
+# Release computations
+
+
+def calculate_release_by_used_threshold(ctx: Context, node: NodeMeta,
+                                        cfg: ResourceThresholdStrategy) -> tuple[int, str] | None:
+    """Bytes to release so node memory usage falls from the threshold to the lower percent."""
+    node_used = ctx.node_metric("node_memory_usage")  # last sample within 2 x collect interval
+    if node_used is None:
+        return None
+    threshold = cfg.memory_evict_threshold_percent
+    assert threshold is not None  # config checked
+    capacity = node.memory_capacity
+    usage_pct = go_div(int(node_used) * 100, capacity)
+    if usage_pct < threshold:
+        return None
+    lower = memory_evict_lower_percent(cfg, threshold)
+    amount = release_by_used_threshold(usage_pct, lower, capacity)
+    why = (f"node memory usage {usage_pct}% ({int(node_used)} of {capacity} bytes) is at or above {threshold}%; "
+           f"release {amount} bytes of usage to reach {lower}%")
+    return amount, why
+
+
+def release_by_used_threshold(usage_pct: int, lower_pct: int, capacity: int) -> int:
+    return go_div(capacity * (usage_pct - lower_pct), 100)
+
+
+def memory_allocatable_formula(requested: int, allocatable: int, lower_pct: int) -> int:
+    """Memory's float order differs from CPU's ``rq - L/100*sv``: e.g. 50Gi of 100Gi with L=40 gives
+    10737418239, not 10737418240 (koordlet's result, reproduced)."""
+    return int((requested / allocatable - lower_pct / 100) * allocatable)
+
+
+def used_release_of(used: dict[str, float]) -> Callable[[PodMeta], dict[str, float]]:
+    """An evicted pod gives back its last memory usage in bytes (0 without a sample)."""
+
+    def release_of(pod: PodMeta) -> dict[str, float]:
+        return {RESOURCE_MEMORY: int(used.get(pod.uid, 0.0))}
+
+    return release_of
+
+
+def memory_details(c: Candidate) -> dict[str, object]:
+    return {"usage": c.used, "request": c.request, "priority": c.pod.priority_value}
