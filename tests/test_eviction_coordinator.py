@@ -19,7 +19,7 @@ from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, Evict
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
-from qosmanager.sim.objects import pod_object
+from qosmanager.sim.objects import node_object, pod_object
 
 GiB = 1 << 30
 
@@ -270,3 +270,29 @@ def test_kill_mode_with_no_process_left_counts_as_evicted() -> None:
     t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
     res = h.coordinator.execute("memoryEvict", [t], 1000.0)
     assert [(d.action, d.executed) for d in res.decisions] == [("evicted", True)]
+
+
+def test_the_real_strategies_share_one_queue() -> None:
+    """cpuEvict evicts a pod; memoryEvict, a moment later, counts it as pending and takes the next."""
+    gates = {"CPUEvict": True, "MemoryEvict": True}
+    h = Harness(gates=gates, strategies=["cpuEvict", "memoryEvict"], n_cpus=8, memory_bytes=100 * GiB, now=1000.0)
+    h.set_node(node_object(h.host))
+    opt_in = {"koordinator.sh/eviction-enabled": "true"}
+    h.set_pods([be_pod(i, labels=opt_in) for i in range(3)])
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuEvictThresholdPercent": 60,
+                                                   "memoryEvictThresholdPercent": 70,
+                                                   "evictEnabledPriorityThreshold": 6000}})
+    h.tick("cpuEvict", 1000.0)  # cpuEvict's quiet start
+    now = 1020.0
+    # cpu: 8 cores = 100% -> release 8000 * 42 // 100 = 3360m; be-0 uses 4000m alone
+    h.add_samples("node_cpu_usage", [(now, 8.0)])
+    # memory: 80 GiB -> release 12 GiB; be-0 uses 10 GiB, be-1 3 GiB, be-2 1 GiB
+    h.add_samples("node_memory_usage", [(now, 80 * GiB)])
+    for i, (cores, mem) in enumerate([(4.0, 10 * GiB), (0.5, 3 * GiB), (0.1, GiB)]):
+        h.add_samples("pod_cpu_usage", [(now, cores)], pod=uid(i))
+        h.add_samples("pod_memory_usage", [(now, mem)], pod=uid(i))
+    h.tick("cpuEvict", now)
+    h.tick("memoryEvict", now + 0.5)
+    # memoryEvict: be-0 pending (10 GiB) + be-1 (3 GiB) = 13 >= 12
+    assert [(r["strategy"], r["pod"]) for r in h.recorded.evictions] == [
+        ("cpuEvict", "default/be-0"), ("memoryEvict", "default/be-1")]
