@@ -1,0 +1,61 @@
+"""``qosmanager simulate --plot FILE.png``: the run as a picture (needs the optional extra ``plot``).
+
+matplotlib is imported only here and only when a plot is asked for, so the agent and the other
+commands never pay for it; without it the command says how to install it before it runs anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qosmanager.sim.simulate import SimResult
+
+INSTALL_HINT = "--plot needs matplotlib: pip install 'qosmanager[plot]' (or pip install matplotlib)"
+
+
+class PlotUnavailable(RuntimeError):
+    pass
+
+
+def check_available() -> None:
+    """Raise :class:`PlotUnavailable` with the install hint when matplotlib is missing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PlotUnavailable(INSTALL_HINT)
+
+
+def draw(res: SimResult, path: str) -> None:
+    """LS usage, BE usage, the BE limit, the CPU threshold and node memory over time; evictions as marks."""
+    check_available()
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    cfg = res.config
+    cap = float(cfg.cpus)
+    t = [r.t for r in res.records]
+    fig, (ax, axm) = plt.subplots(2, 1, sharex=True, figsize=(10, 6), height_ratios=(3, 1))
+    ax.plot(t, [r.ls_used for r in res.records], label="LS used", color="tab:blue")
+    ax.plot(t, [r.be_used for r in res.records], label="BE used", color="tab:orange")
+    ax.step(t, [cap if math.isinf(r.be_limit) else r.be_limit for r in res.records], where="post",
+            label="BE limit", color="tab:red", linestyle="--")
+    ax.axhline(cap * cfg.cpu_threshold_percent / 100.0, color="grey", linestyle=":",
+               label=f"threshold {cfg.cpu_threshold_percent} %")
+    ax.set_ylabel("cores")
+    ax.set_ylim(0, cap * 1.05)
+    ax.legend(loc="upper left", fontsize="small")
+    ax.set_title(f"qosmanager simulate: {cfg.containers} containers, cgroup v{cfg.cgroup_version}, "
+                 f"{cfg.suppress_policy}")
+    axm.plot(t, [100.0 * r.memory_used / r.memory_total for r in res.records], color="tab:green",
+             label="node memory %")
+    axm.axhline(cfg.memory_threshold_percent, color="grey", linestyle=":")
+    for e in res.evictions:
+        axm.axvline(e.t, color="tab:purple", alpha=0.5, linewidth=0.8)
+    axm.set_ylabel("memory %")
+    axm.set_xlabel(f"simulated seconds ({len(res.evictions)} evictions marked)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,636 @@
+"""``qosmanager simulate``: the real agent on a synthetic dense node, under a closed-loop load.
+
+What runs is what ``qosmanager run`` runs: :class:`~qosmanager.agent.Agent` with its file source,
+collector, QoS manager (every enabled strategy), executor and eviction coordinator, pointed at a
+fake host (:class:`~qosmanager.sim.fakehost.FakeHost`) in a temporary directory (``/dev/shm`` when
+it exists).  The node gets a pods file, a Node and a NodeSLO that switches BE suppression and memory
+eviction on, and :class:`~qosmanager.sim.load.LoadModel` writes the kernel's counters every model
+step, reading back the BE limits the agent wrote (the closed loop).
+
+Time is simulated: the agent's wall clock, its scheduler's monotonic clock and the collector's
+nanosecond clock all read one :class:`SimClock`, and the loop jumps from one due job to the next,
+so 30 s of node time take a few seconds.  What is *measured*, not simulated: the CPU time the
+agent's own jobs take (``time.process_time`` around each collect and strategy run) and the peak
+RSS (psutil, sampled after every agent tick; the process also holds the simulator).
+
+Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
+stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
+a pod evicted through the API would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+import psutil
+
+from qosmanager.agent import Agent, AgentConfig
+from qosmanager.eviction.types import EvictDecision
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.metrics.collector import Collector
+from qosmanager.sim.fakehost import FakeHost, FakePod
+from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
+from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+
+BASE_WALL = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated wall time starts here (reproducible audits)
+BE_PRIORITIES = (5100, 5300, 5500, 5700, 5900)  # koord-batch tiers
+BE_PRIORITY_WEIGHTS = (1, 2, 4, 2, 1)
+MIN_CFS_QUOTA_US = 2000  # koordlet's beMinQuota: the floor of cfsQuota suppression
+MIN_BE_CPUS = 2  # koordlet's beMinCPUSetCores
+
+
+@dataclass
+class SimConfig:
+    containers: int = 2000
+    duration: float = 30.0
+    cgroup_version: int = 1
+    seed: int = 0
+    cpus: int = 64
+    memory_gib: int = 256
+    suppress_policy: str = "cfsQuota"
+    step: float = 1.0  # load-model step, simulated seconds
+    collect_interval: float = 1.0
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    cpu_threshold_percent: int = 65
+    memory_threshold_percent: int = 70
+    shape: LoadShape = field(default_factory=LoadShape)
+    audit_log: str | None = None
+    workdir: str | None = None
+    keep: bool = False
+    real_time: bool = False
+
+    def validate(self) -> None:
+        if self.containers < 1:
+            raise ValueError("--containers must be at least 1")
+        if not 0 < self.duration <= 86_400:
+            raise ValueError("--duration must be within (0, 86400] seconds")
+        if self.cpus < 2 or self.cpus % 2:
+            raise ValueError("--cpus must be an even number >= 2 (two threads per core)")
+        if self.memory_gib < 1:
+            raise ValueError("--memory-gib must be at least 1")
+        if not 0 < self.step <= self.duration:
+            raise ValueError("--step must be positive and at most --duration")
+        if self.suppress_policy not in ("cfsQuota", "cpuset"):
+            raise ValueError("--suppress-policy must be cfsQuota or cpuset")
+
+
+@dataclass
+class Eviction:
+    t: float
+    pod: str  # namespace/name
+    uid: str
+    priority: int
+    feature: str
+    memory: int  # bytes the pod held
+    reason: str
+
+
+@dataclass
+class JobStats:
+    runs: int = 0
+    cpu_seconds: float = 0.0
+    errors: int = 0
+    max_seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.runs += 1
+        self.cpu_seconds += seconds
+        self.max_seconds = max(self.max_seconds, seconds)
+
+
+@dataclass
+class FileWrite:
+    """An executed write the agent made to the BE QoS dir's CPU limits (quota or cpuset)."""
+
+    t: float
+    strategy: str
+    file: str
+    value: str
+    old: str | None
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    pods: int
+    ls_pods: int
+    be_pods: int
+    strategies: list[str]
+    records: list[StepRecord]
+    evictions: list[Eviction]
+    jobs: dict[str, JobStats]
+    tick_cpu: list[float]  # agent CPU seconds per tick: a collect and every strategy run until the next one
+    be_writes: list[FileWrite]
+    peak_rss: int
+    baseline_rss: int
+    build_seconds: float
+    run_seconds: float
+    strategy_errors: dict[str, str]
+
+    @property
+    def ticks(self) -> int:
+        return self.jobs["collect"].runs if "collect" in self.jobs else 0
+
+    @property
+    def agent_cpu_seconds(self) -> float:
+        return sum(j.cpu_seconds for j in self.jobs.values())
+
+    def tick_cpu_stats(self) -> tuple[float, float, float]:
+        """(median, mean, max) agent CPU seconds per tick."""
+        ts = sorted(self.tick_cpu)
+        if not ts:
+            return 0.0, 0.0, 0.0
+        n = len(ts)
+        median = ts[n // 2] if n % 2 else (ts[n // 2 - 1] + ts[n // 2]) / 2.0
+        return median, sum(ts) / n, ts[-1]
+
+
+class SimClock:
+    """One simulated time for every clock the agent reads."""
+
+    def __init__(self, base_wall: float = BASE_WALL) -> None:
+        self.base = base_wall
+        self.elapsed = 0.0
+
+    def wall(self) -> float:
+        return self.base + self.elapsed
+
+    def mono(self) -> float:
+        return self.elapsed
+
+    def mono_ns(self) -> int:
+        return round(self.elapsed * 1e9) + 1_000_000_000  # never 0: a real monotonic clock is not
+
+
+class Progress:
+    """One updating status line on a terminal; plain lines (every tenth of the run) otherwise."""
+
+    def __init__(self, stream: TextIO | None, duration: float) -> None:
+        self.stream = stream
+        self.tty = bool(stream is not None and stream.isatty())
+        self.every = max(duration / 10.0, 1.0)
+        self._next_plain = 0.0
+        self._last_tty = 0.0
+        self._width = 0
+
+    def update(self, t: float, text: str) -> None:
+        if self.stream is None:
+            return
+        if self.tty:
+            now = time.monotonic()
+            if now - self._last_tty < 0.1:
+                return
+            self._last_tty = now
+            line = f"[{t:6.1f}s] {text}"
+            pad = max(0, self._width - len(line))
+            self._width = len(line)
+            self.stream.write("\r" + line + " " * pad)
+            self.stream.flush()
+        elif t >= self._next_plain:
+            self._next_plain = t + self.every
+            self.stream.write(f"[{t:6.1f}s] {text}\n")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.stream is not None and self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+
+
+# ----------------------------------------------------------------------------------------------
+# the synthetic node
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class SimNode:
+    root: str
+    host: FakeHost
+    pods: list[FakePod]
+    objects: dict[str, dict[str, Any]]  # uid -> Pod object
+    priorities: dict[str, int]
+    pods_file: str
+    node_file: str
+    nodeslo_file: str
+    nodeslo_spec: dict[str, Any]
+    gates: dict[str, bool]
+
+
+def _fast_tmp() -> str | None:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def build_node(cfg: SimConfig, root: str) -> SimNode:
+    """The fake host with every pod laid out, and the files the agent's file source reads."""
+    memory = cfg.memory_gib << 30
+    host = FakeHost(os.path.join(root, "host"), version=cfg.cgroup_version, n_cpus=cfg.cpus, memory_bytes=memory,
+                    seed=cfg.seed)
+    pods = FakeHost.make_pods(cfg.containers, seed=cfg.seed)
+    host.add_pods(pods)
+    rng = random.Random(cfg.seed)
+    priorities: dict[str, int] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    n_be = sum(1 for p in pods if p.qos is KubeQoS.BESTEFFORT)
+    per_container_cpu = max(100, cfg.cpus * 1000 // max(1, n_be) // 2)
+    for p in pods:
+        if p.qos is KubeQoS.BESTEFFORT:
+            prio = rng.choices(BE_PRIORITIES, BE_PRIORITY_WEIGHTS)[0]
+            objects[p.uid] = pod_object(p, cpu_milli=per_container_cpu, memory=1 << 30, priority=prio)
+        else:
+            prio = 9500
+            objects[p.uid] = pod_object(p, cpu_milli=500, memory=1 << 30)
+        priorities[p.uid] = prio
+    spec = {"resourceUsedThresholdWithBE": {
+        "enable": True,
+        "cpuSuppressThresholdPercent": cfg.cpu_threshold_percent,
+        "cpuSuppressPolicy": cfg.suppress_policy,
+        "memoryEvictThresholdPercent": cfg.memory_threshold_percent,
+    }}
+    node = node_object(host, name="sim-node", batch_cpu_milli=cfg.cpus * 1000 // 2, batch_memory=memory // 2)
+    files = {name: os.path.join(root, name) for name in ("pods.json", "node.json", "nodeslo.json")}
+    _atomic_json(files["node.json"], node)
+    _atomic_json(files["nodeslo.json"], nodeslo_object(spec, name="sim-node"))
+    _atomic_json(files["pods.json"], pod_list(objects.values()))
+    gates = {"BEMemoryEvict": True, **cfg.feature_gates}
+    return SimNode(root, host, pods, objects, priorities, files["pods.json"], files["node.json"],
+                   files["nodeslo.json"], spec, gates)
+
+
+def _atomic_json(path: str, obj: Any) -> None:
+    """Write then rename, so the agent never reads half a file (it notices the new inode)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def _use_simulated_collector(agent: Agent, clock: SimClock) -> None:
+    """Rebuild the agent's collector on the simulated nanosecond clock.
+
+    The collector turns counter deltas into rates with its ``mono`` clock; :class:`Agent` passes it
+    only the wall clock, so on simulated time the rates would use real elapsed nanoseconds.  The
+    replacement is built exactly as the agent builds its own, plus ``mono``.
+    """
+    agent.collector.close()
+    agent.collector = Collector(agent.layout, agent.cache, agent.store, clock=clock.wall, mono=clock.mono_ns,
+                                max_fds=agent.cfg.max_fds)
+    agent.collector.on_pod_removed.append(agent.executor.forget)
+
+
+# ----------------------------------------------------------------------------------------------
+# the run
+# ----------------------------------------------------------------------------------------------
+def run_simulation(cfg: SimConfig, progress: Progress | None = None) -> SimResult:
+    """Build the node, run the agent and the load model for ``cfg.duration`` simulated seconds."""
+    cfg.validate()
+    root = tempfile.mkdtemp(prefix="qosm-sim-", dir=cfg.workdir or _fast_tmp())
+    try:
+        return _run(cfg, root, progress)
+    finally:
+        if cfg.keep:
+            if progress is not None and progress.stream is not None:
+                progress.stream.write(f"kept the synthetic node in {root}\n")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
+    t_build = time.monotonic()
+    node = build_node(cfg, root)
+    model = LoadModel(node.host, node.pods, node.priorities, duration=cfg.duration, shape=cfg.shape,
+                      seed=cfg.seed)
+    proc = psutil.Process()
+    baseline_rss = proc.memory_info().rss
+    clock = SimClock()
+    agent_cfg = AgentConfig(roots=node.host.roots, cgroup_version=str(cfg.cgroup_version), cgroup_driver="cgroupfs",
+                            node_name="sim-node", pods_file=node.pods_file, node_file=node.node_file,
+                            node_slo_file=node.nodeslo_file, evict_mode="none", audit_log=cfg.audit_log,
+                            metrics_addr="", feature_gates=node.gates, collect_interval=cfg.collect_interval)
+    agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono)
+    _use_simulated_collector(agent, clock)
+    agent.scheduler._rng.seed(cfg.seed)  # reproducible jitter (the scheduler takes a seed; the agent passes none)
+    evictions: list[Eviction] = []
+    removed: set[str] = set()
+
+    def on_decision(d: EvictDecision, strategy: str) -> None:
+        if d.action == "evicted" and model.evict(d.pod.uid, clock.elapsed):
+            evictions.append(Eviction(clock.elapsed, d.pod.key, d.pod.uid, d.pod.priority_value, d.feature,
+                                      model.pod_memory(d.pod.uid, clock.elapsed), d.reason))
+
+    agent.coordinator.on_decision.append(on_decision)
+    be_writes: list[FileWrite] = []
+    be_files = _be_limit_files(agent)
+
+    def on_audit(rec: dict[str, Any]) -> None:
+        if rec["action"] == "write" and rec["executed"] and rec["target"] in be_files:
+            be_writes.append(FileWrite(clock.elapsed, rec["strategy"], rec["target"], rec["value"], rec["old"]))
+
+    agent.audit.add_sink(on_audit)
+    build_seconds = time.monotonic() - t_build
+    jobs: dict[str, JobStats] = {j.name: JobStats() for j in agent.scheduler.jobs}
+    records: list[StepRecord] = []
+    tick_cpu: list[float] = []
+    peak_rss = baseline_rss
+    t_run = time.monotonic()
+    next_step = 0.0
+    try:
+        while True:
+            job = min(agent.scheduler.jobs, key=lambda j: j.next_at)
+            model_first = next_step <= job.next_at
+            t = next_step if model_first else job.next_at
+            if t > cfg.duration + 1e-9:
+                break
+            clock.elapsed = t
+            if cfg.real_time:
+                _sleep_until(t_run + t)
+            if model_first:
+                gone = model.due_removals(t)
+                if gone:
+                    removed.update(gone)
+                    _atomic_json(node.pods_file, pod_list(o for u, o in node.objects.items() if u not in removed))
+                rec = model.step(t)
+                records.append(rec)
+                next_step = round(next_step + cfg.step, 9)
+                if progress is not None:
+                    progress.update(t, _status(rec, evictions))
+                continue
+            c0 = time.process_time()
+            agent.scheduler.run_job(job)
+            spent = time.process_time() - c0
+            jobs.setdefault(job.name, JobStats()).add(spent)
+            if job.name == "collect":
+                tick_cpu.append(0.0)
+                peak_rss = max(peak_rss, proc.memory_info().rss)
+            if tick_cpu:
+                tick_cpu[-1] += spent
+    finally:
+        if progress is not None:
+            progress.done()
+        strategy_errors = {n: s.last_error for n, s in agent.manager.stats.items() if s.errors}
+        for name, s in agent.manager.stats.items():
+            if name in jobs:
+                jobs[name].errors = s.errors
+        agent.close()
+    n_be = sum(1 for p in node.pods if p.qos is KubeQoS.BESTEFFORT)
+    return SimResult(config=cfg, pods=len(node.pods), ls_pods=len(node.pods) - n_be, be_pods=n_be,
+                     strategies=list(agent.strategy_names), records=records, evictions=evictions, jobs=jobs,
+                     tick_cpu=tick_cpu, be_writes=be_writes,
+                     peak_rss=peak_rss, baseline_rss=baseline_rss, build_seconds=build_seconds,
+                     run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors)
+
+
+def _be_limit_files(agent: Agent) -> set[str]:
+    """Display paths (as the audit names them) of the BE QoS dir's quota and cpuset files."""
+    names = set()
+    be = agent.layout.qos_dir(KubeQoS.BESTEFFORT)
+    for resource in ("cpu.cfs_quota_us", "cpuset.cpus"):
+        loc = agent.executor.resolve(resource, be)
+        if loc is not None:
+            names.add(loc[1])
+    return names
+
+
+def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _status(rec: StepRecord, evictions: Sequence[Eviction]) -> str:
+    limit = "unlimited" if math.isinf(rec.be_limit) else f"{rec.be_limit:5.1f}"
+    return (f"LS {rec.ls_used:5.1f} cores  BE {rec.be_used:5.1f} (limit {limit})  "
+            f"memory {100.0 * rec.memory_used / rec.memory_total:4.1f} %  evicted {len(evictions)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# the summary
+# ----------------------------------------------------------------------------------------------
+_BLOCKS = "▁▂▃▄▅▆▇█"
+_ASCII = "_.-:=+*#"
+
+
+def sparkline(values: Sequence[float], lo: float, hi: float, *, unicode: bool = True) -> str:
+    """One character per value, scaled into [lo, hi] (NaN: a space)."""
+    chars = _BLOCKS if unicode else _ASCII
+    span = hi - lo
+    out = []
+    for v in values:
+        if v != v:  # NaN
+            out.append(" ")
+            continue
+        k = 0 if span <= 0 else int((min(max(v, lo), hi) - lo) / span * (len(chars) - 1) + 0.5)
+        out.append(chars[k])
+    return "".join(out)
+
+
+def _buckets(records: Sequence[StepRecord], width: int) -> list[list[StepRecord]]:
+    n = len(records)
+    if n <= width:
+        return [[r] for r in records]
+    return [list(records[i * n // width:(i + 1) * n // width]) for i in range(width)]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    finite = [x for x in xs if not math.isinf(x)]
+    return sum(finite) / len(finite) if finite else math.inf
+
+
+def _cores(v: float) -> str:
+    return "unlimited" if math.isinf(v) else f"{v:.1f}"
+
+
+def _mib(n: int | float) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
+    """The end-of-run report: what a person reads at a glance."""
+    cfg = res.config
+    recs = res.records
+    lines: list[str] = []
+    ticks = max(res.ticks, 1)
+    lines.append(f"qosmanager simulate: {cfg.containers} containers in {res.pods} pods ({res.ls_pods} LS, "
+                 f"{res.be_pods} BE) on {cfg.cpus} CPUs / {cfg.memory_gib} GiB, cgroup v{cfg.cgroup_version}, "
+                 f"{cfg.duration:g} s simulated in {res.run_seconds:.1f} s (node built in {res.build_seconds:.1f} s, "
+                 f"seed {cfg.seed})")
+    lines.append(f"strategies: {', '.join(res.strategies) or 'none'}; cpuSuppressPolicy {cfg.suppress_policy}, "
+                 f"CPU threshold {cfg.cpu_threshold_percent} %, memory eviction at {cfg.memory_threshold_percent} %")
+    lines.append("")
+    per_job = ", ".join(f"{name} {1000.0 * st.cpu_seconds / max(st.runs, 1):.1f}"
+                        for name, st in res.jobs.items() if st.runs)
+    median, mean, worst = res.tick_cpu_stats()
+    lines.append(f"agent      CPU per tick {1000.0 * median:.1f} ms median, {1000.0 * mean:.1f} ms mean, "
+                 f"{1000.0 * worst:.1f} ms max over {ticks} ticks (ms per run: {per_job})")
+    lines.append(f"           peak RSS {_mib(res.peak_rss)} ({_mib(res.baseline_rss)} before the agent started; "
+                 "one process with the simulator)")
+    for name, err in res.strategy_errors.items():
+        lines.append(f"           ERROR {name} raised {res.jobs.get(name, JobStats()).errors} time(s): {err}")
+    if not recs:
+        lines.append("no model steps ran")
+        return "\n".join(lines) + "\n"
+    cap = float(cfg.cpus)
+    threshold = cap * cfg.cpu_threshold_percent / 100.0
+    over = [r for r in recs if r.ls_used + r.system > threshold]
+    step = cfg.step
+    lines.append(f"LS CPU     used {min(r.ls_used for r in recs):.1f} .. {max(r.ls_used for r in recs):.1f} cores "
+                 f"(mean {_mean([r.ls_used for r in recs]):.1f}); threshold {cfg.cpu_threshold_percent} % = "
+                 f"{threshold:.1f} cores; LS + system above it for {len(over) * step:g} s")
+    limits = [r.be_limit for r in recs]
+    floor = (f"floor {MIN_CFS_QUOTA_US / 100_000:.2f} cores (quota {MIN_CFS_QUOTA_US} us)"
+             if cfg.suppress_policy == "cfsQuota" else f"floor {MIN_BE_CPUS} CPUs")
+    lines.append(f"BE CPU     used {_mean([r.be_used for r in recs]):.1f} cores on average (demand "
+                 f"{_mean([r.be_demand for r in recs]):.1f}); limit {_cores(min(limits))} .. {_cores(max(limits))} "
+                 f"cores, {floor}")
+    peak_mem = max(r.memory_used / r.memory_total for r in recs)
+    by_feature: dict[str, int] = {}
+    for e in res.evictions:
+        by_feature[e.feature] = by_feature.get(e.feature, 0) + 1
+    feats = ", ".join(f"{k} {v}" for k, v in sorted(by_feature.items())) or "none"
+    lines.append(f"evictions  {len(res.evictions)} ({feats}); memory peaked at {100 * peak_mem:.1f} % "
+                 f"(threshold {cfg.memory_threshold_percent} %)")
+    lines.append("")
+    lines.extend(_timeline(res, unicode=unicode, width=width))
+    if res.evictions:
+        lines.append("")
+        lines.append("evicted, lowest priority first:")
+        shown = sorted(res.evictions, key=lambda e: (e.priority, e.t))
+        for e in shown[:12]:
+            lines.append(f"  priority {e.priority}  {e.pod:<24} {_gib(e.memory):>9}  at {e.t:5.1f} s  {e.feature}")
+        if len(shown) > 12:
+            lines.append(f"  ... and {len(shown) - 12} more")
+    return "\n".join(lines) + "\n"
+
+
+def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
+    cfg = res.config
+    cap = float(cfg.cpus)
+    buckets = _buckets(res.records, width)
+    span = f"0 .. {res.records[-1].t:g} s"
+    ls = [_mean([r.ls_used for r in b]) for b in buckets]
+    be = [_mean([r.be_used for r in b]) for b in buckets]
+    lim = [min(_mean([min(r.be_limit, cap) for r in b]), cap) for b in buckets]
+    mem = [_mean([100.0 * r.memory_used / r.memory_total for r in b]) for b in buckets]
+    ev_marks = []
+    starts = [b[0].t for b in buckets]
+    for i, t0 in enumerate(starts):
+        t_end = starts[i + 1] if i + 1 < len(starts) else math.inf
+        n = sum(1 for e in res.evictions if t0 <= e.t < t_end)
+        ev_marks.append("·" if n == 0 and unicode else "." if n == 0 else (str(n) if n < 10 else "+"))
+    threshold = cap * cfg.cpu_threshold_percent / 100.0
+    out = [f"timeline ({span}, {len(buckets)} columns; CPU rows scaled 0 .. {cap:g} cores)"]
+    rows = (("LS used", ls, 0.0, cap, f"{min(ls):.1f} .. {max(ls):.1f} cores (threshold {threshold:.1f})"),
+            ("BE limit", lim, 0.0, cap, f"{min(lim):.1f} .. {max(lim):.1f} cores"),
+            ("BE used", be, 0.0, cap, f"{min(be):.1f} .. {max(be):.1f} cores"),
+            ("memory", mem, 50.0, 100.0, f"{min(mem):.1f} .. {max(mem):.1f} % (scaled 50 .. 100)"))
+    for label, vals, lo, hi, note in rows:
+        out.append(f"  {label:<9} {sparkline(vals, lo, hi, unicode=unicode)}  {note}")
+    out.append(f"  {'evictions':<9} {''.join(ev_marks)}  {len(res.evictions)} in total")
+    out.append("")
+    out.append("     t   LS used   BE used   BE limit   BE quota    memory  evicted")
+    n = len(res.records)
+    picks = sorted({round(i * (n - 1) / 10) for i in range(11)}) if n > 1 else [0]
+    for i in picks:
+        r = res.records[i]
+        quota = "-1" if r.be_quota_us < 0 else str(r.be_quota_us)
+        out.append(f"  {r.t:4.0f}s  {r.ls_used:8.1f}  {r.be_used:8.1f}  {_cores(min(r.be_limit, 1e18)):>9}  "
+                   f"{quota:>9}  {100.0 * r.memory_used / r.memory_total:6.1f} %  {r.evicted_total:7d}")
+    return out
+
+
+def result_json(res: SimResult) -> dict[str, Any]:
+    """The run as plain data (``--json``)."""
+    def clean(v: Any) -> Any:
+        return None if isinstance(v, float) and math.isinf(v) else v
+
+    return {
+        "config": {k: v for k, v in asdict(res.config).items() if k != "shape"},
+        "shape": asdict(res.config.shape),
+        "pods": res.pods, "ls_pods": res.ls_pods, "be_pods": res.be_pods, "strategies": res.strategies,
+        "agent": {"ticks": res.ticks, "cpu_seconds": res.agent_cpu_seconds, "peak_rss": res.peak_rss,
+                  "baseline_rss": res.baseline_rss,
+                  "jobs": {n: asdict(s) for n, s in res.jobs.items()}, "errors": res.strategy_errors},
+        "timeline": [{k: clean(v) for k, v in asdict(r).items()} for r in res.records],
+        "evictions": [asdict(e) for e in res.evictions],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the command
+# ----------------------------------------------------------------------------------------------
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(containers=args.containers, duration=args.duration, cgroup_version=args.cgroup_version,
+                     seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib, suppress_policy=args.suppress_policy,
+                     step=args.step, feature_gates=dict(args.feature_gates), audit_log=args.audit_log,
+                     workdir=args.workdir, keep=args.keep, real_time=args.real_time)
+
+
+def simulate_from_args(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    from qosmanager.sim import plot
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    cfg = config_from_args(args)
+    try:
+        cfg.validate()
+        if args.plot:
+            plot.check_available()
+    except (ValueError, plot.PlotUnavailable) as e:
+        err.write(f"qosmanager simulate: {e}\n")
+        return 2
+    try:
+        res = run_simulation(cfg, Progress(err, cfg.duration))
+    except ValueError as e:  # a bad feature gate and the like, found while building the agent
+        err.write(f"qosmanager simulate: {e}\n")
+        return 2
+    out.write(summarize(res, unicode=_can_encode(out, _BLOCKS + "·")))
+    out.flush()
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result_json(res), f, indent=1)
+    if args.plot:
+        plot.draw(res, args.plot)
+        out.write(f"plot written to {args.plot}\n")
+    return 1 if res.strategy_errors else 0
+
+
+def _can_encode(stream: TextIO, text: str) -> bool:
+    enc = getattr(stream, "encoding", None) or "ascii"
+    with contextlib.suppress(LookupError):
+        try:
+            text.encode(enc)
+            return True
+        except UnicodeEncodeError:
+            return False
+    return False
+
+
+__all__ = [
+    "Eviction",
+    "JobStats",
+    "Progress",
+    "SimClock",
+    "SimConfig",
+    "SimNode",
+    "SimResult",
+    "build_node",
+    "result_json",
+    "run_simulation",
+    "simulate_from_args",
+    "sparkline",
+    "summarize",
+]
