@@ -50,6 +50,7 @@ from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
+from qosmanager.strategies._helpers import threshold_feature_disabled
 
 log = logging.getLogger(__name__)
 
@@ -384,11 +385,9 @@ def milli_release_by_used_threshold(usage_pct: int, lower_pct: int, capacity: in
 
 def is_feature_disabled(ctx: Context) -> bool:
     """``IsFeatureDisabled``: the evict features run only while the NodeSLO's
-    ``resourceUsedThresholdWithBE.enable`` is explicitly true (no NodeSLO: disabled)."""
-    if not ctx.nodeslo_present:
-        return True
-    enable = ctx.nodeslo.resource_used_threshold_with_be.enable
-    return enable is None or not enable
+    ``resourceUsedThresholdWithBE.enable`` is explicitly true (an error -- no NodeSLO, enable
+    unset -- skips the feature as "disabled" does: an evictor has nothing to recover)."""
+    return threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present) is not False
 
 
 def collect_seconds(ctx: Context) -> int:
