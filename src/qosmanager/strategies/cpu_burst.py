@@ -1,0 +1,507 @@
+"""cpuBurst: let CPU-limited latency-sensitive containers burst (koordlet's CPUBurst, koordlet-qos §4.2).
+
+Two mechanisms, chosen by ``cpuBurstStrategy.policy`` (``none`` | ``cpuBurstOnly`` |
+``cfsQuotaBurstOnly`` | ``auto``), node-wide or per pod through the annotation
+``koordinator.sh/cpuBurst`` (fields it sets override the node's):
+
+* **static burst** -- ``cpu.cfs_burst_us`` (v2 ``cpu.max.burst``) of every container is
+  ``limit x cpuBurstPercent% x period``, and the pod's is the sum; 0 when the policy does not
+  include it or the container has no CPU limit (which is how turning it off restores the default).
+* **dynamic CFS quota burst** -- a throttled container's quota is raised 20 % per tick up to
+  ``limit x cfsQuotaBurstPercent%`` and lowered 20 % per tick back towards its limit when it may
+  not burst.  Whether it may is decided by
+
+  - the node's *share pool*: (node used - used by LSE/LSR/BE pods) / (#CPUs - requests of
+    LSE/LSR pods); at or above ``sharePoolThresholdPercent`` the pool is OVERLOAD (scale down),
+    within 90 % of it COOLING (hold), below IDLE; without a node metric UNKNOWN (hold);
+  - a per-container token bucket (``cfsQuotaBurstPeriodSeconds`` set and >= 0): running above the
+    limit spends tokens, running below 60 % of it earns them, and an empty bucket scales down.
+
+  The pod's quota moves by the sum of its containers' changes, only when the pod is limited.
+  Policies without the quota burst reset quotas to the limit.
+
+Only pods whose raw QoS label is LS, SYSTEM or none burst (LSE, LSR and BE never do), and only
+Pending or Running ones.
+
+Cost on a dense node: the per-pod plan (which containers, their base and ceiling quotas, the static
+burst values) is built once per pod-set or NodeSLO change; a tick reads every candidate quota in one
+batch and decides for all containers at once with numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qosmanager.api.nodeslo import (
+    CFS_QUOTA_BURST_ONLY,
+    CPU_BURST_AUTO,
+    CPU_BURST_ONLY,
+    CPUBurstConfig,
+    CPUBurstStrategy,
+    NodeSLOSpec,
+    overlay_config,
+)
+from qosmanager.api.pod import (
+    PHASE_PENDING,
+    PHASE_RUNNING,
+    QOS_BE,
+    QOS_LSE,
+    QOS_LSR,
+    RESOURCE_CPU,
+    PodMeta,
+)
+from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.framework.context import Context
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig, Strategy, register
+from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota
+
+log = logging.getLogger(__name__)
+
+CFS_INCREASE_STEP = 1.2
+CFS_DECREASE_STEP = 0.8
+SHARE_POOL_COOLING_THRESHOLD_RATIO = 0.9
+LIMITER_CONSUME_PERCENT = 100  # at or above the limit a container spends tokens
+LIMITER_SAVING_PERCENT = 60  # below 60 % of the limit it earns them
+NODE_STATE_WINDOW_INTERVALS = 5
+NODE_STATE_MAX_WINDOW = 10.0
+CFS_BURST_US_MAX = 100_000_000  # the registry's valid range of cpu.cfs_burst_us
+MIN_QUOTA = 1000
+
+IDLE, COOLING, OVERLOAD, UNKNOWN = "idle", "cooling", "overload", "unknown"
+OP_REMAIN, OP_UP, OP_DOWN, OP_RESET = 0, 1, 2, 3
+OP_NAMES = ("remain", "scale up", "scale down", "reset")
+
+# how a container's token bucket answers (from its config)
+ALWAYS, NEVER, BUCKET = 0, 1, 2
+
+BURST, QUOTA = "cpu.cfs_burst_us", "cpu.cfs_quota_us"
+BURSTABLE_PHASES = (PHASE_PENDING, PHASE_RUNNING)
+
+
+def pod_burstable(pod: PodMeta) -> bool:
+    """``IsPodCPUBurstable`` (raw QoS LS, SYSTEM or none) and Pending or Running."""
+    return pod.qos_raw not in (QOS_LSR, QOS_LSE, QOS_BE) and pod.phase in BURSTABLE_PHASES
+
+
+def gen_pod_burst_config(pod: PodMeta, node_cfg: CPUBurstStrategy) -> CPUBurstConfig:
+    """``genPodBurstConfig``: the pod annotation's fields over the node's (an invalid annotation is
+    ignored, the node's config applies)."""
+    if pod.cpu_burst is None:
+        return node_cfg
+    return overlay_config(node_cfg, pod.cpu_burst)
+
+
+def static_burst_us(cfg: CPUBurstConfig, limit_milli: int) -> int:
+    """``applyCPUBurst``'s value for one container, clamped to the knob's valid range."""
+    if cfg.policy not in (CPU_BURST_AUTO, CPU_BURST_ONLY) or limit_milli <= 0 or cfg.cpu_burst_percent is None:
+        return 0
+    value = int((limit_milli / 1000) * (cfg.cpu_burst_percent / 100) * CFS_PERIOD_US)
+    return min(max(value, 0), CFS_BURST_US_MAX)
+
+
+def ceil_quota(cfg: CPUBurstConfig, base: int) -> int:
+    """The highest quota a container may burst to."""
+    pct = cfg.cfs_quota_burst_percent
+    if pct is not None and pct > 100:
+        return int(base * pct / 100)
+    return base
+
+
+def limiter_mode(cfg: CPUBurstConfig) -> int:
+    """``cfsBurstAllowedByLimiter`` before the bucket: no period -> always; no usable percent -> never."""
+    period = cfg.cfs_quota_burst_period_seconds
+    if period is None or period < 0:
+        return ALWAYS
+    pct = cfg.cfs_quota_burst_percent
+    if pct is None or pct < 100:
+        return NEVER
+    return BUCKET
+
+
+@dataclass
+class _Plan:
+    """Everything about the burstable containers that changes only with the pods or the NodeSLO."""
+
+    generation: int
+    nodeslo: NodeSLOSpec
+    static: list[tuple[str, int]]  # (dir, cfs_burst_us) for containers then their pod
+    # one entry per running container with a CPU limit (dynamic quota candidates)
+    ids: list[str]
+    dirs: list[str]
+    names: list[str]  # "namespace/pod/container" for reasons
+    pod_of: np.ndarray  # index into pod_dirs
+    base: np.ndarray  # int64 quota at the limit
+    ceil: np.ndarray  # int64 highest quota
+    limit_cores: np.ndarray  # float64
+    cfs_burst: np.ndarray  # bool: the policy includes the quota burst
+    mode: np.ndarray  # int8: ALWAYS | NEVER | BUCKET
+    period: np.ndarray  # int64 bucket period (BUCKET only)
+    pct: np.ndarray  # int64 cfsQuotaBurstPercent (BUCKET only)
+    pod_dirs: list[str]
+    # share pool: #CPUs minus LSE/LSR requests (sequential, as koordlet subtracts), and whose usage
+    # is taken out of the node's
+    share_pool_requests: list[float]
+    share_pool_excluded: list[str]
+
+
+class BurstLimiters:
+    """koordlet's per-container ``burstLimiter`` token buckets, held in arrays (one slot each).
+
+    A bucket of capacity ``period x (pct - 100)`` starts with a random fill in [0, capacity/2)
+    (seeded from the container id and the time, so replays repeat); each consultation moves it
+    by ``(usage% - 100) x seconds`` down when at or above the limit, ``(100 - usage%) x seconds``
+    up when under 60 %, clamped to +-capacity; bursting is allowed while it is positive.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.ids: list[str | None] = []
+        self.capacity = np.zeros(0, dtype=np.int64)
+        self.token = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.float64)
+        self.seen = np.zeros(0, dtype=np.float64)
+        self.expire = np.zeros(0, dtype=np.float64)
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _grow(self) -> None:
+        n = max(16, 2 * len(self.ids))
+        extra = n - len(self.ids)
+        self.capacity = np.concatenate([self.capacity, np.zeros(extra, dtype=np.int64)])
+        self.token = np.concatenate([self.token, np.zeros(extra, dtype=np.int64)])
+        self.last = np.concatenate([self.last, np.zeros(extra)])
+        self.seen = np.concatenate([self.seen, np.zeros(extra)])
+        self.expire = np.concatenate([self.expire, np.zeros(extra)])
+        self._free.extend(range(n - 1, len(self.ids) - 1, -1))
+        self.ids.extend([None] * extra)
+
+    def _init(self, slot: int, cid: str, period: int, pct: int, now: float) -> None:
+        capacity = period * (pct - 100)
+        rng = random.Random(f"{cid}@{now!r}")
+        self.capacity[slot] = capacity
+        self.token[slot] = int(capacity * (rng.random() * 0.5))
+        self.last[slot] = now
+        self.seen[slot] = now
+        self.expire[slot] = 2.0 * period
+
+    def slots(self, ids: Sequence[str], period: np.ndarray, pct: np.ndarray, now: float) -> np.ndarray:
+        """Slots of the containers' buckets, created (or re-created when the capacity changed,
+        koordlet's ``UpdateIfChanged``) as needed."""
+        out = np.empty(len(ids), dtype=np.int64)
+        for k, cid in enumerate(ids):
+            slot = self.index.get(cid)
+            if slot is None:
+                if not self._free:
+                    self._grow()
+                slot = self._free.pop()
+                self.index[cid] = slot
+                self.ids[slot] = cid
+                self._init(slot, cid, int(period[k]), int(pct[k]), now)
+            out[k] = slot
+        changed = np.flatnonzero(self.capacity[out] != period * (pct - 100))
+        for k in changed.tolist():
+            self._init(int(out[k]), ids[k], int(period[k]), int(pct[k]), now)
+        return out
+
+    def allow(self, slots: np.ndarray, now: float, usage_percent: np.ndarray) -> np.ndarray:
+        """koordlet's ``Allow`` for many buckets at once: whether each may burst now."""
+        last = self.last[slots]
+        dt = np.trunc(np.maximum(now - last, 0.0))  # whole seconds, truncated as koordlet does
+        dti = dt.astype(np.int64)
+        p = usage_percent
+        token = self.token[slots]
+        token = np.where(p >= LIMITER_CONSUME_PERCENT, token - (p - 100) * dti,
+                         np.where(p < LIMITER_SAVING_PERCENT, token + (100 - p) * dti, token))
+        cap = self.capacity[slots]
+        token = np.minimum(np.maximum(token, -cap), cap)
+        self.token[slots] = token
+        # koordlet fix: koordlet sets last = now after counting only the whole seconds, so the
+        # fraction is lost on every tick; with sub-second intervals or a jittered schedule (0.95 s)
+        # the bucket would never move.  We keep the fraction for the next tick (identical for
+        # whole-second tick spacing).
+        self.last[slots] = np.where(now < last, now, last + dt)
+        self.seen[slots] = now
+        return token > 0
+
+    def recycle(self, now: float) -> int:
+        """Drop buckets not consulted for longer than twice their period; returns how many."""
+        live = np.flatnonzero(np.fromiter((i is not None for i in self.ids), dtype=bool, count=len(self.ids)))
+        if not live.size:
+            return 0
+        dead = live[(now - self.seen[live]) > self.expire[live]]
+        for slot in dead.tolist():
+            cid = self.ids[slot]
+            if cid is not None:
+                del self.index[cid]
+            self.ids[slot] = None
+            self._free.append(slot)
+        return int(dead.size)
+
+
+@register
+class CPUBurst(Strategy):
+    """Static CFS burst and dynamic CFS quota burst (see the module docstring)."""
+
+    name = "cpuBurst"
+    gates = ("CPUBurst",)
+    interval_key = "reconcile"
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        super().__init__(cfg, gates)
+        self.limiters = BurstLimiters()
+        self.node_state = UNKNOWN
+        self._plan: _Plan | None = None
+        self._ran = False  # a NodeSLO was seen: if it goes away, the defaults (no burst) restore
+        # static burst values are re-sent when the plan changes, after force_update_seconds, or
+        # after a failure (the executor's write cache would answer each of them anyway)
+        self._static_sent: _Plan | None = None
+        self._static_at = -math.inf
+        self._static_writes: list[Write] = []
+
+    # ------------------------------------------------------------------ the tick (start)
+    def tick(self, ctx: Context) -> list[Write]:
+        self._static_writes = []
+        if not ctx.nodeslo_present and not self._ran:
+            return []  # koordlet: no NodeSLO, nothing to do
+        # Once a NodeSLO has been seen, its disappearance means the defaults (policy "none"):
+        # burst 0 and quotas back to the limit, instead of leaving the last bursts in place.
+        self._ran = True
+        plan = self._plan_for(ctx)
+        self.node_state = self._node_state(ctx, plan)
+        writes = self._static_burst(ctx, plan)
+        writes += self._cfs_quota_burst(ctx, plan)
+        self.limiters.recycle(ctx.now)
+        return writes
+
+    def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
+        if self._static_writes:
+            sent = {id(w) for w in self._static_writes}
+            if any(r.status == "failed" for r in results if id(r.write) in sent):
+                self._static_sent = None  # re-send next tick
+
+    # ------------------------------------------------------------------ node state
+    def _node_state(self, ctx: Context, plan: _Plan) -> str:
+        """``getNodeStateForBurst``: how loaded the share pool is (averages over a short window)."""
+        window = min(NODE_STATE_WINDOW_INTERVALS * ctx.cfg.reconcile_interval, NODE_STATE_MAX_WINDOW)
+        node_used = ctx.node_metric("node_cpu_usage", "avg", window)
+        cpu_info = ctx.cpu_info
+        if node_used is None or cpu_info is None:
+            return UNKNOWN
+        pod_used = ctx.pod_metrics("pod_cpu_usage", "avg", window)
+        total = float(len(cpu_info.processors))
+        for request in plan.share_pool_requests:
+            total -= request
+        usage = node_used
+        for uid in plan.share_pool_excluded:
+            used = pod_used.get(uid)
+            if used is not None:
+                usage -= used
+        ratio = usage / total if total > 0 else 1.0
+        threshold = (ctx.nodeslo.cpu_burst_strategy.share_pool_threshold_percent or 0) / 100
+        if ratio >= threshold:
+            return OVERLOAD
+        if ratio >= threshold * SHARE_POOL_COOLING_THRESHOLD_RATIO:
+            return COOLING
+        return IDLE
+
+    # ------------------------------------------------------------------ static burst
+    def _static_burst(self, ctx: Context, plan: _Plan) -> list[Write]:
+        """``applyCPUBurst`` for every burstable pod: containers' values and the pod's sum."""
+        if plan is self._static_sent and ctx.now - self._static_at < ctx.cfg.force_update_seconds:
+            return []
+        self._static_sent, self._static_at = plan, ctx.now
+        writes = [self.write(BURST, d, v, "cpuBurst: CFS burst from the CPU limit") for d, v in plan.static]
+        self._static_writes = writes
+        return writes
+
+    # ------------------------------------------------------------------ dynamic quota burst
+    def _cfs_quota_burst(self, ctx: Context, plan: _Plan) -> list[Write]:
+        """``applyCFSQuotaBurst`` for all candidate containers at once."""
+        if not plan.ids:
+            return []
+        cur, valid = _parse_quotas(ctx.read_many(QUOTA, plan.dirs))
+        allowed = np.ones(len(plan.ids), dtype=bool)
+        allowed[plan.mode == NEVER] = False
+        # the bucket is consulted first, for every readable container, whatever the policy
+        # (koordlet does so; it keeps the bucket's account of usage current)
+        bucket = np.flatnonzero(valid & (plan.mode == BUCKET))
+        if bucket.size:
+            allowed[bucket] = self._consult_buckets(ctx, plan, bucket)
+        ops = np.full(len(plan.ids), OP_RESET, dtype=np.int8)
+        burst = plan.cfs_burst
+        ops[burst & ~allowed] = OP_DOWN
+        want = burst & allowed
+        if want.any():
+            throttled = ctx.container_metrics("container_cpu_throttled")
+            thr = np.fromiter((throttled.get(cid, math.nan) for cid in plan.ids), dtype=np.float64,
+                              count=len(plan.ids))
+            ops[want] = np.where(thr[want] > 0, OP_UP, OP_REMAIN)  # NaN (no metric) -> remain
+        ops = change_operation_by_node(self.node_state, ops)
+        target = np.select(
+            [ops == OP_UP, ops == OP_DOWN, ops == OP_RESET],
+            [np.trunc(cur * CFS_INCREASE_STEP).astype(np.int64), np.trunc(cur * CFS_DECREASE_STEP).astype(np.int64),
+             plan.base],
+            default=cur,
+        )
+        target = np.maximum(plan.base, np.minimum(target, plan.ceil))
+        changed = np.flatnonzero(valid & (target != cur))
+        if not changed.size:
+            return []
+        return self._apply_quota_changes(ctx, plan, changed, cur, target, ops)
+
+    def _consult_buckets(self, ctx: Context, plan: _Plan, idx: np.ndarray) -> np.ndarray:
+        usage_by_id = ctx.container_metrics("container_cpu_usage")
+        ids = [plan.ids[k] for k in idx.tolist()]
+        limit = plan.limit_cores[idx]
+        usage = np.fromiter((usage_by_id.get(cid, math.nan) for cid in ids), dtype=np.float64, count=len(ids))
+        usage = np.where(np.isnan(usage), limit, usage)  # no metric: taken as running at the limit
+        percent = np.trunc(usage / limit * 100).astype(np.int64)
+        slots = self.limiters.slots(ids, plan.period[idx], plan.pct[idx], ctx.now)
+        return self.limiters.allow(slots, ctx.now, percent)
+
+    def _apply_quota_changes(self, ctx: Context, plan: _Plan, changed: np.ndarray, cur: np.ndarray,
+                             target: np.ndarray, ops: np.ndarray) -> list[Write]:
+        """``applyContainerCFSQuota``: containers to their target, each limited pod by the sum of its
+        containers' changes (the executor orders parents and children)."""
+        delta = target[changed] - cur[changed]
+        pods = plan.pod_of[changed]
+        pod_ids, inverse = np.unique(pods, return_inverse=True)
+        pod_delta = np.zeros(len(pod_ids), dtype=np.int64)
+        np.add.at(pod_delta, inverse, delta)
+        pod_dirs = [plan.pod_dirs[p] for p in pod_ids.tolist()]
+        pod_cur, pod_valid = _parse_quotas(ctx.read_many(QUOTA, pod_dirs))
+        state = self.node_state
+        writes: list[Write] = []
+        for k, p in enumerate(pod_ids.tolist()):
+            if not pod_valid[k] or pod_cur[k] <= 0 or pod_delta[k] == 0:
+                continue  # unreadable, or unlimited (stays so), or nothing to move
+            value = max(int(pod_cur[k] + pod_delta[k]), MIN_QUOTA)
+            writes.append(self.write(QUOTA, plan.pod_dirs[p], value,
+                                     f"cpuBurst: pod quota {int(pod_cur[k])} -> {value} with its containers "
+                                     f"(share pool {state})"))
+        skip = {int(pod_ids[k]) for k in np.flatnonzero(~pod_valid).tolist()}
+        for k in changed.tolist():
+            if int(plan.pod_of[k]) in skip:
+                continue  # koordlet gives up on a container whose pod quota cannot be read
+            writes.append(self.write(QUOTA, plan.dirs[k], int(target[k]),
+                                     f"cpuBurst: {OP_NAMES[ops[k]]} quota of {plan.names[k]} {int(cur[k])} -> "
+                                     f"{int(target[k])} (share pool {state})"))
+        return writes
+
+    # ------------------------------------------------------------------ the per-pod plan
+    def _plan_for(self, ctx: Context) -> _Plan:
+        plan = self._plan
+        if plan is not None and plan.generation == ctx.pods_generation and plan.nodeslo is ctx.nodeslo:
+            return plan
+        plan = build_plan(ctx, ctx.nodeslo)
+        self._plan = plan
+        return plan
+
+
+def change_operation_by_node(state: str, ops: np.ndarray) -> np.ndarray:
+    """``changeOperationByNode``: OVERLOAD turns up/remain into down; COOLING and UNKNOWN hold ups."""
+    out = ops.copy()
+    if state == OVERLOAD:
+        out[(ops == OP_UP) | (ops == OP_REMAIN)] = OP_DOWN
+    elif state in (COOLING, UNKNOWN):
+        out[ops == OP_UP] = OP_REMAIN
+    return out
+
+
+def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
+    """Per-pod data for the ticks until the pods or the NodeSLO change."""
+    node_cfg = nodeslo.cpu_burst_strategy
+    static: list[tuple[str, int]] = []
+    ids: list[str] = []
+    dirs: list[str] = []
+    names: list[str] = []
+    pod_of: list[int] = []
+    base: list[int] = []
+    ceil: list[int] = []
+    limit: list[float] = []
+    cfs_burst: list[bool] = []
+    mode: list[int] = []
+    period: list[int] = []
+    pct: list[int] = []
+    pod_dirs: list[str] = []
+    requests: list[float] = []
+    excluded: list[str] = []
+    for pod in ctx.pods.values():
+        if pod.qos_raw in (QOS_LSE, QOS_LSR):
+            requests.append(pod.cpu_request_milli / 1000)
+        if pod.qos_raw in (QOS_LSE, QOS_LSR, QOS_BE):
+            excluded.append(pod.uid)
+        if not pod_burstable(pod):
+            continue
+        try:
+            pod_dir = ctx.pod_dir(pod)
+        except ValueError as e:
+            log.warning("cpuBurst: pod %s skipped: %s", pod.key, e)
+            continue
+        cfg = gen_pod_burst_config(pod, node_cfg)
+        pod_index = len(pod_dirs)
+        pod_dirs.append(pod_dir)
+        pod_sum = 0
+        cfs = cfg.policy in (CPU_BURST_AUTO, CFS_QUOTA_BURST_ONLY)
+        m = limiter_mode(cfg)
+        for c in pod.containers:
+            cdir = ctx.container_dir(pod, c)
+            if cdir is None:
+                continue  # not started (no container id) yet
+            limit_milli = c.limits.get(RESOURCE_CPU, 0)
+            value = static_burst_us(cfg, limit_milli)
+            pod_sum += value
+            static.append((cdir, value))
+            b = milli_cpu_to_quota(limit_milli)
+            if not c.running or b <= 0:
+                continue  # no CPU limit: nothing to burst from
+            ids.append(c.container_id)
+            dirs.append(cdir)
+            names.append(f"{pod.key}/{c.name}")
+            pod_of.append(pod_index)
+            base.append(b)
+            ceil.append(ceil_quota(cfg, b))
+            limit.append(limit_milli / 1000)
+            cfs_burst.append(cfs)
+            mode.append(m)
+            period.append(cfg.cfs_quota_burst_period_seconds or 0)
+            pct.append(cfg.cfs_quota_burst_percent or 0)
+        static.append((pod_dir, min(pod_sum, CFS_BURST_US_MAX)))
+    return _Plan(
+        generation=ctx.pods_generation, nodeslo=nodeslo, static=static, ids=ids, dirs=dirs, names=names,
+        pod_of=np.array(pod_of, dtype=np.int64), base=np.array(base, dtype=np.int64),
+        ceil=np.array(ceil, dtype=np.int64), limit_cores=np.array(limit, dtype=np.float64),
+        cfs_burst=np.array(cfs_burst, dtype=bool), mode=np.array(mode, dtype=np.int8),
+        period=np.array(period, dtype=np.int64), pct=np.array(pct, dtype=np.int64), pod_dirs=pod_dirs,
+        share_pool_requests=requests, share_pool_excluded=excluded,
+    )
+
+
+def _parse_quotas(values: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical quota strings -> (int64 values, readable mask); unreadable entries read 0."""
+    n = len(values)
+    texts = np.array([v.strip() if v is not None else "" for v in values], dtype=str) if n else np.zeros(0, str)
+    valid = texts != ""
+    out = np.zeros(n, dtype=np.int64)
+    try:
+        out[valid] = texts[valid].astype(np.int64)
+    except ValueError:  # a garbled file: parse one by one, losing only that entry
+        for k in np.flatnonzero(valid).tolist():
+            try:
+                out[k] = int(texts[k])
+            except ValueError:
+                valid[k] = False
+    return out, valid
+
+
+__all__ = ["BurstLimiters", "CPUBurst", "build_plan", "change_operation_by_node", "gen_pod_burst_config",
+           "static_burst_us"]
