@@ -461,3 +461,20 @@ def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> Non
     assert {read_cpuset(h, d) for d in be_dirs(h)} == {"1-7"}
     assert read_cpuset(h, h.host.pod_dir("be-3")) == "1-7"
     assert read_cpuset(h, hooked_ctr) == "5"
+
+
+@pytest.mark.parametrize(("threshold", "static", "expected"), [
+    # 90%: 7200 - 1500 - 1000 = 4700m -> 5 CPUs; nLSR = 5 * 2 // 4 = 2 -> [1,5]; the LS pool has only
+    # 2 CPUs for the other 3 -> none from it: BE gets just 1,5 (koordlet's partial result)
+    (90, False, {"qos": "1,5", "pod": "1,5", "ctr": "1,5"}),
+    # 100%: 8000 - 2500 = 5500m -> 6 CPUs; nLSR = 3 > 2 and 3 > 2: nothing at all, nothing written
+    (100, False, {"qos": "0-7", "pod": "0-7", "ctr": "0-7"}),
+    # the same with a static CPU manager: QoS and pod dirs still get the whole BE set, containers nothing
+    (100, True, {"qos": "1-2,5-6", "pod": "1-2,5-6", "ctr": "0-7"}),
+])
+def test_pool_too_small_for_the_wanted_cpus(threshold: int, static: bool, expected: dict[str, str]) -> None:
+    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static" if static else None))
+    slo(h, policy="cpuset", threshold=threshold)
+    h.tick("cpuSuppress", NOW)
+    qos, pod_dir, ctr, _ = be_dirs(h)
+    assert {"qos": read_cpuset(h, qos), "pod": read_cpuset(h, pod_dir), "ctr": read_cpuset(h, ctr)} == expected

@@ -247,20 +247,22 @@ class CPUSuppress(Strategy):
         except AnnotationError as e:
             log.warning("cpuSuppress: BE cpuset not applied: %s", e)
             return []
-        if not be:
-            # not enough CPUs in a pool for the wanted count (koordlet writes nothing then); and an
-            # empty cpuset is never a valid limit: the kernel refuses it (v1) or reads it as "all" (v2)
-            return []
+        # An empty BE cpuset (a pool had fewer CPUs than wanted) is never written: the kernel refuses
+        # it (v1) or reads it as "all CPUs" (v2); koordlet writes nothing then either.
         value = format_cpu_list(be)
-        reason = f"{REASON}: BE cpuset {value} ({_explain(q)})"
+        reason = f"{REASON}: BE cpuset {value or 'not changed'} ({_explain(q)})"
         if policy == CPU_MANAGER_STATIC:
             full = self._be_cpuset_value(ctx)
             if full is None:
                 return []
             split = self._split_by_depth(ctx, be_dir)
-            plan = [(split[0] + split[POD_DEPTH], full), (split[CONTAINER_DEPTH], value)]
-            self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED  # recoverCPUSetIfNeed(1)
+            plan = [(split[0] + split[POD_DEPTH], full)]  # recoverCPUSetIfNeed(1)
+            if value:
+                plan.append((split[CONTAINER_DEPTH], value))
+            self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
             return self._emit_cpuset(ctx, plan, reason)
+        if not value:
+            return []
         paths = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
         return self._emit_cpuset(ctx, [(paths, value)], reason)
 
