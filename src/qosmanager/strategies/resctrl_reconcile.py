@@ -1,0 +1,267 @@
+"""resctrlReconcile: L3 cache ways and memory bandwidth per QoS class with Intel RDT / AMD PQoS
+(koordlet-qos §4.6, koordlet-infra §2.9).
+
+Three resctrl control groups, ``LSR``, ``LS`` and ``BE``, get
+
+* an **L3 mask** covering ``[catRangeStartPercent, catRangeEndPercent)`` of the cache ways
+  (``mask = (1 << ceil(ways*end/100)) - (1 << ceil(ways*start/100))``), on every L3 cache id, and
+* an **MB value** from ``mbaPercent``: Intel takes percent in steps of 10 (rounded up), AMD
+  absolute 1/8 GBps units (``int(160 * pct / 100)``, 2048 = unlimited at 100 %),
+
+from their class's ``resctrlQOS``; and every thread of a pod whose class has ``resctrlQOS.enable``
+is moved into its class's group (LSE and LSR pods -> ``LSR``, LS -> ``LS``, BE -> ``BE``) by writing
+its id to the group's ``tasks`` file.  Pods carrying ``node.koordinator.sh/resctrl`` are left to the
+runtime hooks.
+
+Support is decided once: the CPU must have both ``cat_l3`` and ``mba``.  resctrl must be mounted
+(``info/L3/cbm_mask`` present); this agent does not mount it (koordlet does), it logs once and waits.
+
+**Switching it off.**  A class whose ``resctrlQOS.enable`` is false carries koordlet's None values
+after the NodeSLO merge (the whole cache, 100 % bandwidth), so its group's schemata is written back to
+"no restriction", as koordlet does.  Threads already in a group stay there (an unrestricted group is
+equivalent to the root group); new threads are no longer moved.
+
+**One schemata write per group.**  The L3 and MB lines of a group are sent as one write keyed by the
+group.  koordlet keyed both halves with one cache key, so its cache never hit (infra §1.1); separate
+writes per line would also work against the kernel, but both lines of one file would then be rendered
+from the same read and the second would put back the first one's old line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from qosmanager.api.nodeslo import ResourceQOSStrategy
+from qosmanager.api.pod import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, PodMeta
+from qosmanager.executor.executor import Write
+from qosmanager.framework.context import Context
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig, Strategy, register
+from qosmanager.host import resctrl
+from qosmanager.host.roots import HostRoots
+from qosmanager.host.sysfs import NodeCPUInfo
+
+log = logging.getLogger(__name__)
+
+SCHEMATA, TASKS, CGROUP_TASKS = "resctrl.schemata", "resctrl.tasks", "tasks"
+GROUP_LSR, GROUP_LS, GROUP_BE = resctrl.GROUPS
+# pod QoS (with default) -> resctrl group; SYSTEM and anything else have none
+GROUP_OF_QOS: Mapping[str, str] = {QOS_LSE: GROUP_LSR, QOS_LSR: GROUP_LSR, QOS_LS: GROUP_LS, QOS_BE: GROUP_BE}
+# resctrl group -> the class config that sets it
+CLASS_OF_GROUP: Mapping[str, str] = {GROUP_LSR: "lsr_class", GROUP_LS: "ls_class", GROUP_BE: "be_class"}
+
+
+def ensure_resctrl_groups(roots: HostRoots, groups: tuple[str, ...] = resctrl.GROUPS) -> list[str]:
+    """Create the missing control groups (a ``mkdir`` in the resctrl filesystem); returns those created.
+
+    Creating a group is the one host change this strategy makes without the executor: the executor
+    writes files, it does not make directories yet.  When the executor (or the context) learns to,
+    this helper moves there.  Raises ``OSError`` when the kernel refuses (e.g. no free CLOSID).
+    """
+    created = []
+    for group in groups:
+        path = resctrl.group_dir(roots, group)
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            created.append(group)
+    return created
+
+
+def schemata_lines(cfg_start: int | None, cfg_end: int | None, mba_percent: int | None, cbm: int,
+                   cache_ids: list[int], vendor: str) -> tuple[str, list[str]]:
+    """The ``L3:`` and ``MB:`` lines of one group (either may be absent) and the reasons a part was skipped."""
+    text, problems = "", []
+    if cfg_start is not None and cfg_end is not None:
+        try:
+            mask = resctrl.cat_l3_mask(cbm, cfg_start, cfg_end)
+        except ValueError as e:
+            problems.append(str(e))
+        else:
+            text += resctrl.format_l3(dict.fromkeys(cache_ids, mask))
+    if mba_percent is not None and 1 <= mba_percent <= 100:
+        text += resctrl.format_mb(dict.fromkeys(cache_ids, resctrl.mba_value(mba_percent, vendor)))
+    return text, problems
+
+
+def pod_group(pod: PodMeta, strategy: ResourceQOSStrategy) -> str | None:
+    """The group a pod's threads belong to, or None when they are not to be moved."""
+    if pod.resctrl_managed or not pod.active:
+        return None
+    group = GROUP_OF_QOS.get(pod.qos)
+    if group is None:
+        return None
+    cfg = getattr(strategy, CLASS_OF_GROUP[group])
+    if cfg is None or cfg.resctrl_qos is None or cfg.resctrl_qos.enable is not True:
+        return None
+    return group
+
+
+@register
+class ResctrlReconcile(Strategy):
+    """L3 CAT and MBA per QoS class, and pod threads into their class's group (see the module docstring)."""
+
+    name = "resctrlReconcile"
+    gates = ("RdtResctrl",)
+    interval_key = "reconcile"
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        super().__init__(cfg, gates)
+        self._supported: bool | None = None  # decided once, like koordlet's IsSupportResctrl
+        self._cache_ids: list[int] | None = None  # from the root schemata, for the process lifetime
+        self._members_key: tuple[object, ...] | None = None
+        self._members: list[tuple[str, str, str]] = []  # (group, cgroup dir, pod uid)
+        self._warned: set[str] = set()
+
+    def tick(self, ctx: Context) -> list[Write]:
+        strategy = ctx.nodeslo.resource_qos_strategy if ctx.nodeslo_present else None
+        if strategy is None or not self._is_supported(ctx):
+            return []
+        roots = ctx.layout.roots
+        cbm = resctrl.read_cbm_mask(roots)
+        if cbm is None:
+            self._warn("mount", "resctrlReconcile: %s is missing: resctrl is not mounted (this agent does not "
+                       "mount it); nothing to do until it is", resctrl.cbm_mask_path(roots))
+            return []
+        try:
+            created = ensure_resctrl_groups(roots)
+        except OSError as e:
+            self._warn(f"mkdir:{e.errno}", "resctrlReconcile: cannot create the resctrl groups: %s", e)
+        else:
+            if created:
+                log.info("resctrlReconcile: created resctrl groups %s", ", ".join(created))
+        return self._policy(ctx, strategy, cbm) + self._tasks(ctx, strategy)
+
+    # -- support -------------------------------------------------------------------------------
+    def _is_supported(self, ctx: Context) -> bool:
+        if self._supported is None:
+            info = ctx.cpu_info
+            if info is None:
+                return False
+            self._supported = resctrl.supports_resctrl(info)
+            if not self._supported:
+                log.info("resctrlReconcile: the CPU lacks cat_l3 or mba; resctrl QoS is not supported here")
+        return self._supported
+
+    # -- policy (schemata) ---------------------------------------------------------------------
+    def _policy(self, ctx: Context, strategy: ResourceQOSStrategy, mounted_cbm: int) -> list[Write]:
+        """``reconcileRDTResctrlPolicy``: each group's L3 mask and MB value."""
+        info = ctx.cpu_info
+        if info is None:
+            return []
+        cbm = self._cbm(info, mounted_cbm)
+        if cbm is None or not info.cpus_by_l3:
+            return []
+        cache_ids = self._l3_cache_ids(ctx, len(info.cpus_by_l3))
+        if not cache_ids:
+            return []
+        writes = []
+        for group in resctrl.GROUPS:
+            cfg = getattr(strategy, CLASS_OF_GROUP[group])
+            if cfg is None:
+                # koordlet fix: a nil class config makes koordlet panic (§6b item 5); we skip the group
+                self._warn(f"class:{group}", "resctrlReconcile: no resourceQOSStrategy config for group %s", group)
+                continue
+            rq = cfg.resctrl_qos
+            if rq is None:
+                continue
+            text, problems = schemata_lines(rq.cat_range_start_percent, rq.cat_range_end_percent, rq.mba_percent,
+                                            cbm, cache_ids, info.vendor)
+            for p in problems:
+                self._warn(f"l3:{group}:{p}", "resctrlReconcile: group %s: %s; its L3 mask is left alone", group, p)
+            if text:
+                writes.append(self.write(SCHEMATA, group, text, f"resctrlQOS of the {group} class: cat "
+                                         f"{rq.cat_range_start_percent}-{rq.cat_range_end_percent}%, "
+                                         f"mba {rq.mba_percent}%"))
+        return writes
+
+    def _cbm(self, info: NodeCPUInfo, mounted_cbm: int) -> int | None:
+        """The L3 capacity bitmask: the node CPU info's (koordlet's source), else what resctrl shows now."""
+        if not info.cbm_mask:
+            return mounted_cbm
+        try:
+            return int(info.cbm_mask, 16)
+        except ValueError:
+            self._warn(f"cbm:{info.cbm_mask}", "resctrlReconcile: invalid L3 cbm mask %r", info.cbm_mask)
+            return None
+
+    def _l3_cache_ids(self, ctx: Context, l3_count: int) -> list[int]:
+        """L3 cache ids from the root schemata (read once per process, as koordlet)."""
+        if self._cache_ids is None:
+            text = ctx.read(SCHEMATA, "")
+            if text is None:
+                self._warn("root-schemata", "resctrlReconcile: the root resctrl schemata cannot be read")
+                return []
+            try:
+                ids = sorted(resctrl.parse_schemata(text)["L3"])
+            except ValueError as e:
+                self._warn("root-schemata", "resctrlReconcile: %s", e)
+                return []
+            if len(ids) != l3_count:
+                self._warn("root-schemata", "resctrlReconcile: the root schemata lists %d L3 caches, the CPU "
+                           "topology %d; not touching the schemata", len(ids), l3_count)
+                return []
+            self._cache_ids = ids
+        return self._cache_ids
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def _tasks(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[Write]:
+        """``reconcileResctrlGroups``: threads of the pods' containers (sandbox included) that are not in their
+        class's group yet, one write per thread id, ascending per group."""
+        members = self._group_members(ctx, strategy)
+        if not members:
+            return []
+        current: dict[str, set[int]] = {}
+        for group, content in zip(resctrl.GROUPS, ctx.read_many(TASKS, list(resctrl.GROUPS))):
+            current[group] = set(resctrl.parse_tasks(content)) if content is not None else set()
+        contents = ctx.read_many(CGROUP_TASKS, [d for _, d, _ in members])
+        new: dict[str, dict[int, str]] = {}
+        for (group, _, uid), content in zip(members, contents):
+            if content is None:  # the container is gone (or not there yet)
+                continue
+            have = current[group]
+            wanted = new.setdefault(group, {})
+            for tid in resctrl.parse_tasks(content):
+                if tid not in have:
+                    wanted.setdefault(tid, uid)
+        writes = []
+        for group in resctrl.GROUPS:
+            for tid, uid in sorted(new.get(group, {}).items()):
+                # entry: one file, one write per thread (the executor keeps one write per key)
+                writes.append(self.write(TASKS, group, tid, f"thread of a {group} pod into resctrl group {group}",
+                                         uid=uid, entry=str(tid), compare=False, cacheable=False))
+        return writes
+
+    def _group_members(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[tuple[str, str, str]]:
+        """(group, container cgroup dir, pod uid) of every container (and sandbox) whose threads belong to a
+        group; rebuilt when the pods or the NodeSLO change."""
+        key = (ctx.pods_generation, ctx.nodeslo)
+        if key == self._members_key:
+            return self._members
+        wanted = [(pod, group) for pod in ctx.pods.values() if (group := pod_group(pod, strategy)) is not None]
+        members: list[tuple[str, str, str]] = []
+        if wanted:
+            # one walk of the pods tree finds every container dir, sandboxes included (the pod list names only
+            # the app containers)
+            children: dict[str, list[str]] = {}
+            for d in ctx.cgroup_dirs("cpu", ctx.layout.kubepods_dir(), 3):
+                parent, _, _ = d.rpartition("/")
+                children.setdefault(parent, []).append(d)
+            for pod, group in wanted:
+                try:
+                    pod_dir = ctx.pod_dir(pod)
+                except ValueError as e:
+                    self._warn(f"pod:{pod.uid}", "resctrlReconcile: pod %s skipped: %s", pod.key, e)
+                    continue
+                members.extend((group, d, pod.uid) for d in children.get(pod_dir, ()))
+        self._members_key, self._members = key, members
+        return members
+
+    def _warn(self, key: str, msg: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+
+__all__ = ["GROUP_OF_QOS", "ResctrlReconcile", "ensure_resctrl_groups", "pod_group", "schemata_lines"]
