@@ -348,6 +348,13 @@ def test_bucket_recreated_when_capacity_changes_and_recycled_when_idle() -> None
     assert lim.capacity[s].tolist() == [2000]
     assert lim.recycle(20.0) == 0  # 19 s idle, expire is 2 x 10 s
     assert lim.recycle(21.5) == 1 and len(lim) == 0
+    # slots are reused and the table grows past its first size
+    ids = [f"c{k}" for k in range(40)]
+    slots = lim.slots(ids, np.full(40, 10), np.full(40, 200), 30.0)
+    assert len(set(slots.tolist())) == 40 and len(lim) == 40 and s[0] in slots.tolist()
+    assert lim.recycle(45.0) == 0
+    lim.allow(slots[:10], 45.0, np.full(10, 80))
+    assert lim.recycle(51.0) == 30 and sorted(lim.index) == sorted(ids[:10])
 
 
 def test_bucket_seed_is_deterministic() -> None:

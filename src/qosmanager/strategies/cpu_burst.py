@@ -168,6 +168,7 @@ class BurstLimiters:
         self.last = np.zeros(0, dtype=np.float64)
         self.seen = np.zeros(0, dtype=np.float64)
         self.expire = np.zeros(0, dtype=np.float64)
+        self.live = np.zeros(0, dtype=bool)
         self._free: list[int] = []
 
     def __len__(self) -> int:
@@ -181,6 +182,7 @@ class BurstLimiters:
         self.last = np.concatenate([self.last, np.zeros(extra)])
         self.seen = np.concatenate([self.seen, np.zeros(extra)])
         self.expire = np.concatenate([self.expire, np.zeros(extra)])
+        self.live = np.concatenate([self.live, np.zeros(extra, dtype=bool)])
         self._free.extend(range(n - 1, len(self.ids) - 1, -1))
         self.ids.extend([None] * extra)
 
@@ -205,6 +207,7 @@ class BurstLimiters:
                 slot = self._free.pop()
                 self.index[cid] = slot
                 self.ids[slot] = cid
+                self.live[slot] = True
                 self._init(slot, cid, int(period[k]), int(pct[k]), now)
             out[k] = slot
         changed = np.flatnonzero(self.capacity[out] != period * (pct - 100))
@@ -234,15 +237,15 @@ class BurstLimiters:
 
     def recycle(self, now: float) -> int:
         """Drop buckets not consulted for longer than twice their period; returns how many."""
-        live = np.flatnonzero(np.fromiter((i is not None for i in self.ids), dtype=bool, count=len(self.ids)))
-        if not live.size:
+        if not self.index:
             return 0
-        dead = live[(now - self.seen[live]) > self.expire[live]]
+        dead = np.flatnonzero(self.live & ((now - self.seen) > self.expire))
         for slot in dead.tolist():
             cid = self.ids[slot]
             if cid is not None:
                 del self.index[cid]
             self.ids[slot] = None
+            self.live[slot] = False
             self._free.append(slot)
         return int(dead.size)
 
