@@ -478,3 +478,21 @@ def test_pool_too_small_for_the_wanted_cpus(threshold: int, static: bool, expect
     h.tick("cpuSuppress", NOW)
     qos, pod_dir, ctr, _ = be_dirs(h)
     assert {"qos": read_cpuset(h, qos), "pod": read_cpuset(h, pod_dir), "ctr": read_cpuset(h, ctr)} == expected
+
+
+def test_fractional_capacity_rounds_up_for_the_quota_step() -> None:
+    """§6 item 16: the step and bypass use Quantity.Value() of the capacity, which rounds 7.5 up to 8."""
+    h = make()
+    node = node_object(h.host)
+    node["status"]["capacity"]["cpu"] = node["status"]["allocatable"]["cpu"] = "7500m"
+    h.set_node(node)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    # 7500*65//100 = 4875; 4875 - 2000 - 500 = 2375m -> 237500 (from unlimited: no step)
+    assert read_quota(h) == 237500
+    usage(h, NOW, 0.7, ls_1=0.2)
+    h.tick("cpuSuppress", NOW + 1)
+    # 4875 - 200 - 500 = 4175m -> 417500, step 8 cores x 100000 x 0.1 = 80000 (not 75000)
+    assert read_quota(h) == 237500 + 80000
