@@ -279,7 +279,8 @@ class CPUBurst(Strategy):
         # burst 0 and quotas back to the limit, instead of leaving the last bursts in place.
         self._ran = True
         plan = self._plan_for(ctx)
-        self.node_state = self._node_state(ctx, plan)
+        # the share pool only changes ups and remains, which only quota-burst policies produce
+        self.node_state = self._node_state(ctx, plan) if plan.cfs_burst.any() else UNKNOWN
         writes = self._static_burst(ctx, plan)
         writes += self._cfs_quota_burst(ctx, plan)
         self.limiters.recycle(ctx.now)
