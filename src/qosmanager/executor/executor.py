@@ -193,15 +193,16 @@ class Executor:
         now = self.clock()
         out: list[str | None] = [None] * len(cgroups)
         todo: list[tuple[int, str]] = []
+        cache, force, where = self._cache, self.force_seconds, self._where
         for i, cg in enumerate(cgroups):
-            loc = self.resolve(resource, cg)
+            loc = where.get((resource, cg)) or self._remember(r, cg)
             if loc is None:
                 continue
-            entry = self._cache.get(_key(loc[1], r.name, ""))
-            if entry is not None and now - entry.ts < self.force_seconds:
+            entry = cache.get(loc[4])
+            if entry is not None and now - entry.ts < force:
                 out[i] = entry.value
             else:
-                todo.append((i, loc[0]))
+                todo.append((i, loc[1]))
         if todo:
             contents = self._read_paths([p for _, p in todo])
             for (i, _), content in zip(todo, contents):
@@ -319,16 +320,21 @@ class Executor:
             self.audit.record(strategy=w.strategy, action="write", target=w.resource, value=w.value,
                               reason=w.reason, executed=False, error=str(e), uid=w.uid)
             return None
-        where = self.resolve(w.resource, w.cgroup)
-        if where is None:
+        loc = self._remember(r, w.cgroup)
+        if loc is None:
             results.append(WriteResult(w, w.resource, "unsupported"))
+        return loc
+
+    def _remember(self, r: res.Resource, cgroup: str) -> tuple[res.Resource, str, str, int, str] | None:
+        where = self.resolve(r.name, cgroup)
+        if where is None:
             return None
         path, target = where
-        depth = 0 if r.root != "cgroup" or not w.cgroup else w.cgroup.count("/") + 1
+        depth = 0 if r.root != "cgroup" or not cgroup else cgroup.count("/") + 1
         loc = (r, path, target, depth, _key(target, r.name, ""))
         if len(self._where) >= 262_144:
             self._where.clear()
-        self._where[mk] = loc
+        self._where[(r.name, cgroup)] = loc
         return loc
 
     def _settle_ownership(self, item: _Item, now: float) -> _Item | None:
