@@ -15,11 +15,11 @@ QoS dir (CFS quota and cpuset), so the agent's writes change what BE gets::
 
 LS demand follows a day compressed into the run (``trough + (peak - trough) * (1 - cos 2πx) / 2``
 for ``x`` = the fraction of the run elapsed), times a little noise, plus one spike.  BE demand is a
-constant share of the node.  Memory: LS and most BE pods hold a steady working set; a few BE pods (the
-lowest-priority ones: leaking batch jobs) grow linearly, which drives node memory over the NodeSLO's
-eviction threshold.  An evicted pod stops using CPU and memory at once and its cgroups disappear
-``termination_seconds`` later (the caller takes it out of the pods file then); like the kernel, the
-parents keep the CPU time it consumed.
+constant share of the node.  Memory: LS and most BE pods hold a steady working set (``be_growth``
+lets every BE pod grow slowly); a few BE pods (the lowest-priority ones: leaking batch jobs) grow
+linearly, which drives node memory over the NodeSLO's eviction threshold.  An evicted pod stops using
+CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the caller takes it
+out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
 
 Per-container values are numpy vectors, pod and QoS-dir values are ``bincount`` sums of them; file
 bodies are formatted from precomputed templates and written in one native batch per step (open,
@@ -72,6 +72,7 @@ class LoadShape:
     page_cache: float = 0.2  # page cache per pod, relative to its working set
     leakers: float = 0.02  # share of BE pods that leak memory (at least 2)
     leak_total: float = 0.18  # memory the leakers add over the whole run if never evicted
+    be_growth: float = 0.0  # every BE pod's working set grows by this fraction of itself over the run
     termination_seconds: float = 2.0  # eviction to cgroups gone
 
 
@@ -128,6 +129,7 @@ class LoadModel:
             if sel.any():
                 self.mem_base[sel] = share * self.memory_total * mem_weight[sel] / mem_weight[sel].sum()
         self.leak_rate = self._leak_rates(priorities)
+        self.leak_rate[self.ctr_be] += self.shape.be_growth * self.mem_base[self.ctr_be] / duration
         # cumulative counters per container
         self.cpu_ns = np.zeros(n_ctr)
         self.periods = np.zeros(n_ctr)
@@ -141,7 +143,8 @@ class LoadModel:
         self._rebuild_targets()
 
     def _leak_rates(self, priorities: Mapping[str, int]) -> np.ndarray:
-        """Bytes per second per container: the lowest-priority BE pods leak (ties: pod order)."""
+        """Bytes per second per container: the lowest-priority BE pods leak (ties: pod order).
+        (``be_growth`` adds a slower growth of every BE pod on top.)"""
         rate = np.zeros(len(self.ctr_pod))
         be = [i for i in range(len(self.pods)) if self.pod_be[i]]
         if not be:
@@ -288,9 +291,7 @@ class LoadModel:
         cache_kb = int(avail_kb * 0.05)
         self.host.set_meminfo(total_kb, max(0, avail_kb - cache_kb), avail_kb)
         n = self.host.n_cpus
-        busy = int(self.node_busy_ticks) // n
-        idle = int(self.node_idle_ticks) // n
-        self.host.set_proc_stat([busy] * n, [idle] * n)
+        self.host.set_proc_stat(_spread(int(self.node_busy_ticks), n), _spread(int(self.node_idle_ticks), n))
 
 
 class _CgroupWriter:
@@ -380,6 +381,13 @@ class _CgroupWriter:
         except ValueError:
             n_cpus = self.host.n_cpus
         return quota, period, n_cpus
+
+
+def _spread(total: int, n: int) -> list[int]:
+    """``total`` ticks over ``n`` CPUs, summing exactly to ``total`` (the node reads the sum); each
+    CPU's share never decreases as ``total`` grows, as a kernel counter would not."""
+    q, r = divmod(total, n)
+    return [q + (1 if i < r else 0) for i in range(n)]
 
 
 def _read(path: str) -> str:

@@ -135,6 +135,8 @@ class SimResult:
     be_writes: list[FileWrite]
     peak_rss: int
     baseline_rss: int
+    priorities: dict[str, int]  # uid -> spec.priority of every pod
+    be_uids: frozenset[str]
     build_seconds: float
     run_seconds: float
     strategy_errors: dict[str, str]
@@ -386,7 +388,9 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     return SimResult(config=cfg, pods=len(node.pods), ls_pods=len(node.pods) - n_be, be_pods=n_be,
                      strategies=list(agent.strategy_names), records=records, evictions=evictions, jobs=jobs,
                      tick_cpu=tick_cpu, be_writes=be_writes,
-                     peak_rss=peak_rss, baseline_rss=baseline_rss, build_seconds=build_seconds,
+                     peak_rss=peak_rss, baseline_rss=baseline_rss, priorities=dict(node.priorities),
+                     be_uids=frozenset(p.uid for p in node.pods if p.qos is KubeQoS.BESTEFFORT),
+                     build_seconds=build_seconds,
                      run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors)
 
 
