@@ -40,7 +40,7 @@ def draw(res: SimResult, path: str) -> None:
     fig, (ax, axm) = plt.subplots(2, 1, sharex=True, figsize=(10, 6), height_ratios=(3, 1))
     ax.plot(t, [r.ls_used for r in res.records], label="LS used", color="tab:blue")
     ax.plot(t, [r.be_used for r in res.records], label="BE used", color="tab:orange")
-    ax.step(t, [cap if math.isinf(r.be_limit) else r.be_limit for r in res.records], where="post",
+    ax.step(t, [cap if math.isinf(r.be_limit) else r.be_limit for r in res.records], where="pre",
             label="BE limit", color="tab:red", linestyle="--")
     ax.axhline(cap * cfg.cpu_threshold_percent / 100.0, color="grey", linestyle=":",
                label=f"threshold {cfg.cpu_threshold_percent} %")
@@ -55,7 +55,7 @@ def draw(res: SimResult, path: str) -> None:
     for e in res.evictions:
         axm.axvline(e.t, color="tab:purple", alpha=0.5, linewidth=0.8)
     axm.set_ylabel("memory %")
-    axm.set_xlabel(f"simulated seconds ({len(res.evictions)} evictions marked)")
+    axm.set_xlabel(f"simulated seconds (evictions marked: {len(res.evictions)})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -38,6 +38,7 @@ import psutil
 
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.eviction.types import EvictDecision
+from qosmanager.framework.gates import FeatureGates
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.metrics.collector import Collector
 from qosmanager.sim.fakehost import FakeHost, FakePod
@@ -84,6 +85,7 @@ class SimConfig:
             raise ValueError("--step must be positive and at most --duration")
         if self.suppress_policy not in ("cfsQuota", "cpuset"):
             raise ValueError("--suppress-policy must be cfsQuota or cpuset")
+        FeatureGates.from_overrides({"BEMemoryEvict": True, **self.feature_gates})  # unknown names: now
 
 
 @dataclass
