@@ -74,6 +74,19 @@ def test_ticks_run_at_now_plus_k_intervals_and_files_hold_the_last_write() -> No
     assert got["files"]["cpu/kubepods/besteffort/cpu.cfs_quota_us"] == got["writes"][-1]["value"]
 
 
+def test_systemd_driver_names_the_slices() -> None:
+    path = SCENARIOS / "cfs-quota-v1.yaml"
+    _needs(path)
+    doc = yaml.safe_load(path.read_text())
+    doc["cgroupDriver"] = "systemd"
+    quota = "cpu/kubepods.slice/kubepods-besteffort.slice/cpu.cfs_quota_us"
+    doc["cgroups"] = {quota: "400000"}
+    got = run_scenario(parse_scenario(doc))
+    # the numbers of cfs-quota-v1, in the systemd layout (koordlet-qos §1.5)
+    assert [(w["file"], w["value"]) for w in got["writes"]] == [(quota, "270000"), (quota, "350000"),
+                                                                (quota, "420000")]
+
+
 def test_files_named_in_the_scenario_are_reported_even_when_untouched(tmp_path: Path) -> None:
     sc = {
         "now": 10.0,
