@@ -198,6 +198,15 @@ def test_bad_scenario_through_the_command_line(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == ["qosmanager replay: cgroups['cpu/x']: expected a string, got a number"]
 
 
+def test_scenario_from_standard_input() -> None:
+    proc = subprocess.run([sys.executable, "-m", "qosmanager", "replay", "-", "--compact"],
+                          input='{"now": 7, "strategies": [], "proc": {"sys/vm/watermark_scale_factor": "150"}}',
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"writes": [], "evictions": [],
+                                       "files": {"proc/sys/vm/watermark_scale_factor": "150"}}
+
+
 def test_missing_scenario_file_exits_2(tmp_path: Path) -> None:
     err = io.StringIO()
     assert replay_main(str(tmp_path / "nope.yaml"), io.StringIO(), err) == 2
