@@ -80,7 +80,7 @@ def test_policy_per_class_intel(version: int) -> None:
     h = harness(version)
     h.set_nodeslo(SLO)
     h.tick(NAME, 1000.0)
-    # LS: 0x7c / 60; BE: 0xf / 100; LSR: memory QoS disabled -> None values 0-100 % / 100 = unchanged full mask
+    # LS: 0x7c / 60; BE: 0xf / 100; LSR: resctrl QoS disabled -> None values (0-100 %, 100) = the full mask
     assert schemata(h, "LS") == "L3:0=7c;1=7c;\nMB:0=60;1=60;\n"
     assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=100;1=100;\n"
     assert schemata(h, "LSR") == "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"  # equal already: not written

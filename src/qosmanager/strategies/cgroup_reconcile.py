@@ -77,8 +77,8 @@ PAGECACHE_ENABLE, PAGECACHE_SIZE, PAGECACHE_SYNC = (
 RESOURCES = (MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, WMARK_RATIO, WMARK_SCALE_FACTOR, WMARK_MIN_ADJ, PRIORITY,
              USE_PRIORITY_OOM, OOM_GROUP, PAGECACHE_ENABLE, PAGECACHE_SIZE, PAGECACHE_SYNC)
 # files only Anolis kernels have on cgroup v1: checked once in the kubepods dir there
-V1_CHECK_ONCE = (MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, WMARK_RATIO, WMARK_SCALE_FACTOR, WMARK_MIN_ADJ, PRIORITY,
-                 USE_PRIORITY_OOM, OOM_GROUP)
+V1_CHECK_ONCE = (MEMORY_MIN, MEMORY_LOW, MEMORY_HIGH, WMARK_RATIO, WMARK_SCALE_FACTOR, WMARK_MIN_ADJ,
+                 PRIORITY, USE_PRIORITY_OOM, OOM_GROUP)
 
 # koordlet's NoneMemoryQOS (§3.2): what a pod with the annotation policy "none" gets
 NONE_MEMORY_QOS = MemoryQOSCfg(
@@ -112,9 +112,9 @@ class Knobs:
 
     def items(self) -> Iterator[tuple[str, int]]:
         """(resource, value) in koordlet's makeCgroupResources order, skipping unset knobs."""
-        values = (self.min, self.low, self.high, self.wmark_ratio, self.wmark_scale_factor, self.wmark_min_adj,
-                  self.priority, self.use_priority_oom, self.oom_group, self.pagecache_enable,
-                  self.pagecache_size, self.pagecache_sync)
+        values = (self.min, self.low, self.high, self.wmark_ratio, self.wmark_scale_factor,
+                  self.wmark_min_adj, self.priority, self.use_priority_oom, self.oom_group,
+                  self.pagecache_enable, self.pagecache_size, self.pagecache_sync)
         for name, value in zip(RESOURCES, values):
             if value is not None:
                 yield name, value
@@ -332,7 +332,8 @@ class CgroupReconcile(Strategy):
 
     def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
         super().__init__(cfg, gates)
-        self._inputs: tuple[object, ...] | None = None  # (pods generation, NodeSLO, allocatable, usable knobs)
+        # (pods generation, NodeSLO, allocatable memory, usable knobs) of the last plan
+        self._inputs: tuple[object, ...] | None = None
         self._plans: dict[str, _PodPlan] = {}
         self._qos_entries: dict[Key, _Entry] = {}
         self._desired: dict[Key, _Entry] = {}

@@ -71,7 +71,7 @@ def ensure_resctrl_groups(roots: HostRoots, groups: tuple[str, ...] = resctrl.GR
 
 def schemata_lines(cfg_start: int | None, cfg_end: int | None, mba_percent: int | None, cbm: int,
                    cache_ids: list[int], vendor: str) -> tuple[str, list[str]]:
-    """The ``L3:`` and ``MB:`` lines of one group (either may be absent) and the reasons a part was skipped."""
+    """The ``L3:`` and ``MB:`` lines of one group (either may be absent), and why a part was skipped."""
     text, problems = "", []
     if cfg_start is not None and cfg_end is not None:
         try:
@@ -121,8 +121,8 @@ class ResctrlReconcile(Strategy):
         roots = ctx.layout.roots
         cbm = resctrl.read_cbm_mask(roots)
         if cbm is None:
-            self._warn("mount", "resctrlReconcile: %s is missing: resctrl is not mounted (this agent does not "
-                       "mount it); nothing to do until it is", resctrl.cbm_mask_path(roots))
+            self._warn("mount", "resctrlReconcile: %s is missing: resctrl is not mounted (this agent does "
+                       "not mount it); nothing to do until it is", resctrl.cbm_mask_path(roots))
             return []
         try:
             created = ensure_resctrl_groups(roots)
@@ -161,15 +161,17 @@ class ResctrlReconcile(Strategy):
             cfg = getattr(strategy, CLASS_OF_GROUP[group])
             if cfg is None:
                 # koordlet fix: a nil class config makes koordlet panic (§6b item 5); we skip the group
-                self._warn(f"class:{group}", "resctrlReconcile: no resourceQOSStrategy config for group %s", group)
+                self._warn(f"class:{group}", "resctrlReconcile: no resourceQOSStrategy config for group %s",
+                           group)
                 continue
             rq = cfg.resctrl_qos
             if rq is None:
                 continue
-            text, problems = schemata_lines(rq.cat_range_start_percent, rq.cat_range_end_percent, rq.mba_percent,
-                                            cbm, cache_ids, info.vendor)
+            text, problems = schemata_lines(rq.cat_range_start_percent, rq.cat_range_end_percent,
+                                            rq.mba_percent, cbm, cache_ids, info.vendor)
             for p in problems:
-                self._warn(f"l3:{group}:{p}", "resctrlReconcile: group %s: %s; its L3 mask is left alone", group, p)
+                self._warn(f"l3:{group}:{p}", "resctrlReconcile: group %s: %s; its L3 mask is left alone",
+                           group, p)
             if text:
                 writes.append(self.write(SCHEMATA, group, text, f"resctrlQOS of the {group} class: cat "
                                          f"{rq.cat_range_start_percent}-{rq.cat_range_end_percent}%, "
@@ -207,8 +209,8 @@ class ResctrlReconcile(Strategy):
 
     # -- tasks ---------------------------------------------------------------------------------
     def _tasks(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[Write]:
-        """``reconcileResctrlGroups``: threads of the pods' containers (sandbox included) that are not in their
-        class's group yet, one write per thread id, ascending per group."""
+        """``reconcileResctrlGroups``: threads of the pods' containers (sandbox included) that are not in
+        their class's group yet, one write per thread id, ascending per group."""
         members = self._group_members(ctx, strategy)
         if not members:
             return []
@@ -229,7 +231,7 @@ class ResctrlReconcile(Strategy):
         for group in resctrl.GROUPS:
             for tid, uid in sorted(new.get(group, {}).items()):
                 # entry: one file, one write per thread (the executor keeps one write per key)
-                writes.append(self.write(TASKS, group, tid, f"thread of a {group} pod into resctrl group {group}",
+                writes.append(self.write(TASKS, group, tid, f"thread of a {group} pod into its resctrl group",
                                          uid=uid, entry=str(tid), compare=False, cacheable=False))
         return writes
 
@@ -239,7 +241,8 @@ class ResctrlReconcile(Strategy):
         key = (ctx.pods_generation, ctx.nodeslo)
         if key == self._members_key:
             return self._members
-        wanted = [(pod, group) for pod in ctx.pods.values() if (group := pod_group(pod, strategy)) is not None]
+        wanted = [(pod, group) for pod in ctx.pods.values()
+                  if (group := pod_group(pod, strategy)) is not None]
         members: list[tuple[str, str, str]] = []
         if wanted:
             # one walk of the pods tree finds every container dir, sandboxes included (the pod list names only

@@ -2,17 +2,18 @@
 
 ``systemStrategy`` fields and the files they set:
 
-=========================  ==========================================  ===========================  ============
-field                      file (registry resource)                    value                        valid range
-=========================  ==========================================  ===========================  ============
-minFreeKbytesFactor        /proc/sys/vm/min_free_kbytes                capacity KiB * f // 10000    10240..10485760
-watermarkScaleFactor       /proc/sys/vm/watermark_scale_factor         as is                        10..400
-memcgReapBackGround        /sys/kernel/mm/memcg_reaper/reap_background as is                        0..1
-schedGroupIdentityEnabled  /proc/sys/kernel/sched_group_identity_enabled  as is                     0..1
-schedIdleSaverWmark        /proc/sys/kernel/sched_idle_saver_wmark     as is                        any
-pageCacheLimitEnabled      /sys/kernel/mm/pagecache_limit/enabled      as is                        0..1
-schedFeatures (map)        /sys/kernel/debug/sched_features            "NAME" / "NO_NAME"           --
-=========================  ==========================================  ===========================  ============
+=========================  ==============================================  =======================  ========
+field                      file                                            value                    range
+=========================  ==============================================  =======================  ========
+minFreeKbytesFactor        /proc/sys/vm/min_free_kbytes                    capacity KiB * f // 1e4  10240..
+                                                                                                    10485760
+watermarkScaleFactor       /proc/sys/vm/watermark_scale_factor             as is                    10..400
+memcgReapBackGround        /sys/kernel/mm/memcg_reaper/reap_background     as is                    0..1
+schedGroupIdentityEnabled  /proc/sys/kernel/sched_group_identity_enabled   as is                    0..1
+schedIdleSaverWmark        /proc/sys/kernel/sched_idle_saver_wmark         as is                    any
+pageCacheLimitEnabled      /sys/kernel/mm/pagecache_limit/enabled          as is                    0..1
+schedFeatures (map)        /sys/kernel/debug/sched_features                "NAME" / "NO_NAME"       --
+=========================  ==============================================  =======================  ========
 
 A value outside its range is skipped (and logged once), as koordlet does; the last value written stays.
 The Anolis files exist only on some kernels: where one is missing the executor skips it quietly.
@@ -139,8 +140,8 @@ class SystemConfigReconcile(Strategy):
         for knob in KNOBS:
             raw = getattr(ss, knob.field)
             if knob.resource in configured and knob.resource not in values:
-                self._warn(f"{knob.resource}={raw}", "systemConfigReconcile: %s=%s gives a value outside [%s, %s]; "
-                           "%s is left as it is", knob.json, raw, knob.lo, knob.hi, knob.resource)
+                self._warn(f"{knob.resource}={raw}", "systemConfigReconcile: %s=%s gives a value outside "
+                           "[%s, %s]; %s is left as it is", knob.json, raw, knob.lo, knob.hi, knob.resource)
         for resource, (value, knob) in values.items():
             if resource not in self._originals:
                 self._originals[resource] = ctx.read(resource)
@@ -167,14 +168,15 @@ class SystemConfigReconcile(Strategy):
         writes: list[Write] = []
         for name, on in wanted.items():
             if not FEATURE_NAME.fullmatch(name):
-                self._warn(f"feature:{name}", "systemConfigReconcile: %r is not a scheduler feature name", name)
+                self._warn(f"feature:{name}", "systemConfigReconcile: %r is not a scheduler feature name",
+                           name)
                 continue
             state = current.get(name)
             if state is None:
                 # koordlet writes it anyway; the kernel refuses names it does not list (EINVAL), which would
                 # fail every second, so we say so once instead
-                self._warn(f"feature:{name}", "systemConfigReconcile: this kernel has no scheduler feature %s",
-                           name)
+                self._warn(f"feature:{name}", "systemConfigReconcile: this kernel has no scheduler "
+                           "feature %s", name)
                 continue
             if state != on:
                 self._feature_originals.setdefault(name, state)
