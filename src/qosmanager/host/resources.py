@@ -208,6 +208,8 @@ def io_weight_validator(value: str) -> str | None:
     parts = value.split()
     if len(parts) != 2 or not (parts[0] == "default" or re.fullmatch(_DEV, parts[0])):
         return f"{value!r} is not 'default N' or 'MAJ:MIN N'"
+    if parts[1] == "default" and parts[0] != "default":
+        return None  # "MAJ:MIN default" drops the device's own weight (the cgroup's default applies)
     if not parts[1].isdigit() or not 1 <= int(parts[1]) <= 10000:
         return f"weight {parts[1]!r} must be in [1, 10000]"
     return None
@@ -307,6 +309,15 @@ def _lines_same(current: str, rendered: str) -> bool:
     """Multi-line files where one written line must appear verbatim (blkio.cost.*, io.*)."""
     want = rendered.strip()
     return any(ln.strip() == want for ln in current.splitlines())
+
+
+def _io_weight_same(current: str, rendered: str) -> bool:
+    """io.weight lists the cgroup's default and the devices with a weight of their own: a written line must
+    appear verbatim, and "MAJ:MIN default" is done when the device is not listed at all."""
+    dev, _, val = rendered.strip().partition(" ")
+    if val == "default" and dev != "default":
+        return not any(ln.split()[:1] == [dev] for ln in current.splitlines())
+    return _lines_same(current, rendered)
 
 
 def _io_max_same(current: str, rendered: str) -> bool:
@@ -473,7 +484,7 @@ _RESOURCES: list[Resource] = [
         same=_lines_same, multi_entry=True, if_exists=True),
     _cg("io.max", "blkio", None, "io.max", validate=io_max_validator, same=_io_max_same,
         multi_entry=True, if_exists=True),
-    _cg("io.weight", "blkio", None, "io.weight", validate=io_weight_validator, same=_lines_same,
+    _cg("io.weight", "blkio", None, "io.weight", validate=io_weight_validator, same=_io_weight_same,
         multi_entry=True, if_exists=True),
     _cg("tasks", "cpu", "tasks", "cgroup.threads", validate=range_validator(1, 2**31 - 1)),
     _cg("cgroup.procs", "cpu", "cgroup.procs", "cgroup.procs", validate=range_validator(1, 2**31 - 1)),
