@@ -107,12 +107,15 @@ def test_files_named_in_the_scenario_are_reported_even_when_untouched(tmp_path: 
 def test_container_series_are_addressed_by_name_and_stored_under_the_runtime_id() -> None:
     doc = yaml.safe_load((SCENARIOS / "cfs-quota-v1.yaml").read_text())
     uid = doc["pods"][1]["metadata"]["uid"]
-    doc["metrics"] = [{"name": "container_cpu_usage", "pod": uid, "container": "job", "samples": [[1000.0, 1.25]]},
-                      {"name": "container_throttled_ratio", "pod": uid, "container": "job", "samples": [[1000, 0.5]]}]
+    doc["metrics"] = [
+        {"name": "container_cpu_usage", "pod": uid, "container": "job", "samples": [[1000.0, 1.25]]},
+        {"name": "container_throttled_ratio", "pod": uid, "container": "job", "samples": [[1000, 0.5]]},
+    ]
     sc = parse_scenario(doc)
     cid = "containerd://" + "2" * 64
     assert [s.labels for s in sc.metrics] == [{"container": cid}, {"container": cid}]
-    with pytest.raises(ScenarioError, match=r"metrics\[0\]\.container: pod default/be-1 has no container 'nope'"):
+    no_such = r"metrics\[0\]\.container: pod default/be-1 has no container 'nope'"
+    with pytest.raises(ScenarioError, match=no_such):
         doc["metrics"][0]["container"] = "nope"
         parse_scenario(doc)
 
@@ -148,7 +151,8 @@ BAD = {
     "zero-ticks": ("now: 1\nticks: 0\n", "ticks: must be within [1, 100000], got 0"),
     "missing-now": ("cgroupVersion: 1\n", "now: required"),
     "bad-version": ("now: 1\ncgroupVersion: 3\n", "cgroupVersion: must be one of 1, 2, got 3"),
-    "unknown-strategy": ("now: 1\nstrategies: [cpuSupress]\n", "strategies[0]: unknown strategy 'cpuSupress'"),
+    "unknown-strategy": ("now: 1\nstrategies: [cpuSupress]\n",
+                         "strategies[0]: unknown strategy 'cpuSupress'"),
     "unknown-metric": ("now: 1\nmetrics: [{name: node_cpu, samples: [[1, 1]]}]\n",
                        "metrics[0].name: unknown metric 'node_cpu'"),
     "metric-address": ("now: 1\nmetrics: [{name: pod_cpu_usage, samples: [[1, 1]]}]\n",
@@ -157,18 +161,21 @@ BAD = {
                    "metrics[0].samples[0]: expected [timestamp, value]"),
     "metric-key": ("now: 1\nmetrics: [{name: node_cpu_usage, samples: [], pod: x}]\n",
                    "metrics[0]: node_cpu_usage takes no pod: address"),
-    "unknown-gate": ("now: 1\nfeatureGates: {NoSuchGate: true}\n", "featureGates: unknown feature gate(s): NoSuchGate"),
+    "unknown-gate": ("now: 1\nfeatureGates: {NoSuchGate: true}\n",
+                     "featureGates: unknown feature gate(s): NoSuchGate"),
     "gate-type": ("now: 1\nfeatureGates: {BEMemoryEvict: yes please}\n",
                   "featureGates.BEMemoryEvict: expected true or false"),
     "bad-nodeslo": ("now: 1\nnodeSLO: {resourceUsedThresholdWithBE: {cpuSuppressThresholdPercent: 500}}\n",
                     "nodeSLO: spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"),
     "bad-pod": ("now: 1\npods: [{metadata: {name: p}}]\n", "pods[0]: pod 'p': metadata.uid: required"),
-    "duplicate-cpu": ("now: 1\ncpus: [{id: 0, core: 0, socket: 0, node: 0}, {id: 0, core: 1, socket: 0, node: 0}]\n",
+    "duplicate-cpu": ("now: 1\ncpus: [{id: 0, core: 0, socket: 0, node: 0},\n"
+                      "       {id: 0, core: 1, socket: 0, node: 0}]\n",
                       "cpus[1].id: CPU 0 is listed twice"),
     "file-escape": ("now: 1\ncgroups: {'../etc/passwd': x}\n", "must be a relative path"),
     "not-yaml": ("now: [1\n", "not valid YAML/JSON"),
     "not-an-object": ("- now: 1\n", "expected an object at the top level"),
-    "disabled-strategy": ("now: 1\nstrategies: [memoryEvict]\n", "memoryEvict is not enabled by the feature gates"),
+    "disabled-strategy": ("now: 1\nstrategies: [memoryEvict]\n",
+                          "memoryEvict is not enabled by the feature gates"),
 }
 
 
@@ -191,16 +198,18 @@ def test_bad_scenario_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
 def test_bad_scenario_through_the_command_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"now": 5, "cgroups": {"cpu/x": 1.5}}))
-    proc = subprocess.run([sys.executable, "-m", "qosmanager", "replay", str(path)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "qosmanager", "replay", str(path)], capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr.splitlines() == ["qosmanager replay: cgroups['cpu/x']: expected a string, got a number"]
+    assert proc.stderr.splitlines() == [
+        "qosmanager replay: cgroups['cpu/x']: expected a string, got a number"]
 
 
 def test_scenario_from_standard_input() -> None:
     proc = subprocess.run([sys.executable, "-m", "qosmanager", "replay", "-", "--compact"],
-                          input='{"now": 7, "strategies": [], "proc": {"sys/vm/watermark_scale_factor": "150"}}',
+                          input=json.dumps({"now": 7, "strategies": [],
+                                            "proc": {"sys/vm/watermark_scale_factor": "150"}}),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"writes": [], "evictions": [],

@@ -98,7 +98,8 @@ def test_be_quota_follows_ls_load_with_koordlets_formula(quota_run: SimResult) -
 
 def test_be_quota_falls_as_ls_rises_and_never_below_the_floor(quota_run: SimResult) -> None:
     recs = quota_run.records
-    values = [_quota(w.value) for w in quota_run.be_writes if w.strategy == "cpuSuppress" and "cpu." in w.file]
+    values = [_quota(w.value) for w in quota_run.be_writes
+              if w.strategy == "cpuSuppress" and "cpu." in w.file]
     assert min(values) == 2000  # the LS spike pushes the quota down to koordlet's beMinQuota ...
     assert all(v >= 2000 for v in values)  # ... and never lower
     # the limit the model reads back moves against LS usage (a step later: the agent acts on the last sample)
@@ -127,7 +128,8 @@ def test_cpuset_policy_keeps_two_cpus_and_grows_by_at_most_ten_percent(cpuset_ru
 
         return CPUS if not text or not text.strip() else len(parse_cpu_list(text))
 
-    writes = [w for w in cpuset_run.be_writes if w.strategy == "cpuSuppress" and w.file.endswith("cpuset.cpus")]
+    writes = [w for w in cpuset_run.be_writes
+              if w.strategy == "cpuSuppress" and w.file.endswith("cpuset.cpus")]
     assert writes
     sizes = [(count(w.old), count(w.value)) for w in writes]
     assert all(new >= 2 for _, new in sizes)
@@ -270,8 +272,9 @@ def test_progress_updates_one_line_on_a_terminal_and_prints_lines_otherwise() ->
 
 def test_simulate_command_runs_and_summarises(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "qosmanager", "simulate", "--containers", "40", "--duration", "5",
-                           "--cpus", "4", "--memory-gib", "8", "--cgroup-version", "2", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "qosmanager", "simulate", "--containers", "40",
+                           "--duration", "5", "--cpus", "4", "--memory-gib", "8", "--cgroup-version", "2",
+                           "--json", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "qosmanager simulate: 40 containers in 20 pods" in proc.stdout
@@ -298,7 +301,8 @@ def test_plot_needs_matplotlib_or_draws(tmp_path: Path, cpuset_run: SimResult) -
 
 
 def test_bad_flags_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "qosmanager", "simulate", "--cpus", "3"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "qosmanager", "simulate", "--cpus", "3"],
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "qosmanager simulate: --cpus must be an even number >= 2 (two threads per core)"
+    assert proc.stderr.strip() == ("qosmanager simulate: --cpus must be an even number >= 2 "
+                                   "(two threads per core)")

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--compact", action="store_true",
                         help="print only writes, evictions and files (no refused/errors/audit)")
 
-    sim = sub.add_parser("simulate", help="run the real agent on a synthetic dense node with a closed-loop load")
+    sim = sub.add_parser("simulate",
+                         help="run the real agent on a synthetic dense node with a closed-loop load")
     sim.add_argument("--containers", type=int, default=2000, help="containers on the node (2 per pod)")
     sim.add_argument("--duration", type=duration, default=30.0, help="simulated time to run")
     sim.add_argument("--cgroup-version", type=int, default=1, choices=[1, 2])
@@ -85,10 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Name=true,Other=false on top of the simulation's (BEMemoryEvict=true)")
     sim.add_argument("--plot", default=None, metavar="FILE.png", help="draw the run (needs matplotlib)")
     sim.add_argument("--audit-log", default=None, help="keep the agent's JSON-lines audit here")
-    sim.add_argument("--workdir", default=None, help="build the node here (default: a temporary dir on /dev/shm)")
+    sim.add_argument("--workdir", default=None,
+                     help="build the node here (default: a temporary dir on /dev/shm)")
     sim.add_argument("--keep", action="store_true", help="keep the synthetic node's files")
-    sim.add_argument("--real-time", action="store_true", help="run on the wall clock instead of simulated time")
-    sim.add_argument("--json", default=None, metavar="FILE", help="also write the timeline and summary as JSON")
+    sim.add_argument("--real-time", action="store_true",
+                     help="run on the wall clock instead of simulated time")
+    sim.add_argument("--json", default=None, metavar="FILE",
+                     help="also write the timeline and summary as JSON")
     return parser
 
 

@@ -251,19 +251,16 @@ class LoadModel:
     def _rebuild_targets(self) -> None:
         present = [i for i in range(len(self.pods)) if self.pod_present[i]]
         self._present_pods = np.array(present, dtype=np.int64)
-        self._present_ctrs = np.flatnonzero(self.pod_present[self.ctr_pod]) if len(self.ctr_pod) else \
-            np.zeros(0, dtype=np.int64)
-        dirs = [self.host.layout.qos_dir(q) for q in (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)]
-        dirs += [self.host.pod_dir(self.pods[i].uid) for i in present]
-        dirs += [self.host.layout.container_dir(self.host.pod_dir(self.pods[self.ctr_pod[k]].uid),
-                                                self.pods[self.ctr_pod[k]].containers[self._ctr_rank(k)].container_id)
-                 for k in self._present_ctrs.tolist()]
+        # containers are numbered pod by pod, so this is also the order of the present pods' containers
+        self._present_ctrs = np.flatnonzero(self.pod_present[self.ctr_pod]).astype(np.int64)
+        layout = self.host.layout
+        qos = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)
+        dirs = [layout.qos_dir(q) for q in qos]
+        pod_dirs = [self.host.pod_dir(self.pods[i].uid) for i in present]
+        dirs += pod_dirs
+        for i, pod_dir in zip(present, pod_dirs):
+            dirs += [layout.container_dir(pod_dir, c.container_id) for c in self.pods[i].containers]
         self.writer.set_dirs(dirs)
-
-    def _ctr_rank(self, k: int) -> int:
-        """Index of container ``k`` within its pod."""
-        pod = self.ctr_pod[k]
-        return int(k - np.searchsorted(self.ctr_pod, pod))
 
     def _write(self, anon: np.ndarray, mem_used: int) -> None:
         n_pods = len(self.pods)
@@ -310,7 +307,8 @@ class _CgroupWriter:
                                  self.layout.file("cpu", be, "cpu.cfs_period_us"),
                                  self.layout.file("cpuset", be, "cpuset.cpus"))
         else:
-            self._limit_files = (self.layout.file("", be, "cpu.max"), "", self.layout.file("", be, "cpuset.cpus"))
+            self._limit_files = (self.layout.file("", be, "cpu.max"), "",
+                                 self.layout.file("", be, "cpuset.cpus"))
 
     def set_dirs(self, dirs: Sequence[str]) -> None:
         self.dirs = list(dirs)
@@ -356,7 +354,8 @@ class _CgroupWriter:
         try:
             if ok.any():
                 idx = np.flatnonzero(ok)
-                sysio.pwrite_batch(fds[idx], [bodies[i] for i in idx.tolist()], np.ones(len(idx), dtype=np.uint8))
+                payloads = [bodies[i] for i in idx.tolist()]
+                sysio.pwrite_batch(fds[idx], payloads, np.ones(len(idx), dtype=np.uint8))
         finally:
             sysio.close_batch(fds[ok])
 
@@ -414,7 +413,8 @@ def _memory_stat_template(version: int) -> bytes:
     if version == 1:
         dynamic = ("cache", "rss", "inactive_anon", "active_anon", "inactive_file", "active_file")
         keys = V1_MEMORY_STAT_KEYS
-        fixed = {"hierarchical_memory_limit": V1_MEMORY_UNLIMITED, "hierarchical_memsw_limit": V1_MEMORY_UNLIMITED}
+        fixed = {"hierarchical_memory_limit": V1_MEMORY_UNLIMITED,
+                 "hierarchical_memsw_limit": V1_MEMORY_UNLIMITED}
         lines = []
         for k in keys:
             base = k[6:] if k.startswith("total_") else k

@@ -294,7 +294,8 @@ def _strategies(value: Any, known: Sequence[str]) -> list[str]:
     for i, name in enumerate(_list(value, "strategies")):
         _expect(isinstance(name, str), f"strategies[{i}]", "a strategy name", name)
         if name not in known:
-            raise ScenarioError(f"strategies[{i}]: unknown strategy {name!r} (known: {', '.join(known) or 'none'})")
+            raise ScenarioError(f"strategies[{i}]: unknown strategy {name!r} "
+                                f"(known: {', '.join(known) or 'none'})")
         if name in names:
             raise ScenarioError(f"strategies[{i}]: {name} is listed twice")
         names.append(name)
@@ -434,7 +435,9 @@ def _host_size(sc: Scenario) -> tuple[int, int, int]:
         n_cpus = meta.cpu_capacity_cores
     else:
         n_cpus = DEFAULT_CPUS
-    memory = meta.memory_capacity if meta is not None and meta.memory_capacity >= (1 << 20) else DEFAULT_MEMORY
+    memory = DEFAULT_MEMORY
+    if meta is not None and meta.memory_capacity >= (1 << 20):
+        memory = meta.memory_capacity
     return n_cpus, (2 if n_cpus % 2 == 0 else 1), memory
 
 

@@ -238,8 +238,8 @@ def _fast_tmp() -> str | None:
 def build_node(cfg: SimConfig, root: str) -> SimNode:
     """The fake host with every pod laid out, and the files the agent's file source reads."""
     memory = cfg.memory_gib << 30
-    host = FakeHost(os.path.join(root, "host"), version=cfg.cgroup_version, n_cpus=cfg.cpus, memory_bytes=memory,
-                    seed=cfg.seed)
+    host = FakeHost(os.path.join(root, "host"), version=cfg.cgroup_version, n_cpus=cfg.cpus,
+                    memory_bytes=memory, seed=cfg.seed)
     pods = FakeHost.make_pods(cfg.containers, seed=cfg.seed)
     host.add_pods(pods)
     rng = random.Random(cfg.seed)
@@ -317,13 +317,15 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     proc = psutil.Process()
     baseline_rss = proc.memory_info().rss
     clock = SimClock()
-    agent_cfg = AgentConfig(roots=node.host.roots, cgroup_version=str(cfg.cgroup_version), cgroup_driver="cgroupfs",
-                            node_name="sim-node", pods_file=node.pods_file, node_file=node.node_file,
-                            node_slo_file=node.nodeslo_file, evict_mode="none", audit_log=cfg.audit_log,
-                            metrics_addr="", feature_gates=node.gates, collect_interval=cfg.collect_interval)
+    agent_cfg = AgentConfig(roots=node.host.roots, cgroup_version=str(cfg.cgroup_version),
+                            cgroup_driver="cgroupfs", node_name="sim-node", pods_file=node.pods_file,
+                            node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
+                            audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
+                            collect_interval=cfg.collect_interval)
     agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono)
     _use_simulated_collector(agent, clock)
-    agent.scheduler._rng.seed(cfg.seed)  # reproducible jitter (the scheduler takes a seed; the agent passes none)
+    # reproducible jitter (the scheduler takes a seed; the agent passes none)
+    agent.scheduler._rng.seed(cfg.seed)
     evictions: list[Eviction] = []
     removed: set[str] = set()
 
@@ -338,7 +340,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
 
     def on_audit(rec: dict[str, Any]) -> None:
         if rec["action"] == "write" and rec["executed"] and rec["target"] in be_files:
-            be_writes.append(FileWrite(clock.elapsed, rec["strategy"], rec["target"], rec["value"], rec["old"]))
+            be_writes.append(FileWrite(clock.elapsed, rec["strategy"], rec["target"], rec["value"],
+                                       rec["old"]))
 
     agent.audit.add_sink(on_audit)
     build_seconds = time.monotonic() - t_build
@@ -362,7 +365,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                 gone = model.due_removals(t)
                 if gone:
                     removed.update(gone)
-                    _atomic_json(node.pods_file, pod_list(o for u, o in node.objects.items() if u not in removed))
+                    left = (o for u, o in node.objects.items() if u not in removed)
+                    _atomic_json(node.pods_file, pod_list(left))
                 rec = model.step(t)
                 records.append(rec)
                 next_step = round(next_step + cfg.step, 9)
@@ -471,19 +475,20 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     lines: list[str] = []
     ticks = max(res.ticks, 1)
     lines.append(f"qosmanager simulate: {cfg.containers} containers in {res.pods} pods ({res.ls_pods} LS, "
-                 f"{res.be_pods} BE) on {cfg.cpus} CPUs / {cfg.memory_gib} GiB, cgroup v{cfg.cgroup_version}, "
-                 f"{cfg.duration:g} s simulated in {res.run_seconds:.1f} s (node built in {res.build_seconds:.1f} s, "
-                 f"seed {cfg.seed})")
-    lines.append(f"strategies: {', '.join(res.strategies) or 'none'}; cpuSuppressPolicy {cfg.suppress_policy}, "
-                 f"CPU threshold {cfg.cpu_threshold_percent} %, memory eviction at {cfg.memory_threshold_percent} %")
+                 f"{res.be_pods} BE) on {cfg.cpus} CPUs / {cfg.memory_gib} GiB, "
+                 f"cgroup v{cfg.cgroup_version}, {cfg.duration:g} s simulated in {res.run_seconds:.1f} s "
+                 f"(node built in {res.build_seconds:.1f} s, seed {cfg.seed})")
+    lines.append(f"strategies: {', '.join(res.strategies) or 'none'}; "
+                 f"cpuSuppressPolicy {cfg.suppress_policy}, CPU threshold {cfg.cpu_threshold_percent} %, "
+                 f"memory eviction at {cfg.memory_threshold_percent} %")
     lines.append("")
     per_job = ", ".join(f"{name} {1000.0 * st.cpu_seconds / max(st.runs, 1):.1f}"
                         for name, st in res.jobs.items() if st.runs)
     median, mean, worst = res.tick_cpu_stats()
     lines.append(f"agent      CPU per tick {1000.0 * median:.1f} ms median, {1000.0 * mean:.1f} ms mean, "
                  f"{1000.0 * worst:.1f} ms max over {ticks} ticks (ms per run: {per_job})")
-    lines.append(f"           peak RSS {_mib(res.peak_rss)} ({_mib(res.baseline_rss)} before the agent started; "
-                 "one process with the simulator)")
+    lines.append(f"           peak RSS {_mib(res.peak_rss)} ({_mib(res.baseline_rss)} before the agent "
+                 "started; one process with the simulator)")
     for name, err in res.strategy_errors.items():
         lines.append(f"           ERROR {name} raised {res.jobs.get(name, JobStats()).errors} time(s): {err}")
     if not recs:
@@ -493,15 +498,17 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     threshold = cap * cfg.cpu_threshold_percent / 100.0
     over = [r for r in recs if r.ls_used + r.system > threshold]
     step = cfg.step
-    lines.append(f"LS CPU     used {min(r.ls_used for r in recs):.1f} .. {max(r.ls_used for r in recs):.1f} cores "
-                 f"(mean {_mean([r.ls_used for r in recs]):.1f}); threshold {cfg.cpu_threshold_percent} % = "
-                 f"{threshold:.1f} cores; LS + system above it for {len(over) * step:g} s")
+    ls_used = [r.ls_used for r in recs]
+    lines.append(f"LS CPU     used {min(ls_used):.1f} .. {max(ls_used):.1f} cores "
+                 f"(mean {_mean(ls_used):.1f}); "
+                 f"threshold {cfg.cpu_threshold_percent} % = {threshold:.1f} cores; "
+                 f"LS + system above it for {len(over) * step:g} s")
     limits = [r.be_limit for r in recs]
     floor = (f"floor {MIN_CFS_QUOTA_US / 100_000:.2f} cores (quota {MIN_CFS_QUOTA_US} us)"
              if cfg.suppress_policy == "cfsQuota" else f"floor {MIN_BE_CPUS} CPUs")
     lines.append(f"BE CPU     used {_mean([r.be_used for r in recs]):.1f} cores on average (demand "
-                 f"{_mean([r.be_demand for r in recs]):.1f}); limit {_cores(min(limits))} .. {_cores(max(limits))} "
-                 f"cores, {floor}")
+                 f"{_mean([r.be_demand for r in recs]):.1f}); "
+                 f"limit {_cores(min(limits))} .. {_cores(max(limits))} cores, {floor}")
     peak_mem = max(r.memory_used / r.memory_total for r in recs)
     by_feature: dict[str, int] = {}
     for e in res.evictions:
@@ -516,7 +523,8 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
         lines.append("evicted, lowest priority first:")
         shown = sorted(res.evictions, key=lambda e: (e.priority, e.t))
         for e in shown[:12]:
-            lines.append(f"  priority {e.priority}  {e.pod:<24} {_gib(e.memory):>9}  at {e.t:5.1f} s  {e.feature}")
+            lines.append(f"  priority {e.priority}  {e.pod:<24} {_gib(e.memory):>9}  at {e.t:5.1f} s  "
+                         f"{e.feature}")
         if len(shown) > 12:
             lines.append(f"  ... and {len(shown) - 12} more")
     return "\n".join(lines) + "\n"
@@ -580,9 +588,10 @@ def result_json(res: SimResult) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(containers=args.containers, duration=args.duration, cgroup_version=args.cgroup_version,
-                     seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib, suppress_policy=args.suppress_policy,
-                     step=args.step, feature_gates=dict(args.feature_gates), audit_log=args.audit_log,
-                     workdir=args.workdir, keep=args.keep, real_time=args.real_time)
+                     seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib,
+                     suppress_policy=args.suppress_policy, step=args.step,
+                     feature_gates=dict(args.feature_gates), audit_log=args.audit_log, workdir=args.workdir,
+                     keep=args.keep, real_time=args.real_time)
 
 
 def simulate_from_args(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
