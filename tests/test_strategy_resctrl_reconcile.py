@@ -193,3 +193,22 @@ def test_threads_already_in_the_group_are_not_written_again() -> None:
     h.host.set_tasks(h.layout.container_dir(h.layout.pod_dir("BestEffort", "be-1"), cid(4)), [400, 401, 402])
     h.tick(NAME, 1001.0)
     assert task_writes(h, "BE") == ["402"]
+
+
+def test_thread_ids_skip_odd_lines_but_keep_per_file_counts() -> None:
+    from qosmanager.strategies.resctrl_reconcile import thread_ids
+    assert thread_ids(["1\n2\n", None, "3\n"]).tolist() == [1, 2, 3]
+    # a garbled line reads as -1 (no thread), so each file still contributes one id per line
+    assert thread_ids(["1\nx\n", "99999999999999999999\n4\n"]).tolist() == [1, -1, -1, 4]
+
+
+def test_a_garbled_tasks_line_is_never_written() -> None:
+    h = harness()
+    h.set_pods(_pods(h))
+    h.set_nodeslo(SLO)
+    h.host.set_tasks(h.layout.container_dir(h.layout.pod_dir("BestEffort", "be-1"), cid(4)), [400])
+    path = h.cgroup_file("cpu", h.layout.container_dir(h.layout.pod_dir("BestEffort", "be-1"), cid(4)), "tasks")
+    h.write_file(path, "400\nbogus\n")
+    h.tick(NAME, 1000.0)
+    assert task_writes(h, "BE") == ["400"]
+    assert not [r for r in h.audit.recent if r.get("error")]

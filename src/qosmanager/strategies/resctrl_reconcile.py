@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from qosmanager.api.nodeslo import ResourceQOSStrategy
 from qosmanager.api.pod import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, PodMeta
@@ -85,6 +87,18 @@ def schemata_lines(cfg_start: int | None, cfg_end: int | None, mba_percent: int 
     return text, problems
 
 
+def thread_ids(contents: Sequence[str | None], tokens: Sequence[list[str]] | None = None) -> np.ndarray:
+    """The thread ids of tasks files, concatenated, as int64 (``tokens``: the contents already split).
+    A line that is not a number is skipped (the slow path, never taken on kernel files)."""
+    toks = tokens if tokens is not None else [c.split() if c else [] for c in contents]
+    try:
+        return np.array([t for ts in toks for t in ts], dtype=np.int64)
+    except (ValueError, OverflowError):
+        # keep the per-file counts the caller relies on: an odd token becomes -1 (callers drop ids <= 0)
+        return np.array([int(t) if t.isascii() and t.isdigit() and len(t) < 19 else -1
+                         for ts in toks for t in ts], dtype=np.int64)
+
+
 def pod_group(pod: PodMeta, strategy: ResourceQOSStrategy) -> str | None:
     """The group a pod's threads belong to, or None when they are not to be moved."""
     if pod.resctrl_managed or not pod.active:
@@ -112,6 +126,7 @@ class ResctrlReconcile(Strategy):
         self._cache_ids: list[int] | None = None  # from the root schemata, for the process lifetime
         self._members_key: tuple[object, ...] | None = None
         self._members: list[tuple[str, str, str]] = []  # (group, cgroup dir, pod uid)
+        self._member_groups = np.empty(0, np.int64)  # index into resctrl.GROUPS, per member
         self._warned: set[str] = set()
 
     def tick(self, ctx: Context) -> list[Write]:
@@ -210,29 +225,26 @@ class ResctrlReconcile(Strategy):
     # -- tasks ---------------------------------------------------------------------------------
     def _tasks(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[Write]:
         """``reconcileResctrlGroups``: threads of the pods' containers (sandbox included) that are not in
-        their class's group yet, one write per thread id, ascending per group."""
+        their class's group yet, one write per thread id, ascending per group.  The ids of every tasks
+        file are compared in one numpy pass (thousands of threads on a dense node)."""
         members = self._group_members(ctx, strategy)
         if not members:
             return []
-        current: dict[str, set[int]] = {}
-        for group, content in zip(resctrl.GROUPS, ctx.read_many(TASKS, list(resctrl.GROUPS))):
-            current[group] = set(resctrl.parse_tasks(content)) if content is not None else set()
-        contents = ctx.read_many(CGROUP_TASKS, [d for _, d, _ in members])
-        new: dict[str, dict[int, str]] = {}
-        for (group, _, uid), content in zip(members, contents):
-            if content is None:  # the container is gone (or not there yet)
-                continue
-            have = current[group]
-            wanted = new.setdefault(group, {})
-            for tid in resctrl.parse_tasks(content):
-                if tid not in have:
-                    wanted.setdefault(tid, uid)
+        have = {g: thread_ids([c]) for g, c in zip(resctrl.GROUPS, ctx.read_many(TASKS, list(resctrl.GROUPS)))}
+        contents = ctx.read_many(CGROUP_TASKS, [d for _, d, _ in members])  # None: container gone or not yet
+        tokens = [c.split() if c else [] for c in contents]
+        tids = thread_ids(contents, tokens)
+        owner = np.repeat(np.arange(len(members)), np.fromiter(map(len, tokens), np.int64, len(tokens)))
+        group_of_tid = self._member_groups[owner]
         writes = []
-        for group in resctrl.GROUPS:
-            for tid, uid in sorted(new.get(group, {}).items()):
+        for gi, group in enumerate(resctrl.GROUPS):
+            sel = (group_of_tid == gi) & (tids > 0)
+            new = ~np.isin(tids[sel], have[group])
+            ids, first = np.unique(tids[sel][new], return_index=True)  # ascending; first pod wins a shared id
+            for tid, m in zip(ids.tolist(), owner[sel][new][first].tolist()):
                 # entry: one file, one write per thread (the executor keeps one write per key)
                 writes.append(self.write(TASKS, group, tid, f"thread of a {group} pod into its resctrl group",
-                                         uid=uid, entry=str(tid), compare=False, cacheable=False))
+                                         uid=members[m][2], entry=str(tid), compare=False, cacheable=False))
         return writes
 
     def _group_members(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[tuple[str, str, str]]:
@@ -259,6 +271,8 @@ class ResctrlReconcile(Strategy):
                     continue
                 members.extend((group, d, pod.uid) for d in children.get(pod_dir, ()))
         self._members_key, self._members = key, members
+        self._member_groups = np.fromiter((resctrl.GROUPS.index(g) for g, _, _ in members), np.int64,
+                                          len(members))
         return members
 
     def _warn(self, key: str, msg: str, *args: object) -> None:
