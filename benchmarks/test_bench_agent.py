@@ -13,8 +13,8 @@ import os
 from typing import Any
 
 import pytest
-from conftest import check_bounds
 
+from conftest import check_bounds
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import ClassVar
 
@@ -62,7 +63,7 @@ def test_scheduler_jitter_is_bounded_and_a_failing_job_keeps_running() -> None:
 
     stop.wait = fake_wait  # type: ignore[method-assign]
     sched.run(stop, duration=10.0)
-    gaps = [b - a for a, b in zip(ok_runs, ok_runs[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(ok_runs)]
     assert len(ok_runs) >= 9 and all(0.95 <= g <= 1.05 for g in gaps)
     assert bad.errors >= 9 and bad.runs == bad.errors and set(errors) == {"bad"}
     assert "ZeroDivisionError" in bad.last_error

@@ -62,7 +62,11 @@ class AgentConfig:
 
 class Agent:
     def __init__(self, cfg: AgentConfig, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, monotonic_ns: Callable[[], int] | None = None,
+                 seed: int | None = None) -> None:
+        """``clock`` stamps samples and decisions (wall seconds); ``monotonic`` drives the scheduler;
+        ``monotonic_ns`` (default: the native reader's clock) turns counters into rates.  Simulations
+        inject all three; ``seed`` makes the scheduler's jitter reproducible."""
         self.cfg = cfg
         self.clock = clock
         self.gates = FeatureGates.from_overrides(cfg.feature_gates)
@@ -80,7 +84,11 @@ class Agent:
         self.audit = AuditLog(cfg.audit_log, clock=clock)
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
                                  force_seconds=cfg.force_update_seconds, clock=clock)
-        self.collector = Collector(self.layout, self.cache, self.store, clock=clock, max_fds=cfg.max_fds)
+        if monotonic_ns is None:
+            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, max_fds=cfg.max_fds)
+        else:
+            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, mono=monotonic_ns,
+                                       max_fds=cfg.max_fds)
         self.collector.on_pod_removed.append(self.executor.forget)
         evict_mode = cfg.evict_mode or ("api" if cfg.kubeconfig else "none")
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
@@ -91,7 +99,7 @@ class Agent:
                              gates=self.gates, cfg=cfg.qos, evictor=self.coordinator.execute,
                              cpu_info=self.cpu_info)
         self.manager = QoSManager(self.shared, only=cfg.strategies, clock=clock)
-        self.scheduler = Scheduler(wall=clock, monotonic=monotonic)
+        self.scheduler = Scheduler(wall=clock, monotonic=monotonic, seed=seed)
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
         # strategies start after the first samples exist (koordlet waits for the collectors too)
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))

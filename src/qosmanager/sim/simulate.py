@@ -40,7 +40,6 @@ from qosmanager.agent import Agent, AgentConfig
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.metrics.collector import Collector
 from qosmanager.sim.fakehost import FakeHost, FakePod
 from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
@@ -279,19 +278,6 @@ def _atomic_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _use_simulated_collector(agent: Agent, clock: SimClock) -> None:
-    """Rebuild the agent's collector on the simulated nanosecond clock.
-
-    The collector turns counter deltas into rates with its ``mono`` clock; :class:`Agent` passes it
-    only the wall clock, so on simulated time the rates would use real elapsed nanoseconds.  The
-    replacement is built exactly as the agent builds its own, plus ``mono``.
-    """
-    agent.collector.close()
-    agent.collector = Collector(agent.layout, agent.cache, agent.store, clock=clock.wall, mono=clock.mono_ns,
-                                max_fds=agent.cfg.max_fds)
-    agent.collector.on_pod_removed.append(agent.executor.forget)
-
-
 # ----------------------------------------------------------------------------------------------
 # the run
 # ----------------------------------------------------------------------------------------------
@@ -322,10 +308,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                             node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
                             audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
                             collect_interval=cfg.collect_interval)
-    agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono)
-    _use_simulated_collector(agent, clock)
-    # reproducible jitter (the scheduler takes a seed; the agent passes none)
-    agent.scheduler._rng.seed(cfg.seed)
+    agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=cfg.seed)
     evictions: list[Eviction] = []
     removed: set[str] = set()
 
