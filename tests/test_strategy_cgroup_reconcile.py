@@ -459,3 +459,13 @@ def test_a_pod_that_leaves_is_forgotten_and_the_sums_shrink() -> None:
     for t in range(1002, 1065):
         assert not any(r.write.cgroup.startswith((d["ls-a"], d["lsr-c"])) for r in h.tick(NAME, float(t)))
     assert not (h.strategy(NAME)._desired.keys() & {("memory.min", d["ls-a"]), ("memory.min", d["app"])})
+
+
+def test_reassertion_buckets_follow_the_force_period_and_stay_bounded() -> None:
+    from qosmanager.framework.gates import FeatureGates
+    from qosmanager.framework.strategy import QoSConfig
+    from qosmanager.strategies.cgroup_reconcile import CgroupReconcile
+    gates = FeatureGates.from_overrides({"CgroupReconcile": True})
+    assert len(CgroupReconcile(QoSConfig(force_update_seconds=60, reconcile_interval=2), gates)._buckets) == 30
+    assert len(CgroupReconcile(QoSConfig(reconcile_interval=0), gates)._buckets) == 1  # disabled: no table
+    assert len(CgroupReconcile(QoSConfig(reconcile_interval=0.001), gates)._buckets) == 3600

@@ -341,8 +341,8 @@ class CgroupReconcile(Strategy):
         self._absent: set[Key] = set()  # file missing in an existing dir: unsupported there
         self._due: dict[Key, None] = {}  # to send on the next tick (changed, or failed last time)
         # the periodic re-assertion: every knob sits in one of n buckets, one bucket per tick
-        self._buckets: list[dict[Key, None]] = [{} for _ in range(
-            max(1, int(cfg.force_update_seconds / max(self.interval, 1e-3))))]
+        n = int(cfg.force_update_seconds / self.interval) if self.interval > 0 else 1
+        self._buckets: list[dict[Key, None]] = [{} for _ in range(max(1, min(n, 3600)))]
         self._bucket_of: dict[Key, int] = {}
         self._next_bucket = 0
         self._ticks = 0
