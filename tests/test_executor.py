@@ -218,17 +218,33 @@ def test_restore_writes_back_what_was_found(tmp_path) -> None:
 
 
 def test_blkio_entries_are_independent(tmp_path) -> None:
-    ex, layout, _, _ = make(tmp_path)
+    ex, layout, _, audit = make(tmp_path)
     p = put(layout, "blkio", BE, "blkio.throttle.read_bps_device", "")
     ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:0 1000", BE, entry="8:0")])
-    assert read(p) == "8:0 1000"
-    # the kernel keeps one line per device; on a fake file each write replaces the content,
-    # so simulate the kernel's table and check the compare rule per device
-    with open(p, "w") as f:
-        f.write("8:0 1000\n8:16 2000\n")
+    # a plain file is given the table the kernel would show (one line per device)
+    assert read(p) == "8:0 1000\n"
+    # two entries of one file in one batch compose (the second is planned on the first's result)
+    ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:16 2000", BE, entry="8:16"),
+              Write("b", "blkio.throttle.read_bps_device", "8:0 500", BE, entry="8:0")])
+    assert sorted(read(p).splitlines()) == ["8:0 500", "8:16 2000"]
+    assert [r["value"] for r in list(audit.recent)[-2:]] == ["8:16 2000", "8:0 500"]  # the audit names the entry
     res = ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:16 2000", BE, entry="8:16"),
                     Write("b", "blkio.throttle.read_bps_device", "8:32 0", BE, entry="8:32")])
-    assert [r.status for r in res] == ["unchanged", "unchanged"]  # delete of an absent device: nothing to do
+    assert [r.status for r in res] == ["cached", "unchanged"]  # delete of an absent device: nothing to do
+    # a delete request removes the device's line
+    ex.apply([Write("b", "blkio.throttle.read_bps_device", "8:0 0", BE, entry="8:0")])
+    assert read(p) == "8:16 2000\n"
+
+
+def test_schemata_lines_compose_in_one_batch(tmp_path) -> None:
+    ex, _, _, _ = make(tmp_path)
+    d = tmp_path / "sys" / "fs" / "resctrl" / "BE"
+    d.mkdir(parents=True)
+    (d / "schemata").write_text("    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n")
+    ex.apply([Write("r", "resctrl.schemata", "L3:0=f;1=f;\n", "BE", entry="L3"),
+              Write("r", "resctrl.schemata", "MB:0=30;1=30;\n", "BE", entry="MB")])
+    text = (d / "schemata").read_text()
+    assert "L3:0=f;1=f;" in text and "MB:0=30;1=30;" in text
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -210,7 +210,8 @@ def test_v2_io_max_and_io_weight() -> None:
     h.tick(NAME, 1000.0)
     # readIOPS 1000, writeBPS 1 MiB, the rest unlimited; weight 60 % -> 1 + 59*9999//99 = 5960
     assert be_file(h, "io.max") == "8:16 rbps=max wbps=1048576 riops=1000 wiops=max"
-    assert be_file(h, "io.weight") == "8:16 5960"
+    # the file keeps the kernel's table: the cgroup's default line and the device's own weight
+    assert be_file(h, "io.weight") == "default 100\n8:16 5960"
     assert not any(f.startswith("blkio.") for f, _ in writes(h))
     h.recorded.writes.clear()
     h.set_nodeslo(be_slo([SDB], enable=False))

@@ -113,7 +113,8 @@ class _Item:
     depth: int
     result: WriteResult
     current: str | None = None
-    steps: list[tuple[int, str]] = field(default_factory=list)  # (phase, content)
+    # (phase, what to write to a kernel file, what a plain file must hold afterwards)
+    steps: list[tuple[int, str, str]] = field(default_factory=list)
     audited: bool = False
     fd: int = -1
     truncate: bool = False
@@ -406,12 +407,16 @@ class Executor:
                     self.files.drop(items[k].path)
 
     def _plan(self, items: list[_Item], now: float) -> None:
+        # Several entries of one multi-entry file (devices, schemata lines, task ids) in one batch
+        # are planned against the content the previous entries leave, not the same pre-read.
+        shadow: dict[str, str | None] = {}
         for it in items:
             if it.result.status in ("missing", "failed"):
                 continue
             w, r = it.write, it.resource
-            cur = it.current
+            cur = shadow.get(it.path, it.current) if r.multi_entry else it.current
             content = w.value if w.raw else r.render(w.value, cur, self.version)
+            after = r.merge_entry(cur, content) if (r.merge_entry is not None and not w.raw) else content
             it.result.value = content.strip()
             it.result.old = None if cur is None else cur.strip()
             if cur is not None and w.compare and r.equal(cur, content, self.version):
@@ -437,17 +442,21 @@ class Executor:
                     old_set = new_set = set()
                 if not new_set <= old_set:
                     union = format_cpu_list(old_set | new_set)
-                    it.steps.append((0, union))
+                    it.steps.append((0, union, union))
                     if old_set | new_set == new_set:
                         continue  # the union is the exact value: one step
             elif r.order == "none":
                 phase_exact = 0
-            it.steps.append((phase_exact, content))
+            it.steps.append((phase_exact, content, after))
+            if r.multi_entry:
+                shadow[it.path] = after
 
     def _execute(self, items: list[_Item], now: float) -> None:
         planned = [it for it in items if it.steps]
         for phase in (0, 1):
-            batch = [(it, content) for it in planned for ph, content in it.steps if ph == phase]
+            # a kernel file takes the entry; a plain (fake) file is given the whole table it would show
+            batch = [(it, kernel, plain if it.truncate else kernel) for it in planned
+                     for ph, kernel, plain in it.steps if ph == phase]
             if not batch:
                 continue
             # phase 0 (limits rise / widen): parents first; phase 1 (fall / narrow): children first
@@ -456,10 +465,11 @@ class Executor:
         for it in items:
             self._finish(it, now)
 
-    def _write_batch(self, batch: list[tuple[_Item, str]], now: float) -> None:
+    def _write_batch(self, batch: list[tuple[_Item, str, str]], now: float) -> None:
+        """Write ``(item, entry, payload)`` in order; the audit names the entry written."""
         # descriptors were looked up when the current values were read (an LRU eviction in
         # between would only close descriptors of files not in this batch)
-        todo = [k for k, (it, _) in enumerate(batch) if it.result.status != "failed" and it.fd >= 0]
+        todo = [k for k, (it, _, _) in enumerate(batch) if it.result.status != "failed" and it.fd >= 0]
         if self.dry_run:
             for k in todo:
                 batch[k][0].result.status = "dry-run"
@@ -468,11 +478,11 @@ class Executor:
             return
         fd_arr = np.fromiter((batch[k][0].fd for k in todo), dtype=np.int32, count=len(todo))
         trunc = np.fromiter((batch[k][0].truncate for k in todo), dtype=np.uint8, count=len(todo))
-        payloads = [batch[k][1].encode() for k in todo]
+        payloads = [batch[k][2].encode() for k in todo]
         errs = sysio.pwrite_batch(fd_arr, payloads, trunc)
         self.stats.write_syscalls += len(todo)
         for k, e in zip(todo, errs.tolist()):
-            it, content = batch[k]
+            it, content, _ = batch[k]
             if e == 0:
                 it.result.status = "written"
                 self._audit(it, content, executed=True)

@@ -52,7 +52,7 @@ class Shared:
     # extra topology annotations (koordlet reads them from NodeResourceTopology); standalone and
     # replay take them from the Node object's annotations
     topology_annotations: Callable[[], Mapping[str, str]] | None = None
-    _walks: dict[tuple[str, str, int, int], list[str]] = field(default_factory=dict)
+    _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
 class Context:
@@ -152,15 +152,12 @@ class Context:
         """Dirs under ``parent`` up to ``max_depth`` (parent first, then walk order), relative to the
         cgroup root.  The walk is redone only when the pod set changed (it finds sandbox containers
         that the pod list does not name)."""
-        key = (subsystem, parent, max_depth, self.pods_generation)
-        walks = self._s._walks
-        hit = walks.get(key)
-        if hit is None:
-            for k in [k for k in walks if k[:3] == key[:3]]:
-                del walks[k]
-            hit = self.layout.dirs_up_to_depth(subsystem, parent, max_depth)
-            walks[key] = hit
-        return hit
+        key = (subsystem, parent, max_depth)
+        hit = self._s._walks.get(key)
+        if hit is None or hit[0] != self.pods_generation:
+            hit = (self.pods_generation, self.layout.dirs_up_to_depth(subsystem, parent, max_depth))
+            self._s._walks[key] = hit
+        return hit[1]
 
     def cgroup_exists(self, subsystem: str, rel: str) -> bool:
         return os.path.isdir(self.layout.abs_dir(subsystem, rel))

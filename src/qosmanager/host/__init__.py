@@ -9,4 +9,5 @@
 * :mod:`~qosmanager.host.procfs` / :mod:`~qosmanager.host.sysfs` -- node stat, memory,
   PSI, CPU topology and NUMA parsers;
 * :mod:`~qosmanager.host.resctrl` -- resctrl paths, schemata and the CAT/MBA formulas.
+* :mod:`~qosmanager.host.blockdev` -- block devices from sysfs and mountinfo (disk numbers for blkio).
 """

@@ -376,6 +376,61 @@ def _schemata_same(current: str, rendered: str) -> bool:
 
 
 # ---------------------------------------------------------------------------
+# entry tables: what a multi-entry file holds after one entry is written
+# ---------------------------------------------------------------------------
+# The kernel keeps one line per device (blkio, io.*), one token per feature
+# (sched_features), one line per resource (schemata), one id per line (tasks), and a
+# write changes one entry.  These functions compute the file's content after a write,
+# which lets one batch change several entries of a file consistently, and lets a plain
+# file of a fake tree hold what the kernel would show.
+def _lines(current: str | None) -> list[str]:
+    return [ln.strip() for ln in (current or "").splitlines() if ln.strip()]
+
+
+def _device_table_merge(current: str | None, entry: str) -> str:
+    dev, _, val = entry.strip().partition(" ")
+    keep = [ln for ln in _lines(current) if ln.split(" ", 1)[0] != dev]
+    if val.strip() not in ("0", "default", ""):
+        keep.append(entry.strip())
+    return "\n".join(keep) + ("\n" if keep else "")
+
+
+def _io_max_merge(current: str | None, entry: str) -> str:
+    dev, *kvs = entry.split()
+    want = dict(kv.split("=", 1) for kv in kvs)
+    out, found = [], False
+    for ln in _lines(current):
+        parts = ln.split()
+        if parts[0] != dev:
+            out.append(ln)
+            continue
+        found = True
+        have = dict(kv.split("=", 1) for kv in parts[1:] if "=" in kv)
+        have.update(want)
+        if any(v != "max" for v in have.values()):
+            out.append(dev + " " + " ".join(f"{k}={have.get(k, 'max')}" for k in ("rbps", "wbps", "riops", "wiops")))
+    if not found and any(v != "max" for v in want.values()):
+        out.append(dev + " " + " ".join(f"{k}={want.get(k, 'max')}" for k in ("rbps", "wbps", "riops", "wiops")))
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _token_merge(current: str | None, entry: str) -> str:
+    """sched_features: writing FOO sets the feature, NO_FOO clears it."""
+    want = entry.strip()
+    name = want[3:] if want.startswith("NO_") else want
+    tokens = [t for t in (current or "").split() if t not in (name, "NO_" + name)]
+    tokens.append(want)
+    return " ".join(tokens) + "\n"
+
+
+def _append_merge(current: str | None, entry: str) -> str:
+    ids = _lines(current)
+    if entry.strip() not in ids:
+        ids.append(entry.strip())
+    return "\n".join(ids) + "\n"
+
+
+# ---------------------------------------------------------------------------
 # ordering and merge rules
 # ---------------------------------------------------------------------------
 def larger(a: str, b: str) -> bool:
@@ -409,6 +464,8 @@ class Resource:
     merge: Callable[[str, str], str] = merge_first_owner  # (current owner's, challenger's) -> winner
     merge_rule: str = "the current owner keeps the file"
     multi_entry: bool = False  # several independent entries (devices) share the file
+    # the file's content after writing one entry (multi-entry files); None = the entry replaces it
+    merge_entry: Callable[[str | None, str], str] | None = None
     root: str = "cgroup"  # "cgroup" | "proc" | "sys"
     rel: str = ""  # non-cgroup files: path relative to the root, "{group}" substituted
     if_exists: bool = False  # a missing file means "unsupported here", not an error
@@ -473,19 +530,20 @@ _RESOURCES: list[Resource] = [
     ],
     *[
         _cg(f"blkio.throttle.{k}", "blkio", f"blkio.throttle.{k}", None,
-            validate=blkio_validator(0, INT64_MAX), same=_blkio_same, multi_entry=True, if_exists=True)
+            validate=blkio_validator(0, INT64_MAX), same=_blkio_same, multi_entry=True, if_exists=True,
+            merge_entry=_device_table_merge)
         for k in ("read_bps_device", "write_bps_device", "read_iops_device", "write_iops_device")
     ],
     _cg("blkio.cost.weight", "blkio", "blkio.cost.weight", None, validate=blkio_validator(1, 100),
-        same=_blkio_same, multi_entry=True, if_exists=True),
+        same=_blkio_same, multi_entry=True, if_exists=True, merge_entry=_device_table_merge),
     _cg("blkio.cost.qos", "blkio", "blkio.cost.qos", None, validate=blkio_cost_qos_validator,
-        same=_lines_same, multi_entry=True, if_exists=True),
+        same=_lines_same, multi_entry=True, if_exists=True, merge_entry=_device_table_merge),
     _cg("blkio.cost.model", "blkio", "blkio.cost.model", None, validate=blkio_cost_model_validator,
-        same=_lines_same, multi_entry=True, if_exists=True),
+        same=_lines_same, multi_entry=True, if_exists=True, merge_entry=_device_table_merge),
     _cg("io.max", "blkio", None, "io.max", validate=io_max_validator, same=_io_max_same,
-        multi_entry=True, if_exists=True),
+        multi_entry=True, if_exists=True, merge_entry=_io_max_merge),
     _cg("io.weight", "blkio", None, "io.weight", validate=io_weight_validator, same=_io_weight_same,
-        multi_entry=True, if_exists=True),
+        multi_entry=True, if_exists=True, merge_entry=_device_table_merge),
     _cg("tasks", "cpu", "tasks", "cgroup.threads", validate=range_validator(1, 2**31 - 1)),
     _cg("cgroup.procs", "cpu", "cgroup.procs", "cgroup.procs", validate=range_validator(1, 2**31 - 1)),
     # --- system files (infra §2.7) ---
@@ -504,13 +562,14 @@ _RESOURCES: list[Resource] = [
     Resource("sched_features", root="sys", rel="kernel/debug/sched_features",
              validate=lambda v: None if re.fullmatch(r"(NO_)?[A-Z0-9_]+", v.strip()) else
              f"{v!r} is not a scheduler feature name", if_exists=True, multi_entry=True,
-             same=lambda cur, want: want.strip() in cur.split()),
+             same=lambda cur, want: want.strip() in cur.split(), merge_entry=_token_merge),
     # --- resctrl (infra §2.9); "{group}" is the resctrl group ("" = root) ---
     Resource("resctrl.schemata", root="sys", rel="fs/resctrl/{group}/schemata",
              render_v1=_render_resctrl_schemata, render_v2=_render_resctrl_schemata,
              same=_schemata_same, multi_entry=True),
     Resource("resctrl.tasks", root="sys", rel="fs/resctrl/{group}/tasks",
-             validate=range_validator(1, 2**31 - 1), same=lambda cur, want: want.strip() in cur.split()),
+             validate=range_validator(1, 2**31 - 1), same=lambda cur, want: want.strip() in cur.split(),
+             multi_entry=True, merge_entry=_append_merge),
 ]
 
 REGISTRY: dict[str, Resource] = {r.name: r for r in _RESOURCES}
