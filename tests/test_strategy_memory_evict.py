@@ -17,12 +17,11 @@ from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
-from qosmanager.strategies.cpu_evict import check_allocatable_config
+from qosmanager.strategies._eviction import check_allocatable_config, release_by_used_threshold
 from qosmanager.strategies.memory_evict import (
     MemoryEvict,
     check_common_config,
     memory_allocatable_formula,
-    release_by_used_threshold,
 )
 
 GiB = 1 << 30
@@ -253,7 +252,7 @@ def test_nodeslo_switch_and_gates() -> None:
 
 def test_invalid_config_is_logged_once_and_other_features_keep_running(caplog: pytest.LogCaptureFixture) -> None:
     h = harness({"BEMemoryEvict": True, "MemoryEvict": True}, [be(0), be(1)], SLO)  # no priority threshold
-    with caplog.at_level(logging.WARNING, logger="qosmanager.strategies.cpu_evict"):
+    with caplog.at_level(logging.WARNING, logger="qosmanager.strategies.memory_evict"):
         usage(h, T0, 71 * GiB, {0: 4 * GiB, 1: GiB})
         h.tick("memoryEvict", T0)
         usage(h, T0 + 4, 80 * GiB, {0: 4 * GiB, 1: GiB})

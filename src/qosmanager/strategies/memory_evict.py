@@ -11,30 +11,28 @@ The memory twin of :mod:`qosmanager.strategies.cpu_evict`, three features in thi
   low-priority pods (``koordinator.sh/eviction-enabled: "true"``) in priority order.
 
 Gating, config checks (logged once, the other features keep running) and the coordinator
-are as for CPU.  The cool-down (``MemoryEvictCoolTimeSeconds``, 4 s) starts only after a tick
-that evicted a new pod: there is no quiet start, unlike cpuEvict.
+are as for CPU: the tick and every helper both evictors use live in
+:mod:`qosmanager.strategies._eviction`.  The cool-down (``MemoryEvictCoolTimeSeconds``, 4 s) starts
+only after a tick that evicted a new pod: there is no quiet start, unlike cpuEvict.
 
 Units: bytes throughout (pod and node memory usage metrics are bytes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Mapping
 
 from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import ResourceThresholdStrategy
 from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
-from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
-from qosmanager.framework.gates import FeatureGates
-from qosmanager.framework.strategy import QoSConfig, Strategy, register
-from qosmanager.strategies.cpu_evict import (
+from qosmanager.framework.strategy import register
+from qosmanager.strategies._eviction import (
     Candidate,
-    ConfigProblems,
+    EvictionStrategy,
     Lazy,
-    PerPodsGeneration,
+    TaskBuilder,
     allocatable_release,
     be_order,
     be_pods,
@@ -42,8 +40,8 @@ from qosmanager.strategies.cpu_evict import (
     describe_amounts,
     describe_requested,
     go_div,
-    is_feature_disabled,
     priority_candidates,
+    release_by_used_threshold,
     request_release_of,
     requested_by_priority,
     sort_by_priority,
@@ -57,44 +55,26 @@ MEMORY_RELEASE_BUFFER_PERCENT = 2  # memoryEvictLowerPercent when unset: thresho
 
 
 @register
-class MemoryEvict(Strategy):
+class MemoryEvict(EvictionStrategy):
     name = "memoryEvict"
-    gates: ClassVar[tuple[str, ...]] = (BE_MEMORY_EVICT, MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT)
+    gates = (BE_MEMORY_EVICT, MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT)
     interval_key = "memory_evict"
-    features: ClassVar[tuple[str, ...]] = (BE_MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT, MEMORY_EVICT)  # fixed order
+    features = (BE_MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT, MEMORY_EVICT)  # fixed order
+    usage_metric = "pod_memory_usage"  # bytes
+    quiet_start = False  # the cool-down counts from time zero
 
-    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
-        super().__init__(cfg, gates)
-        self.last_evict_time = 0.0  # no quiet start
-        self.problems = ConfigProblems(self.name)
-        self.per_pods = PerPodsGeneration()
+    def cooling_down(self, ctx: Context, since: float) -> bool:
+        return ctx.now < since + ctx.cfg.memory_evict_cool_time
 
-    def tick(self, ctx: Context) -> list[Write]:
-        if ctx.now < self.last_evict_time + ctx.cfg.memory_evict_cool_time:
-            return []
-        node = ctx.node
-        if node is None or node.memory_capacity <= 0:
-            return []
-        cfg = ctx.nodeslo.resource_used_threshold_with_be
-        usage = Lazy(lambda: ctx.pod_metrics("pod_memory_usage"))  # bytes, read once per tick when needed
-        builders = {
+    def has_capacity(self, node: NodeMeta) -> bool:
+        return node.memory_capacity > 0
+
+    def task_builders(self) -> Mapping[str, TaskBuilder]:
+        return {
             BE_MEMORY_EVICT: self.be_memory_evict_task,
             MEMORY_ALLOCATABLE_EVICT: self.allocatable_evict_task,
             MEMORY_EVICT: self.memory_evict_task,
         }
-        tasks: list[EvictTask] = []
-        for feature in self.features:
-            if not self.gate(feature) or is_feature_disabled(ctx):
-                continue
-            task = builders[feature](ctx, node, cfg, usage)
-            if task is not None:
-                tasks.append(task)
-        if not tasks:
-            return []
-        result = ctx.evict(self.name, tasks)
-        if result.newly_evicted:  # pods still pending release do not restart the cool-down
-            self.last_evict_time = ctx.now
-        return []
 
     # ------------------------------------------------------------------ BEMemoryEvict
     def be_memory_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
@@ -209,10 +189,6 @@ def calculate_release_by_used_threshold(ctx: Context, node: NodeMeta,
     why = (f"node memory usage {usage_pct}% ({int(node_used)} of {capacity} bytes) is at or above {threshold}%; "
            f"release {amount} bytes of usage to reach {lower}%")
     return amount, why
-
-
-def release_by_used_threshold(usage_pct: int, lower_pct: int, capacity: int) -> int:
-    return go_div(capacity * (usage_pct - lower_pct), 100)
 
 
 def memory_allocatable_formula(requested: int, allocatable: int, lower_pct: int) -> int:
