@@ -156,6 +156,8 @@ class Executor:
         self._last_gc = clock()
         self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
+        # after every apply(): its results and how long it took (seconds), for the metrics
+        self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
 
     # ------------------------------------------------------------------
     # resolution
@@ -259,6 +261,7 @@ class Executor:
     # the batch
     # ------------------------------------------------------------------
     def apply(self, writes: Iterable[Write], now: float | None = None) -> list[WriteResult]:
+        t0 = time.perf_counter()
         now = self.clock() if now is None else now
         results: list[WriteResult] = []
         items: dict[str, _Item] = {}
@@ -304,6 +307,10 @@ class Executor:
         self.audit.flush()
         if now - self._last_gc > self.force_seconds:
             self._gc(now)
+        if self.on_batch:
+            dt = time.perf_counter() - t0
+            for cb in self.on_batch:
+                cb(results, dt)
         return results
 
     def _locate(self, w: Write,
