@@ -1,0 +1,202 @@
+"""The exporter's registry: the text exposition format, escaping, histogram math, pulled values.
+
+Expected texts and numbers are written out by hand from the format's rules; the output is parsed
+back with the strict reader in ``promtext.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+
+from promtext import FormatError, buckets, parse
+from qosmanager.exporter.registry import (
+    Counter,
+    Gauge,
+    Histogram,
+    Registry,
+    escape_help,
+    escape_label_value,
+    exponential_buckets,
+    format_value,
+)
+
+
+def test_counter_and_gauge_render_exactly() -> None:
+    r = Registry()
+    c = Counter("jobs_total", "Jobs done", ("kind",), r)
+    g = Gauge("temperature", "Now", registry=r)
+    c.labels("b").inc()
+    c.labels("a").inc(2.5)
+    c.labels("b").inc(2)
+    g.set(-1.25)
+    assert r.render() == (
+        "# HELP jobs_total Jobs done\n"
+        "# TYPE jobs_total counter\n"
+        'jobs_total{kind="a"} 2.5\n'
+        'jobs_total{kind="b"} 3\n'
+        "# HELP temperature Now\n"
+        "# TYPE temperature gauge\n"
+        "temperature -1.25\n"
+    )
+
+
+def test_escaping_round_trips_through_the_reader() -> None:
+    nasty = 'C:\\dir "quoted"\nsecond line'
+    assert escape_label_value(nasty) == 'C:\\\\dir \\"quoted\\"\\nsecond line'
+    assert escape_help('a \\ b\nc "d"') == 'a \\\\ b\\nc "d"'  # a quote stays literal in HELP
+    r = Registry()
+    g = Gauge("odd_labels", 'Help with \\ and\nnewline and "quotes"', ("path", "other"), r)
+    g.labels(nasty, "").set(1)
+    g.labels("plain", "ünïcode").set(2)
+    fams = parse(r.render())
+    fam = fams["odd_labels"]
+    assert fam.help == 'Help with \\ and\nnewline and "quotes"'
+    assert fam.value(path=nasty, other="") == 1
+    assert fam.value(path="plain", other="ünïcode") == 2
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (3, "3"), (3.0, "3"), (0.1, "0.1"), (-2.5, "-2.5"), (1e-7, "1e-07"), (2**60 + 0.0, repr(2.0**60)),
+    (math.inf, "+Inf"), (-math.inf, "-Inf"), (math.nan, "NaN"), (True, "1"),
+])
+def test_value_format(value: float, text: str) -> None:
+    assert format_value(value) == text
+
+
+def test_histogram_math_by_hand() -> None:
+    r = Registry()
+    h = Histogram("latency_seconds", "How long", ("op",), buckets=[5, 1, 2], registry=r)  # unsorted
+    child = h.labels("read")
+    for v in (0.5, 1, 1.5, 2, 4.9, 5, 7, 100):
+        child.observe(v)
+    child.observe(3, n=3)  # three equal samples in one update
+    child.observe(math.nan)  # dropped: it would poison the sum
+    fam = parse(r.render())["latency_seconds"]
+    # le=1: 0.5, 1 (a sample equal to a bound counts in it) -> 2
+    # le=2: + 1.5, 2 -> 4;  le=5: + 4.9, 5, 3 x 3 -> 9;  +Inf: + 7, 100 -> 11
+    assert buckets(fam, op="read") == [(1.0, 2), (2.0, 4), (5.0, 9), (math.inf, 11)]
+    assert fam.series("_count") == {(("op", "read"),): 11}
+    # 0.5 + 1 + 1.5 + 2 + 4.9 + 5 + 7 + 100 + 9 = 130.9
+    assert fam.series("_sum")[(("op", "read"),)] == pytest.approx(130.9)
+
+
+def test_histogram_text_layout() -> None:
+    r = Registry()
+    h = Histogram("d_ms", "x", buckets=(0.5,), registry=r)
+    h.observe(0.25)
+    assert r.render() == (
+        "# HELP d_ms x\n# TYPE d_ms histogram\n"
+        'd_ms_bucket{le="0.5"} 1\nd_ms_bucket{le="+Inf"} 1\nd_ms_sum 0.25\nd_ms_count 1\n'
+    )
+
+
+def test_koordlets_exponential_buckets() -> None:
+    # ExponentialBuckets(0.01, 4, 8): 0.01 x 4^i, written out by hand
+    assert exponential_buckets(0.01, 4, 8) == (0.01, 0.04, 0.16, 0.64, 2.56, 10.24, 40.96, 163.84)
+    r = Registry()
+    Histogram("b", "x", buckets=exponential_buckets(0.01, 4, 8), registry=r).observe(1)
+    assert 'b_bucket{le="0.16"} 0' in r.render()  # not 0.16000000000000003
+    with pytest.raises(ValueError, match="factor > 1"):
+        exponential_buckets(1, 1, 3)
+
+
+def test_pulled_values_are_read_at_scrape_time_and_a_broken_reader_loses_only_its_family() -> None:
+    r = Registry()
+    state = {"n": 1}
+    Counter("pulled_total", "From a stats object", registry=r).pull(lambda: state["n"])
+    Gauge("by_kind", "Mapping", ("kind", "node"), r).pull(lambda: {("b", "n1"): 2, ("a", "n1"): 1})
+    Gauge("single_label", "str keys", ("kind",), r).pull(lambda: {"x": 4})
+
+    def broken() -> float:
+        raise RuntimeError("boom")
+
+    Gauge("broken", "Raises", registry=r).pull(broken)
+    Gauge("absent", "None", registry=r).pull(lambda: None)
+    state["n"] = 7
+    fams = parse(r.render())
+    assert fams["pulled_total"].value() == 7
+    assert fams["by_kind"].value(kind="a", node="n1") == 1 and fams["by_kind"].value(kind="b", node="n1") == 2
+    assert fams["single_label"].value(kind="x") == 4
+    assert fams["broken"].samples == {} and fams["absent"].samples == {}
+
+
+def test_bad_names_and_uses_are_refused_with_a_clear_message() -> None:
+    r = Registry()
+    with pytest.raises(ValueError, match="invalid metric name"):
+        Counter("1bad", "x")
+    with pytest.raises(ValueError, match="invalid label name"):
+        Counter("ok", "x", ("bad-label",))
+    with pytest.raises(ValueError, match="invalid label name"):
+        Counter("ok", "x", ("__reserved",))
+    with pytest.raises(ValueError, match="reserved"):
+        Histogram("h", "x", ("le",), buckets=(1,))
+    with pytest.raises(ValueError, match="distinct finite"):
+        Histogram("h", "x", buckets=(1, 1))
+    c = Counter("c_total", "x", ("a",), r)
+    with pytest.raises(ValueError, match="registered twice"):
+        Counter("c_total", "x", registry=r)
+    with pytest.raises(ValueError, match="takes labels"):
+        c.labels("a", "b")
+    with pytest.raises(ValueError, match="only goes up"):
+        c.labels("a").inc(-1)
+
+
+def test_remove_drops_a_series() -> None:
+    r = Registry()
+    g = Gauge("g", "x", ("t",), r)
+    g.labels("cpuset").set(3)
+    g.labels("cfsQuota").set(2.7)
+    g.remove("cfsQuota")
+    g.remove("never-there")
+    assert parse(r.render())["g"].series() == {(("t", "cpuset"),): 3}
+
+
+def test_the_reader_catches_broken_text() -> None:
+    """The reader must be able to fail, or the format tests prove nothing."""
+    ok = "# HELP a x\n# TYPE a counter\na 1\n"
+    parse(ok)
+    for bad in (
+        "# TYPE a counter\na 1\n",  # no HELP
+        "# HELP a x\n# TYPE a counter\na 1",  # no final line feed
+        "# HELP a x\n# TYPE a counter\na -1\n",  # a negative counter
+        '# HELP a x\n# TYPE a gauge\na{l="\\t"} 1\n',  # an escape the format does not have
+        "# HELP a x\n# TYPE a gauge\na 1\na 2\n",  # the same series twice
+        "# HELP a x\n# TYPE a gauge\nb 1\n",  # a sample outside its family
+        '# HELP h x\n# TYPE h histogram\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\nh_sum 1\nh_count 1\n',
+        '# HELP h x\n# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_sum 1\nh_count 1\n',
+    ):
+        with pytest.raises(FormatError):
+            parse(bad)
+
+
+def test_scrapes_never_race_updates() -> None:
+    """New label sets appear while another thread renders: no 'dict changed size', no torn histogram."""
+    r = Registry()
+    c = Counter("events_total", "x", ("k",), r)
+    h = Histogram("obs", "x", ("k",), buckets=(1, 10), registry=r)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def scrape() -> None:
+        try:
+            while not stop.is_set():
+                parse(r.render())  # histogram invariants are checked on every page
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=scrape)
+    t.start()
+    try:
+        for i in range(3000):
+            c.labels(str(i % 700)).inc()
+            h.labels(str(i % 300)).observe(i % 13)
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+    fams = parse(r.render())
+    assert sum(fams["events_total"].series().values()) == 3000
+    assert sum(fams["obs"].series("_count").values()) == 3000
