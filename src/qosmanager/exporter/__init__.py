@@ -1,0 +1,79 @@
+"""Prometheus ``/metrics`` and ``/healthz`` of the agent (``--metrics-addr``).
+
+* :mod:`~qosmanager.exporter.registry`: a tiny registry (counters, gauges, histograms with label
+  sets) and the text exposition format 0.0.4;
+* :mod:`~qosmanager.exporter.agent_metrics`: the agent's families (koordlet's names where koordlet
+  has the metric, ``qosmanager_`` for the rest) and the O(1) hooks that feed them;
+* :mod:`~qosmanager.exporter.health`: the ``/healthz`` checks;
+* :mod:`~qosmanager.exporter.server`: the HTTP server thread.
+
+:class:`Exporter` puts them together for one :class:`~qosmanager.agent.Agent`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from qosmanager.exporter.agent_metrics import AgentMetrics
+from qosmanager.exporter.health import Health, HealthBounds
+from qosmanager.exporter.registry import Counter, Gauge, Histogram, Registry
+from qosmanager.exporter.server import MetricsServer, parse_addr
+
+if TYPE_CHECKING:
+    from qosmanager.agent import Agent
+
+log = logging.getLogger(__name__)
+
+
+class Exporter:
+    """The metrics, the health checks and the server of one agent."""
+
+    def __init__(self, addr: str, metrics: AgentMetrics, health: Health, *, max_clients: int = 4) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.server = MetricsServer(addr, metrics.registry.render, health.check, max_clients=max_clients)
+
+    @classmethod
+    def for_agent(cls, agent: Agent, addr: str | None = None, *, bounds: HealthBounds | None = None,
+                  **kw: Any) -> Exporter:
+        """Bind to ``agent``'s parts; the address is checked now (a bad one is a ValueError), bound on
+        :meth:`start`.  The Kubernetes source is looked up as ``agent.kube_source`` at every read."""
+        cfg = agent.cfg
+
+        def kube_source() -> object:
+            return getattr(agent, "kube_source", None)
+
+        metrics = AgentMetrics(node_name=cfg.node_name, clock=agent.clock,
+                               collect_interval=cfg.collect_interval, layout=agent.layout, store=agent.store,
+                               cache=agent.cache, collector=agent.collector, executor=agent.executor,
+                               coordinator=agent.coordinator, manager=agent.manager,
+                               scheduler=agent.scheduler, file_source=agent.source, kube_source=kube_source)
+        files = [(kind, path) for kind, path in (("node", cfg.node_file), ("pods", cfg.pods_file),
+                                                 ("nodeslo", cfg.node_slo_file)) if path]
+        health = Health(metrics, bounds or HealthBounds.for_interval(cfg.collect_interval),
+                        clock=agent.clock, store=agent.store, manager=agent.manager, files=files,
+                        strategies=agent.strategy_names, kube_source=kube_source)
+        return cls(cfg.metrics_addr if addr is None else addr, metrics, health, **kw)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> bool:
+        """Serve; False (logged) when the address cannot be bound: the agent's QoS work goes on."""
+        self.metrics.started_at = self.metrics.clock()
+        try:
+            self.server.start()
+        except OSError as e:
+            log.error("cannot serve /metrics and /healthz on %s:%d: %s; running without them",
+                      self.server.host, self.server.port, e)
+            return False
+        return True
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+__all__ = ["AgentMetrics", "Counter", "Exporter", "Gauge", "Health", "HealthBounds", "Histogram",
+           "MetricsServer", "Registry", "parse_addr"]

@@ -1,0 +1,130 @@
+"""``/healthz``: is the agent still doing its job?
+
+Three checks, each answering with ``ok`` and a sentence that says what is wrong and by how much:
+
+* **collector**: the last collector pass that did not fail is at most ``collect_seconds`` old
+  (default 3 x the collect interval + 5 s).  Strategies act only on fresh samples, so a stalled
+  collector silently stops all QoS work; this is the check that catches it.  Before the first
+  pass the time since start counts.
+* **state**: with the Kubernetes source, each kind of state (node, pods, nodeslo) synced
+  successfully within ``kube_sync_seconds``; in standalone mode every configured file can be read.
+  A refused object (a bad NodeSLO keeps the last good one) is named but does not fail the check:
+  the agent works on with the last good state.
+* **strategies**: no strategy failed ``strategy_failures`` times in a row.
+
+Everything read here is a scalar or a snapshot taken under the metrics' lock, so a health request
+never races the agent's loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qosmanager.exporter.agent_metrics import AgentMetrics
+    from qosmanager.framework.manager import QoSManager
+    from qosmanager.states.store import StateStore
+
+
+@dataclass
+class HealthBounds:
+    collect_seconds: float = 8.0
+    kube_sync_seconds: float = 60.0
+    strategy_failures: int = 5
+
+    @classmethod
+    def for_interval(cls, collect_interval: float, **kw: Any) -> HealthBounds:
+        """The default collector bound: three missed passes plus 5 s of slack."""
+        return cls(collect_seconds=3 * collect_interval + 5.0, **kw)
+
+
+class Health:
+    def __init__(self, metrics: AgentMetrics, bounds: HealthBounds, *, clock: Callable[[], float] = time.time,
+                 store: StateStore | None = None, manager: QoSManager | None = None,
+                 files: Sequence[tuple[str, str]] = (), strategies: Iterable[str] = (),
+                 kube_source: Callable[[], object] | None = None) -> None:
+        """``files``: ``(kind, path)`` of the standalone files; ``strategies``: the scheduled ones."""
+        self.metrics = metrics
+        self.bounds = bounds
+        self.clock = clock
+        self.store = store
+        self.manager = manager
+        self.files = list(files)
+        self.strategies = list(strategies)
+        self.kube_source = kube_source or (lambda: None)
+
+    def check(self) -> tuple[bool, dict[str, Any]]:
+        """``(healthy, body)``; the body is small JSON-ready data naming every check."""
+        now = self.clock()
+        checks = {"collector": self._collector(now), "state": self._state(now),
+                  "strategies": self._strategies()}
+        ok = all(c["ok"] for c in checks.values())
+        return ok, {"status": "ok" if ok else "unhealthy", "checks": checks}
+
+    # ------------------------------------------------------------------
+    def _collector(self, now: float) -> dict[str, Any]:
+        bound = self.bounds.collect_seconds
+        last = self.metrics.jobs()[0].get("collect")
+        since = last if last is not None else self.metrics.started_at
+        age = max(0.0, now - since)
+        what = "last collector pass" if last is not None else "no collector pass yet; started"
+        if age <= bound:
+            return {"ok": True, "age_seconds": _r(age),
+                    "detail": f"{what} {age:.1f} s ago (bound {bound:g} s)"}
+        return {"ok": False, "age_seconds": _r(age), "over_seconds": _r(age - bound),
+                "detail": f"{what} {age:.1f} s ago: {age - bound:.1f} s over the bound of {bound:g} s"}
+
+    def _state(self, now: float) -> dict[str, Any]:
+        problems: list[str] = []
+        notes: list[str] = []
+        over = 0.0
+        src = self.kube_source()
+        if src is not None and self.store is not None:
+            bound = self.bounds.kube_sync_seconds
+            for kind, h in list(self.store.health.items()):
+                since = h.last_sync if h.last_sync > 0 else self.metrics.started_at
+                age = max(0.0, now - since)
+                if age > bound:
+                    never = "" if h.last_sync > 0 else " (never synced)"
+                    problems.append(f"{kind}: last successful sync {age:.1f} s ago{never}, "
+                                    f"{age - bound:.1f} s over the bound of {bound:g} s")
+                    over = max(over, age - bound)
+            if getattr(src, "connected", True) is False:
+                notes.append("the Kubernetes source is not connected")
+        for kind, path in self.files:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                problems.append(f"{kind} file {path} cannot be read: {e.strerror or e}")
+        if self.store is not None:
+            for kind, message in sorted(dict(self.store.errors).items()):
+                notes.append(f"{kind}: {message}")
+        if src is None and not self.files:
+            notes.append("no state source configured")
+        out: dict[str, Any] = {"ok": not problems, "detail": "; ".join(problems + notes) or "fresh"}
+        if over > 0:
+            out["over_seconds"] = _r(over)
+        return out
+
+    def _strategies(self) -> dict[str, Any]:
+        limit = self.bounds.strategy_failures
+        all_streaks = self.metrics.jobs()[1]
+        streaks = {n: all_streaks.get(n, 0) for n in self.strategies}
+        failing = {n: k for n, k in streaks.items() if k >= limit}
+        if not failing:
+            return {"ok": True, "detail": f"no strategy failed {limit} times in a row"}
+        parts = []
+        for name, k in sorted(failing.items()):
+            st = self.manager.stats.get(name) if self.manager is not None else None
+            err = f" (last error: {st.last_error})" if st is not None and st.last_error else ""
+            parts.append(f"{name} failed {k} times in a row, bound {limit}{err}")
+        return {"ok": False, "detail": "; ".join(parts), "failing": failing}
+
+
+def _r(x: float) -> float:
+    return round(x, 3)
+
