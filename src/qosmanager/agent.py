@@ -21,6 +21,7 @@ from types import FrameType
 from qosmanager.eviction.coordinator import EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
+from qosmanager.exporter import Exporter
 from qosmanager.framework.context import Shared
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.manager import QoSManager
@@ -105,6 +106,8 @@ class Agent:
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
         log.info("strategies: %s", ", ".join(self.strategy_names) or "none enabled")
         self.stop_event = threading.Event()
+        # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
+        self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
 
     def cpu_info(self) -> NodeCPUInfo | None:
         """CPU topology, re-read every ``cpu_info_refresh`` seconds (CPUs go on- and offline)."""
@@ -122,6 +125,8 @@ class Agent:
         self.collector.collect(now)
 
     def run(self, duration: float = 0.0) -> None:
+        if self.exporter is not None:
+            self.exporter.start()
         try:
             self.scheduler.run(self.stop_event, duration)
         finally:
@@ -131,6 +136,8 @@ class Agent:
         self.stop_event.set()
 
     def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.stop()
         self.collector.close()
         self.executor.close()
         self.audit.close()

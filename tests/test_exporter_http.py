@@ -1,0 +1,283 @@
+"""``/metrics`` and ``/healthz`` over HTTP on an ephemeral port, and the health checks' verdicts.
+
+Health bounds are worked out by hand: with a 1 s collect interval the collector bound is
+3 x 1 + 5 = 8 s; the Kubernetes sync bound is 60 s; a strategy fails the check at 5 failures in a row.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promtext import parse
+from qosmanager.agent import Agent, AgentConfig
+from qosmanager.exporter import Exporter, MetricsServer, parse_addr
+from qosmanager.sim.fakehost import FakeHost
+from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+
+T0 = 1000.0
+
+
+def get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def health(exporter: Exporter) -> tuple[int, dict[str, Any]]:
+    code, _, body = get(exporter.url + "/healthz")
+    return code, json.loads(body)
+
+
+def fake_agent(tmp_path: Path, **cfg: Any) -> tuple[Agent, list[float]]:
+    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=4)
+    pods = FakeHost.make_pods(4, seed=5)
+    host.add_pods(pods)
+    (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p) for p in pods)))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object({})))
+    kw = {"pods_file": str(tmp_path / "pods.json"), "node_file": str(tmp_path / "node.json"),
+          "node_slo_file": str(tmp_path / "slo.json"), "metrics_addr": "127.0.0.1:0"}
+    kw.update(cfg)
+    t = [T0]
+    agent = Agent(AgentConfig(roots=host.roots, node_name="n1", **kw),
+                  clock=lambda: t[0], seed=1)
+    return agent, t
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Any:
+    agent, t = fake_agent(tmp_path)
+    assert agent.exporter is not None and agent.exporter.start()
+    try:
+        yield agent, agent.exporter, t
+    finally:
+        agent.close()
+
+
+def run(agent: Agent, name: str) -> None:
+    agent.scheduler.run_job(next(j for j in agent.scheduler.jobs if j.name == name))
+
+
+def test_endpoints(running: Any) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    code, headers, body = get(exporter.url + "/metrics")
+    assert code == 200 and headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    fams = parse(body.decode())
+    assert fams["qosmanager_pods_tracked"].value() == 2  # make_pods(4): 2 pods of 2 containers
+    code, headers, body = get(exporter.url + "/healthz")
+    report = json.loads(body)
+    assert code == 200 and headers["Content-Type"] == "application/json"
+    assert report["status"] == "ok" and set(report["checks"]) == {"collector", "state", "strategies"}
+    assert all(c["ok"] for c in report["checks"].values())
+    assert get(exporter.url + "/metrics?x=1")[0] == 200
+    assert get(exporter.url + "/nothing")[0] == 404
+
+
+def test_health_fails_when_the_collector_stops(running: Any) -> None:
+    agent, exporter, t = running
+    run(agent, "collect")  # a good pass at T0
+    t[0] = T0 + 8
+    assert health(exporter)[0] == 200  # 8 s old: exactly the bound
+
+    def broken(now: float) -> None:
+        raise OSError("the cgroup mount is gone")
+
+    agent.collector.collect = broken  # type: ignore[method-assign]
+    t[0] = T0 + 20
+    run(agent, "collect")  # the job runs but fails: not a pass
+    code, report = health(exporter)
+    assert code == 503 and report["status"] == "unhealthy"
+    check = report["checks"]["collector"]
+    # 20 s since the last good pass: 12 s over the bound of 8 s
+    assert check["ok"] is False and check["age_seconds"] == 20 and check["over_seconds"] == 12
+    assert "12.0 s over the bound of 8 s" in check["detail"]
+    assert report["checks"]["state"]["ok"] and report["checks"]["strategies"]["ok"]
+
+
+def test_health_before_the_first_pass_counts_from_start(running: Any) -> None:
+    _, exporter, t = running
+    t[0] = T0 + 7.5
+    assert health(exporter)[0] == 200
+    t[0] = T0 + 9
+    code, report = health(exporter)
+    assert code == 503 and report["checks"]["collector"]["over_seconds"] == 1
+    assert "no collector pass yet" in report["checks"]["collector"]["detail"]
+
+
+def test_health_fails_when_a_strategy_fails_five_times_in_a_row(running: Any) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    name = agent.strategy_names[0]
+    strategy = agent.manager.strategies[name]
+    good_tick = strategy.tick
+
+    def bad_tick(ctx: Any) -> list[Any]:
+        raise RuntimeError("bad NodeSLO arithmetic")
+
+    strategy.tick = bad_tick  # type: ignore[method-assign]
+    for _ in range(4):
+        run(agent, name)
+    assert health(exporter)[0] == 200
+    strategy.tick = good_tick  # type: ignore[method-assign]
+    run(agent, name)  # a good tick resets the streak
+    strategy.tick = bad_tick  # type: ignore[method-assign]
+    for _ in range(4):
+        run(agent, name)
+    assert health(exporter)[0] == 200
+    run(agent, name)
+    code, report = health(exporter)
+    check = report["checks"]["strategies"]
+    assert code == 503 and check["failing"] == {name: 5}
+    assert f"{name} failed 5 times in a row" in check["detail"]
+    assert "bad NodeSLO arithmetic" in check["detail"]
+    fams = parse(get(exporter.url + "/metrics")[2].decode())
+    assert fams["qosmanager_strategy_errors_total"].value(strategy=name) == 9
+    assert fams["qosmanager_job_consecutive_failures"].value(job=name) == 5
+
+
+def test_health_fails_when_a_state_file_cannot_be_read(running: Any, tmp_path: Path) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    (tmp_path / "pods.json").unlink()
+    run(agent, "collect")  # the agent keeps the last pods
+    code, report = health(exporter)
+    assert code == 503
+    assert f"pods file {tmp_path / 'pods.json'} cannot be read" in report["checks"]["state"]["detail"]
+    assert report["checks"]["collector"]["ok"]
+
+
+def test_a_refused_nodeslo_is_named_but_not_fatal(running: Any, tmp_path: Path) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    bad = {"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "lots"}}}
+    assert not agent.store.set_nodeslo(bad)
+    code, report = health(exporter)
+    assert code == 200 and "nodeslo: bad NodeSLO" in report["checks"]["state"]["detail"]
+
+
+def test_health_fails_when_kubernetes_sync_is_stale(tmp_path: Path) -> None:
+    agent, t = fake_agent(tmp_path, pods_file=None, node_file=None, node_slo_file=None)
+    exporter = agent.exporter
+    assert exporter is not None and exporter.start()
+    try:
+        class Kube:
+            connected = False
+            watch_restarts = {"pods": 3}
+
+        agent.kube_source = Kube()  # type: ignore[attr-defined]
+        for kind in ("node", "pods", "nodeslo"):
+            agent.store.health[kind].last_sync = T0 + 10
+        agent.store.health["pods"].last_sync = T0 - 5
+        t[0] = T0 + 60
+        run(agent, "collect")
+        code, report = health(exporter)
+        assert code == 503
+        state = report["checks"]["state"]
+        # pods: 65 s since the last sync, 5 s over 60; node and nodeslo 50 s: fine
+        assert state["over_seconds"] == 5
+        assert state["detail"].startswith(
+            "pods: last successful sync 65.0 s ago, 5.0 s over the bound of 60 s")
+        assert "not connected" in state["detail"] and "node:" not in state["detail"]
+        assert report["checks"]["collector"]["ok"]
+        agent.store.health["pods"].last_sync = T0 + 59
+        code, report = health(exporter)
+        assert code == 200 and "not connected" in report["checks"]["state"]["detail"]
+    finally:
+        agent.close()
+
+
+def test_busy_server_answers_503_instead_of_piling_up_threads() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_render() -> str:
+        entered.set()
+        release.wait(10)
+        return ""
+
+    server = MetricsServer("127.0.0.1:0", slow_render, lambda: (True, {}), max_clients=1)
+    server.start()
+    try:
+        first: list[int] = []
+        th = threading.Thread(target=lambda: first.append(get(server.url + "/metrics")[0]))
+        th.start()
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        assert get(server.url + "/healthz")[0] == 503  # the one slot is taken
+        assert time.monotonic() - t0 < 5  # answered at once, not queued behind the slow scrape
+        release.set()
+        th.join(10)
+        assert first == [200]
+        assert get(server.url + "/healthz")[0] == 200  # the slot is free again
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_a_taken_port_leaves_the_agent_running_without_metrics(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        agent, _ = fake_agent(tmp_path, metrics_addr=f"127.0.0.1:{port}")
+        try:
+            assert agent.exporter is not None and agent.exporter.start() is False
+        finally:
+            agent.close()
+
+
+@pytest.mark.parametrize(("addr", "expected"), [
+    ("127.0.0.1:9316", ("127.0.0.1", 9316)), (":9316", ("", 9316)), ("[::1]:0", ("::1", 0)),
+    ("localhost:80", ("localhost", 80)),
+])
+def test_parse_addr(addr: str, expected: tuple[str, int]) -> None:
+    assert parse_addr(addr) == expected
+
+
+@pytest.mark.parametrize(("addr", "message"), [
+    ("9316", "expected host:port"), ("host:http", "not a number"), ("::1:9316", "in brackets"),
+    ("host:70000", "out of range"),
+])
+def test_bad_addr_is_refused_when_the_agent_is_built(tmp_path: Path, addr: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fake_agent(tmp_path, metrics_addr=addr)
+
+
+def test_run_serves_and_close_stops(tmp_path: Path) -> None:
+    """The wiring: ``run`` starts the server, ``close`` (at the end of ``run``) stops it."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=2)
+    agent = Agent(AgentConfig(roots=host.roots, metrics_addr="127.0.0.1:0", collect_interval=0.05))
+    assert agent.exporter is not None
+    th = threading.Thread(target=agent.run)
+    th.start()
+    try:
+        deadline = time.monotonic() + 10
+        while agent.exporter.server.address[1] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        url = agent.exporter.url
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait for a collector pass
+            code, _, body = get(url + "/metrics")
+            if 'job="collect"' in body.decode():
+                break
+            time.sleep(0.05)
+        assert code == 200 and 'qosmanager_tick_duration_seconds_count{job="collect"}' in body.decode()
+        assert get(url + "/healthz")[0] == 200
+    finally:
+        agent.stop()
+        th.join(10)
+    assert not th.is_alive()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "/healthz", timeout=2)
