@@ -84,6 +84,8 @@ class AgentMetrics:
         self.file_source = file_source
         self.kube_source = kube_source or (lambda: None)
         self.started_at = clock()
+        # the strategies that run (enabled is decided once, at start); disabled ones show no series
+        self._strategies = [s.name for s in manager.enabled()] if manager is not None else []
         # liveness facts for /healthz, written on the agent's thread under _lock
         self._lock = threading.Lock()
         self.last_success: dict[str, float] = {}  # job -> wall time of its last run without an error
@@ -364,7 +366,8 @@ class AgentMetrics:
     def _strategy_errors(self) -> Mapping[LabelValues, float] | None:
         if self.manager is None:
             return None
-        return {(name, ): st.errors for name, st in list(self.manager.stats.items())}
+        stats = self.manager.stats
+        return {(name,): stats[name].errors for name in self._strategies if name in stats}
 
     def _last_success(self) -> Mapping[LabelValues, float]:
         return {(job,): t for job, t in self.jobs()[0].items()}
