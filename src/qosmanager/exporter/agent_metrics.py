@@ -99,7 +99,7 @@ class AgentMetrics:
         self._define()
         if scheduler is not None:
             scheduler.on_run.append(self.on_job_run)
-        if executor is not None and hasattr(executor, "on_batch"):
+        if executor is not None:
             executor.on_batch.append(self.on_write_batch)
         if coordinator is not None:
             coordinator.on_decision.append(self.on_decision)
