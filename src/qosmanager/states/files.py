@@ -27,6 +27,7 @@ class WatchedFile:
         self.apply = apply
         self._sig: tuple[int, int, int] | None = None
         self._missing_logged = False
+        self.error = ""  # why the current file content is not in use ("" when it is)
 
     def poll(self) -> bool:
         try:
@@ -36,6 +37,7 @@ class WatchedFile:
                 log.error("cannot read %s file %s: %s (keeping the last state)", self.kind, self.path,
                           e.strerror)
                 self._missing_logged = True
+            self.error = f"cannot read {self.path}: {e.strerror}"
             return False
         self._missing_logged = False
         sig = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -47,7 +49,9 @@ class WatchedFile:
                 obj = load_object(f.read(), self.path)
         except (OSError, ValueError) as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
+            self.error = f"cannot parse {self.path}: {e}"
             return False
+        self.error = ""
         self.apply(obj)
         return True
 
@@ -80,10 +84,14 @@ class FileSource:
         changed = False
         for f in self.files:
             changed |= f.poll()
-        # an unchanged file is still a fresh source
+        # an unchanged, readable file is still a fresh source; an unreadable or garbled one is not
         t = time.time() if now is None else now
         for f in self.files:
             kind = {"Node": "node", "pods": "pods", "NodeSLO": "nodeslo"}[f.kind]
-            if f._sig is not None:
-                self.store.health[kind].last_sync = t
+            h = self.store.health[kind]
+            if f.error:
+                h.last_error, h.last_error_ts = f.error, t
+            elif f._sig is not None:
+                h.last_sync = t
+                h.last_error = ""
         return changed
