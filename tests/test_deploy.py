@@ -1,0 +1,616 @@
+"""deploy/ stays consistent with the code: the DaemonSet's flags and mounts, RBAC, the NodeSLO CRD
+(generated from the agent's schema, and refusing what the agent refuses), the Dockerfile and the CI
+script that builds its wheel.  kubernetes-validate runs in .ci/check-deploy, not here."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import ipaddress
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+import qosmanager
+from qosmanager.api import nodeslo
+from qosmanager.api.quantity import parse_quantity
+from qosmanager.cli import build_parser
+from qosmanager.framework.gates import FeatureGates
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+CHECK_DEPLOY = ROOT / ".ci" / "check-deploy"
+
+
+def _load_gen_crd() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("qosmanager_deploy_gen_crd", DEPLOY / "gen_crd.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen_crd = _load_gen_crd()
+
+
+def manifest(name: str) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all((K8S / name).read_text(encoding="utf-8")) if d]
+    assert len(docs) == 1, f"{name}: one object per file"
+    return docs[0]
+
+
+@pytest.fixture(scope="module")
+def daemonset() -> dict[str, Any]:
+    return manifest("daemonset.yaml")
+
+
+@pytest.fixture(scope="module")
+def container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    (c,) = daemonset["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+@pytest.fixture(scope="module")
+def run_args(container: dict[str, Any]) -> Any:
+    """The DaemonSet's args as ``qosmanager run`` parses them (the image's entrypoint is ``run``)."""
+    return build_parser().parse_args(["run", *container["args"]])
+
+
+def flag_value(container: dict[str, Any], flag: str) -> str:
+    values = [a.split("=", 1)[1] for a in container["args"] if a.startswith(flag + "=")]
+    assert len(values) == 1, f"{flag} must be given once, as {flag}=VALUE: {container['args']}"
+    return values[0]
+
+
+def mount_for(daemonset: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict, dict]:
+    """The volumeMount at ``path`` and its volume."""
+    mounts = [m for m in container["volumeMounts"] if m["mountPath"].rstrip("/") == path.rstrip("/")]
+    assert len(mounts) == 1, f"no single volume mounted at {path}"
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    return mounts[0], volumes[mounts[0]["name"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The DaemonSet against the command line
+
+
+def test_every_daemonset_flag_is_accepted_by_qosmanager_run(container: dict[str, Any]) -> None:
+    # parse_args exits on an unknown flag or a bad value (a feature gate, a duration)
+    args = build_parser().parse_args(["run", *container["args"]])
+    FeatureGates.from_overrides(args.feature_gates)  # unknown gate names are refused here
+    # and as the installed command documents them
+    help_text = subprocess.run([sys.executable, "-m", "qosmanager", "run", "--help"], capture_output=True,
+                               text=True, timeout=60, check=True).stdout
+    for arg in container["args"]:
+        assert arg.startswith("--"), f"{arg!r}: give every flag as --name=value"
+        assert re.search(rf"(^|\s){re.escape(arg.split('=', 1)[0])}\b", help_text), arg
+
+
+def test_host_roots_are_the_host_directories_mounted_writable_where_the_agent_writes(
+        daemonset: dict[str, Any], container: dict[str, Any], run_args: Any) -> None:
+    defaults = build_parser().parse_args(["run"])  # the pinned defaults are the host's own paths
+    features = FeatureGates.from_overrides(run_args.feature_gates)
+    roots = (("--cgroup-root", "cgroup_root"), ("--proc-root", "proc_root"), ("--sys-root", "sys_root"))
+    for flag, attr in roots:
+        mount, volume = mount_for(daemonset, container, flag_value(container, flag))
+        assert volume["hostPath"]["path"].rstrip("/") == getattr(defaults, attr).rstrip("/"), flag
+        if attr == "proc_root":
+            # /proc/sys/vm/* and /proc/sys/kernel/* are written only by systemConfigReconcile
+            assert not mount.get("readOnly", False) or not features.enabled("SystemConfig")
+        else:
+            # cgroup knobs, resctrl schemata and tasks are written with the default gates
+            assert not mount.get("readOnly", False), f"{flag} must be writable"
+    _, sys_volume = mount_for(daemonset, container, flag_value(container, "--sys-root"))
+    sys_mount, _ = mount_for(daemonset, container, flag_value(container, "--sys-root"))
+    # resctrl mounted on the host after the agent started must reach the container
+    assert sys_mount.get("mountPropagation") in ("HostToContainer", "Bidirectional")
+    assert sys_volume["hostPath"]["path"] == "/sys"
+
+
+def test_audit_log_goes_to_a_host_directory(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    audit = flag_value(container, "--audit-log")
+    mount, volume = mount_for(daemonset, container, os.path.dirname(audit))
+    assert not mount.get("readOnly", False)
+    assert volume["hostPath"] == {"path": "/var/log/qosmanager", "type": "DirectoryOrCreate"}
+
+
+def test_node_name_comes_from_the_downward_api(container: dict[str, Any], run_args: Any) -> None:
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # --node-name defaults to $NODE_NAME: not passed, or passed as the variable itself
+    assert not any(a.startswith("--node-name") for a in container["args"]) or \
+        "--node-name=$(NODE_NAME)" in container["args"]
+    assert run_args.kubeconfig is None, "in a pod the agent uses the in-cluster config"
+
+
+def test_metrics_and_probes_reach_the_agent(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    host, _, port_text = flag_value(container, "--metrics-addr").rpartition(":")
+    port = int(port_text)
+    # the kubelet probes the pod IP, and Prometheus scrapes it: loopback would hide both
+    assert host not in ("", "localhost") and not ipaddress.ip_address(host.strip("[]")).is_loopback
+    ports = {p["name"]: p for p in container["ports"]}
+    assert ports["metrics"]["containerPort"] == port
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/healthz", probe
+        assert get["port"] in ("metrics", port), probe
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert not daemonset["spec"]["template"]["spec"].get("hostNetwork", False)
+
+
+def test_pod_shape(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    spec = daemonset["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"
+    # two agents on one node would fight over the same files
+    assert spec["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert pod["hostPID"] is True  # kill mode signals the host PIDs that cgroup.procs lists
+    assert {"operator": "Exists"} in pod["tolerations"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert 0 < pod["terminationGracePeriodSeconds"] <= 30  # SIGTERM stops the agent within one interval
+    assert container["image"] == f"qosmanager:{qosmanager.__version__}"
+
+
+def test_container_is_root_but_not_privileged(container: dict[str, Any], run_args: Any) -> None:
+    sc = container["securityContext"]
+    assert sc["privileged"] is False
+    assert sc["runAsUser"] == 0  # root owns the cgroup, sysctl and resctrl files
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    # KILL for --evict-mode=kill and nothing else: the agent mounts nothing (not even resctrl)
+    assert sc["capabilities"]["add"] == ["KILL"]
+    assert run_args.evict_mode in (None, "api", "kill", "none")
+    mounts = container["volumeMounts"]
+    # Bidirectional propagation is only allowed in privileged containers
+    assert all(m.get("mountPropagation") != "Bidirectional" for m in mounts)
+
+
+def test_resources_match_the_documented_sizing(container: dict[str, Any]) -> None:
+    res = container["resources"]
+    expected = {("requests", "cpu"): "50m", ("requests", "memory"): "128Mi",
+                ("limits", "cpu"): "500m", ("limits", "memory"): "256Mi"}
+    assert {(k, r): res[k][r] for k, r in expected} == expected
+    for r in ("cpu", "memory"):
+        assert parse_quantity(res["requests"][r]) <= parse_quantity(res["limits"][r])
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    for value in expected.values():
+        assert f"`{value}`" in readme, f"deploy/README.md does not state {value}"
+
+
+# ---------------------------------------------------------------------------------------------
+# RBAC, names and the kustomization
+
+
+def triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_cluster_role_is_exactly_least_privilege() -> None:
+    role = manifest("clusterrole.yaml")
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames/nonResourceURLs expected"
+    expected = {
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "pods/eviction", "create"),
+        ("", "events", "create"), ("", "events", "patch"),
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("slo.koordinator.sh", "nodeslos", "get"), ("slo.koordinator.sh", "nodeslos", "list"),
+        ("slo.koordinator.sh", "nodeslos", "watch"),
+    }
+    assert triples(role["rules"]) == expected
+
+
+def test_names_and_namespaces_agree(daemonset: dict[str, Any]) -> None:
+    namespace = manifest("namespace.yaml")["metadata"]["name"]
+    account = manifest("serviceaccount.yaml")
+    role = manifest("clusterrole.yaml")
+    binding = manifest("clusterrolebinding.yaml")
+    assert account["metadata"]["namespace"] == daemonset["metadata"]["namespace"] == namespace
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": namespace}]
+    ns_labels = manifest("namespace.yaml")["metadata"]["labels"]
+    # hostPath and hostPID are refused by the baseline Pod Security level
+    assert ns_labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_kustomization_lists_every_manifest_but_the_example() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert kustomization["kind"] == "Kustomization"
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "nodeslo-example.yaml"}
+    assert len(kustomization["resources"]) == len(set(kustomization["resources"]))
+    assert set(kustomization["resources"]) == on_disk
+    # a NodeSLO cannot be applied in the run that creates its CRD, so the example stays out
+    assert "nodeslo-example.yaml" not in kustomization["resources"]
+
+
+def test_install_instructions_name_what_exists() -> None:
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    namespace = manifest("namespace.yaml")["metadata"]["name"]
+    for cmd in ("docker build -f deploy/Dockerfile", "kubectl apply -k deploy/kubernetes",
+                f"kubectl -n {namespace} rollout status daemonset/qosmanager"):
+        assert cmd in readme, cmd
+    for path in set(re.findall(r"\b(deploy/[\w./-]+\w|\.ci/[\w-]+)", readme)):
+        assert (ROOT / path).exists(), f"deploy/README.md names {path}, which does not exist"
+
+
+# ---------------------------------------------------------------------------------------------
+# The NodeSLO CRD
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return manifest("nodeslo-crd.yaml")
+
+
+@pytest.fixture(scope="module")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_generated_crd_is_the_committed_one(tmp_path: Path) -> None:
+    committed = (K8S / "nodeslo-crd.yaml").read_text(encoding="utf-8")
+    assert gen_crd.render() == committed, "run: python deploy/gen_crd.py"
+    assert gen_crd.main(["--check"]) == 0
+    stale = tmp_path / "crd.yaml"
+    stale.write_text(committed.replace("maximum: 100", "maximum: 101", 1), encoding="utf-8")
+    assert gen_crd.main(["--check", "--output", str(stale)]) == 1
+    fresh = tmp_path / "fresh.yaml"
+    assert gen_crd.main(["--output", str(fresh)]) == 0
+    assert fresh.read_text(encoding="utf-8") == committed
+
+
+def test_crd_is_what_the_agent_watches(crd: dict[str, Any]) -> None:
+    # koordlet-infra §5.3: the cluster-scoped NodeSLO named after the node, slo.koordinator.sh/v1alpha1
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "nodeslos.slo.koordinator.sh"
+    assert (spec["group"], spec["scope"]) == ("slo.koordinator.sh", "Cluster")
+    assert spec["names"]["plural"] == "nodeslos" and spec["names"]["kind"] == "NodeSLO"
+    (version,) = spec["versions"]
+    assert version["served"] and version["storage"]
+    assert f"{spec['group']}/{version['name']}" == nodeslo.API_VERSION == "slo.koordinator.sh/v1alpha1"
+    assert spec["names"]["kind"] == nodeslo.KIND
+    # every NodeSLO URL the agent (or its fake API server) builds uses this plural, cluster-scoped
+    found = list(_nodeslo_paths())
+    for where, plural in found:
+        assert plural == spec["names"]["plural"], f"{where} uses {plural!r}"
+
+
+def _nodeslo_paths() -> Iterator[tuple[str, str]]:
+    pattern = re.compile(r"/apis/slo\.koordinator\.sh/v1alpha1/([a-z]+)")
+    for path in sorted((ROOT / "src" / "qosmanager").rglob("*.py")):
+        for match in pattern.finditer(path.read_text(encoding="utf-8")):
+            yield str(path.relative_to(ROOT)), match.group(1)
+
+
+def test_crd_sections_cover_the_agents_spec(schema: dict[str, Any]) -> None:
+    spec_props = schema["properties"]["spec"]["properties"]
+    assert set(spec_props) == set(nodeslo.default_spec_dict())
+    assert spec_props["extensions"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def _walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from _walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def test_crd_schema_is_structural(schema: dict[str, Any]) -> None:
+    """The API server's rules for a structural schema (checked here: kubernetes-validate does not)."""
+    int_or_string = [{"type": "integer"}, {"type": "string"}]
+    for path, node in _walk(schema, "$"):
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node and node["anyOf"] == int_or_string, path
+        else:
+            assert "anyOf" not in node and "oneOf" not in node and "allOf" not in node, path
+            assert node.get("type") in ("object", "array", "string", "integer", "boolean"), path
+        if node.get("x-kubernetes-list-type") == "map":
+            keys = node["x-kubernetes-list-map-keys"]
+            assert set(keys) <= set(node["items"].get("required", [])), f"{path}: map keys must be required"
+
+
+# A small validator with the API server's semantics for the keywords the CRD uses: unknown fields
+# are errors (the server prunes them, kubectl's strict field validation refuses them).
+
+
+def validate(schema: dict[str, Any], value: Any, path: str = "$") -> list[str]:
+    if value is None:
+        return []  # the API server drops nulls of non-nullable fields; the agent keeps the default
+    if schema.get("x-kubernetes-int-or-string"):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            return [f"{path}: not an integer or a string"]
+    else:
+        kind = schema["type"]
+        ok = {
+            "object": isinstance(value, dict),
+            "array": isinstance(value, list),
+            "string": isinstance(value, str),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+        }[kind]
+        if not ok:
+            return [f"{path}: not of type {kind}"]
+    errors: list[str] = []
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: not one of {schema['enum']}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path}: below {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path}: above {schema['maximum']}")
+    if isinstance(value, str):
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append(f"{path}: does not match {schema['pattern']}")
+        if len(value) < schema.get("minLength", 0):
+            errors.append(f"{path}: shorter than {schema['minLength']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{path}.{key}: required")
+        for key, item in value.items():
+            if key in props:
+                errors += validate(props[key], item, f"{path}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                errors += validate(schema["additionalProperties"], item, f"{path}.{key}")
+            elif not schema.get("x-kubernetes-preserve-unknown-fields"):
+                errors.append(f"{path}.{key}: unknown field")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            errors += validate(schema["items"], item, f"{path}[{i}]")
+        if schema.get("x-kubernetes-list-type") == "map":
+            keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"])
+                    for item in value if isinstance(item, dict)]
+            if len(keys) != len(set(keys)):
+                errors.append(f"{path}: duplicate map keys")
+    return errors
+
+
+def crd_accepts(schema: dict[str, Any], obj: dict[str, Any]) -> bool:
+    # metadata is the API server's ObjectMeta, validated by the server itself, not by the CRD
+    return not validate(schema, {k: v for k, v in obj.items() if k != "metadata"})
+
+
+def agent_accepts(obj: dict[str, Any]) -> bool:
+    try:
+        spec = nodeslo.parse_nodeslo(obj)
+    except nodeslo.NodeSLOError:
+        return False
+    assert not spec.warnings, spec.warnings  # every field set here is one the agent knows
+    return True
+
+
+def the_object(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n1"},
+            "spec": spec}
+
+
+def test_validator_is_not_vacuous(schema: dict[str, Any]) -> None:
+    def threshold(**fields: Any) -> dict[str, Any]:
+        return the_object({"resourceUsedThresholdWithBE": fields})
+
+    assert crd_accepts(schema, threshold(cpuSuppressThresholdPercent=65))
+    assert not crd_accepts(schema, threshold(cpuSupressThresholdPercent=65))  # a typo
+    assert not crd_accepts(schema, threshold(cpuSuppressThresholdPercent=101))
+    assert not crd_accepts(schema, threshold(enable="yes"))
+    assert not crd_accepts(schema, the_object({"cpuBurstStrategy": {"policy": "always"}}))
+
+
+def test_default_spec_and_example_match_the_crd(schema: dict[str, Any]) -> None:
+    assert crd_accepts(schema, the_object(nodeslo.default_spec_dict()))
+    example = manifest("nodeslo-example.yaml")
+    assert crd_accepts(schema, example), validate(schema, {**example, "metadata": {}})
+    assert f"{example['apiVersion']}" == nodeslo.API_VERSION and example["kind"] == nodeslo.KIND
+    parsed = nodeslo.parse_nodeslo(example)
+    assert parsed.warnings == ()
+    assert parsed.resource_used_threshold_with_be.enable is True
+
+
+# Every field of every NodeSLO dataclass, reached through the spec, tried with boundary and
+# wrongly-typed values: the API server (the CRD) and the agent (parse_nodeslo) must agree.
+
+SECTION_CLASSES = {name: cls for name, (cls, _) in gen_crd.SECTIONS.items()}
+
+
+def _field_paths() -> Iterator[tuple[list[str | int], Any]]:
+    """(JSON path from spec, field spec) of every leaf field, wherever its class is used (a class's
+    range must hold in each place: lsrClass and beClass alike); a list path uses index 0."""
+
+    def visit(cls: type, path: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
+        for f in dataclasses.fields(cls):
+            spec = f.metadata["spec"]
+            if spec.kind == "obj":
+                yield from visit(spec.cls, [*path, spec.json])
+            elif spec.kind == "list":
+                yield from visit(spec.cls, [*path, spec.json, 0])
+            else:
+                yield [*path, spec.json], spec
+
+    for name, cls in SECTION_CLASSES.items():
+        yield from visit(cls, [name])
+    yield from visit(nodeslo.HostApplicationSpec, ["hostApplications", 0])
+
+
+def candidates(spec: Any) -> list[tuple[Any, bool]]:
+    """(value, must the two agree exactly) for one field spec."""
+    kind = spec.kind
+    if kind == "int":
+        values: list[Any] = [spec.lo, spec.hi, "7", True, 1.5]
+        if spec.lo > -(2**63):
+            values.append(spec.lo - 1)
+        if spec.hi < 2**63 - 1:
+            values.append(spec.hi + 1)
+        return [(v, True) for v in values]
+    if kind == "bool":
+        return [(True, True), (False, True), ("true", True), (1, True)]
+    if kind == "str":
+        return [("some-name", True), (3, True)]
+    if kind == "enum":
+        return [*((c, True) for c in spec.choices), ("bogus", True), (3, True)]
+    if kind == "boolmap":
+        return [({"FEATURE": True}, True), ({"FEATURE": 1}, True), ("x", True)]
+    if kind == "any":
+        return [({"free": {"form": 1}}, True), ("x", True)]
+    if kind in ("quantity", "intstr"):
+        # the CRD's quantity pattern is a little stricter than the agent's parser (which also
+        # takes surrounding blanks): anything the API server admits must be usable by the agent
+        values = ["1Gi", "500m", "1e3", "0.5", "50M", 5, "abc", "1.2.3", "", True, 2.5]
+        if kind == "intstr":
+            values += [0, 100, 101, -1]
+        return [(v, False) for v in values]
+    raise AssertionError(f"no candidates for field kind {kind}")
+
+
+def with_value(path: list[str | int], value: Any) -> dict[str, Any]:
+    """A spec that sets ``path`` to ``value``; objects with an ``enable`` get ``enable: true`` (a disabled
+    cpu/memory/resctrl QoS is replaced by its None values before validation), list items named."""
+    spec: dict[str, Any] = {}
+    node: Any = spec
+    for i, key in enumerate(path[:-1]):
+        nxt = path[i + 1]
+        if isinstance(key, int):
+            continue
+        child: Any = [{}] if isinstance(nxt, int) else {}
+        node[key] = child
+        node = child[0] if isinstance(nxt, int) else child
+        if isinstance(nxt, int) and key == "hostApplications":
+            node["name"] = "app"
+        if key.endswith("QOS"):
+            node["enable"] = True
+    node[path[-1]] = value
+    return spec
+
+
+def test_crd_refuses_what_the_agent_refuses(schema: dict[str, Any]) -> None:
+    tried = 0
+    for path, spec in _field_paths():
+        for value, exact in candidates(spec):
+            obj = the_object(with_value(path, value))
+            crd, agent = crd_accepts(schema, obj), agent_accepts(obj)
+            where = ".".join(map(str, path))
+            if exact:
+                assert crd == agent, f"{where}={value!r}: CRD {'accepts' if crd else 'refuses'}, agent " \
+                                     f"{'accepts' if agent else 'refuses'}"
+            else:
+                assert agent or not crd, f"{where}={value!r}: the CRD admits what the agent refuses"
+            tried += 1
+    assert tried > 1500  # every field of every section, not a handful
+
+
+def test_quantity_pattern_takes_the_usual_forms(schema: dict[str, Any]) -> None:
+    system = schema["properties"]["spec"]["properties"]["systemStrategy"]
+    bandwidth = system["properties"]["totalNetworkBandwidth"]
+    for good in ("1Gi", "500m", "1e3", "0.5", "10G", ".5", "+1", 100):
+        assert validate(bandwidth, good) == [], good
+    for bad in ("abc", "1.2.3", "1 Gi", "Gi", ""):
+        assert validate(bandwidth, bad) != [], bad
+
+
+def test_host_applications_need_unique_names(schema: dict[str, Any]) -> None:
+    app = {"name": "nginx", "qos": "LS"}
+    cases = {
+        "ok": ([app, {**app, "name": "redis"}], True),
+        "duplicate": ([app, copy.deepcopy(app)], False),
+        "unnamed": ([{"qos": "LS"}], False),
+        "empty name": ([{**app, "name": ""}], False),
+    }
+    for label, (apps, ok) in cases.items():
+        obj = the_object({"hostApplications": apps})
+        assert crd_accepts(schema, obj) is ok, label
+        assert agent_accepts(obj) is ok, label
+
+
+# ---------------------------------------------------------------------------------------------
+# The Dockerfile and the CI script that builds the same wheel
+
+
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """stage name -> [(INSTRUCTION, arguments)], continuation lines joined, comments dropped."""
+    text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    stages: dict[str, list[tuple[str, str]]] = {"": []}
+    current = ""
+    for line in filter(None, (ln.strip() for ln in joined.splitlines())):
+        instr, _, rest = line.partition(" ")
+        if instr.upper() == "FROM":
+            current = rest.split(" AS ")[-1].strip() if " AS " in rest else rest
+            stages[current] = []
+        stages[current].append((instr.upper(), rest.strip()))
+    return stages
+
+
+def check_deploy_array(name: str) -> list[str]:
+    match = re.search(rf"^{name}=\((.*)\)$", CHECK_DEPLOY.read_text(encoding="utf-8"), re.M)
+    assert match, f".ci/check-deploy has no {name}=(...)"
+    return shlex.split(match.group(1))
+
+
+def pip_command(run_args: str, verb: str) -> list[str]:
+    tokens = [t for t in shlex.split(run_args) if not t.startswith("--mount=")]
+    i = tokens.index("pip")
+    assert tokens[i + 1] == verb
+    end = tokens.index("&&") if "&&" in tokens else len(tokens)
+    return tokens[i + 2:end]
+
+
+def test_dockerfile_has_a_build_and_a_slim_runtime_stage() -> None:
+    stages = dockerfile_stages()
+    assert list(stages) == ["", "build", "runtime"]
+    args = dict(a.split("=", 1) for i, a in stages[""] if i == "ARG")
+    assert args["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert stages["build"][0] == ("FROM", "${PYTHON_IMAGE} AS build")
+    assert stages["runtime"][0] == ("FROM", "${PYTHON_IMAGE} AS runtime")  # same Python, same libc
+    runtime = " ".join(a for _, a in stages["runtime"])
+    for tool in ("apt-get", "build-essential", "gcc", "COPY"):
+        assert tool not in runtime, f"the runtime stage must not have {tool}"
+    build = " ".join(a for _, a in stages["build"])
+    assert "build-essential" in build
+    assert ("ENTRYPOINT", '["qosmanager", "run"]') in stages["runtime"]
+    assert stages["runtime"][-1][0] == "ENTRYPOINT"
+
+
+def test_ci_builds_the_wheel_the_dockerfile_builds() -> None:
+    stages = dockerfile_stages()
+    copies = [a.split() for i, a in stages["build"] if i == "COPY"]
+    sources = [src for words in copies for src in words[:-1]]
+    assert sources == check_deploy_array("CONTEXT")
+    (wheel,) = [a for i, a in stages["build"] if i == "RUN" and "pip wheel" in a]
+    wheel_args = pip_command(wheel, "wheel")
+    assert wheel_args[-1] == "."
+    wheel_flags = wheel_args[:-1]
+    assert wheel_flags[-2:] == ["--wheel-dir", "/wheels"]
+    assert wheel_flags[:-2] == check_deploy_array("WHEEL_FLAGS")
+    (install,) = [a for i, a in stages["runtime"] if i == "RUN" and "pip install" in a]
+    install_args = pip_command(install, "install")
+    assert install_args[-3:] == ["--find-links", "/wheels", "qosmanager"]
+    assert install_args[:-3] == check_deploy_array("INSTALL_FLAGS")
+    assert "--no-index" in install_args  # the runtime stage installs offline, from the wheels only
+    # the build context holds what the wheel needs: the README is the package's long description
+    readme = re.search(r'^readme = "(.*)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert readme and readme.group(1) in sources
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    assert [ln[1:] for ln in ignore if ln.startswith("!")] == sources
+    assert os.access(CHECK_DEPLOY, os.X_OK)
