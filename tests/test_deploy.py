@@ -292,6 +292,9 @@ def test_crd_is_what_the_agent_watches(crd: dict[str, Any]) -> None:
     found = list(_nodeslo_paths())
     for where, plural in found:
         assert plural == spec["names"]["plural"], f"{where} uses {plural!r}"
+    if (ROOT / "src" / "qosmanager" / "states" / "kube").is_dir():
+        assert any(where.startswith("src/qosmanager/states/kube/") for where, _ in found), \
+            "the Kubernetes source names no /apis/slo.koordinator.sh/v1alpha1/... path"
 
 
 def _nodeslo_paths() -> Iterator[tuple[str, str]]:
