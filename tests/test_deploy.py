@@ -143,7 +143,9 @@ def test_metrics_and_probes_reach_the_agent(daemonset: dict[str, Any], container
     assert ports["metrics"]["containerPort"] == port
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz", probe
+        # liveness leaves out the state check: an API-server outage must not restart the agent
+        want = "/healthz?probe=liveness" if probe == "livenessProbe" else "/healthz"
+        assert get["path"] == want, probe
         assert get["port"] in ("metrics", port), probe
     annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(port)

@@ -281,3 +281,23 @@ def test_run_serves_and_close_stops(tmp_path: Path) -> None:
     assert not th.is_alive()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url + "/healthz", timeout=2)
+
+
+def test_liveness_probe_ignores_a_lost_api_server() -> None:
+    """An API-server outage fails /healthz (readiness, monitoring) but not the liveness probe."""
+    from qosmanager.exporter.health import Health, HealthBounds
+
+    class Metrics:
+        def jobs(self) -> tuple[dict[str, float], dict[str, int]]:
+            return {"collect": 1000.0}, {}
+
+    class Store:
+        health = {k: type("H", (), {"last_sync": 900.0, "last_error": ""})() for k in ("node", "pods", "nodeslo")}
+        errors: dict[str, str] = {}
+
+    h = Health(Metrics(), HealthBounds(collect_seconds=8, kube_sync_seconds=60), clock=lambda: 1001.0,
+               store=Store(), kube_source=lambda: type("K", (), {"connected": False})())  # type: ignore[arg-type]
+    ok, body = h.check()
+    assert not ok and not body["checks"]["state"]["ok"]
+    ok, body = h.check(liveness=True)
+    assert ok and body["probe"] == "liveness" and not body["checks"]["state"]["ok"]

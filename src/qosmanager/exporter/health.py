@@ -56,13 +56,22 @@ class Health:
         self.strategies = list(strategies)
         self.kube_source = kube_source or (lambda: None)
 
-    def check(self) -> tuple[bool, dict[str, Any]]:
-        """``(healthy, body)``; the body is small JSON-ready data naming every check."""
+    def check(self, liveness: bool = False) -> tuple[bool, dict[str, Any]]:
+        """``(healthy, body)``; the body is small JSON-ready data naming every check.
+
+        With ``liveness`` the state check is reported but does not fail the answer: a liveness
+        probe that restarted the agent during an API-server outage would leave the node with no
+        agent at all, while this one keeps enforcing the last state it knows.
+        """
         now = self.clock()
         checks = {"collector": self._collector(now), "state": self._state(now),
                   "strategies": self._strategies()}
-        ok = all(c["ok"] for c in checks.values())
-        return ok, {"status": "ok" if ok else "unhealthy", "checks": checks}
+        counted = [c for name, c in checks.items() if not (liveness and name == "state")]
+        ok = all(c["ok"] for c in counted)
+        body: dict[str, Any] = {"status": "ok" if ok else "unhealthy", "checks": checks}
+        if liveness:
+            body["probe"] = "liveness"
+        return ok, body
 
     # ------------------------------------------------------------------
     def _collector(self, now: float) -> dict[str, Any]:

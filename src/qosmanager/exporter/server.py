@@ -26,7 +26,7 @@ from qosmanager.exporter.registry import CONTENT_TYPE
 log = logging.getLogger(__name__)
 
 RenderFn = Callable[[], str]
-HealthFn = Callable[[], "tuple[bool, dict[str, Any]]"]
+HealthFn = Callable[..., "tuple[bool, dict[str, Any]]"]  # (liveness: bool = False) -> (ok, body)
 
 BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
@@ -90,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "qosmanager"
 
     def do_GET(self) -> None:  # http.server dispatches to do_<METHOD>
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/metrics":
             try:
                 body = self.server.render().encode()
@@ -101,7 +101,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, CONTENT_TYPE, body)
         elif path == "/healthz":
             try:
-                ok, report = self.server.health()
+                # ?probe=liveness: is this process still doing its work?  A lost API server does not
+                # fail it (restarting could not help, and the agent keeps enforcing the last state);
+                # plain /healthz (readiness, monitoring) still reports it.
+                if "probe=liveness" in query.split("&"):
+                    ok, report = self.server.health(liveness=True)
+                else:
+                    ok, report = self.server.health()
             except Exception as e:
                 log.exception("health check failed")
                 ok, report = False, {"status": "unhealthy", "error": f"{type(e).__name__}: {e}"}
