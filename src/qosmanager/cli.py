@@ -46,8 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qosmanager {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", required=True)
+    # -v also after the subcommand (an image's entrypoint already says "run")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                         help="more logging (-vv for debug)")
 
-    run = sub.add_parser("run", help="run the agent")
+    run = sub.add_parser("run", help="run the agent", parents=[verbose])
     add_host_flags(run)
     run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
     run.add_argument("--kubeconfig", default=None, help="Kubernetes source of node, pods and NodeSLO")
@@ -66,12 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="re-check files written earlier than this (corrects outside changes)")
     add_qos_flags(run)
 
-    replay = sub.add_parser("replay", help="evaluate strategies offline on a scenario file (prints JSON)")
+    replay = sub.add_parser("replay", help="evaluate strategies offline on a scenario file (prints JSON)",
+                            parents=[verbose])
     replay.add_argument("scenario", help="scenario file (YAML or JSON; - reads standard input)")
     replay.add_argument("--compact", action="store_true",
                         help="print only writes, evictions and files (no refused/errors/audit)")
 
-    sim = sub.add_parser("simulate",
+    sim = sub.add_parser("simulate", parents=[verbose],
                          help="run the real agent on a synthetic dense node with a closed-loop load")
     sim.add_argument("--containers", type=int, default=2000, help="containers on the node (2 per pod)")
     sim.add_argument("--duration", type=duration, default=30.0, help="simulated time to run")
