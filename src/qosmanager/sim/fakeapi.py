@@ -730,6 +730,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         with self.server.owner.lock:
             self.server.owner.connections.add(self.connection)
+            self.server.owner.accepted += 1
 
     def finish(self) -> None:
         try:
@@ -1059,6 +1060,7 @@ class FakeAPIServer:
         self.delay = 0.0
         self.lock = threading.Lock()
         self.connections: set[socket.socket] = set()
+        self.accepted = 0  # connections accepted (keep-alive reuse shows as fewer connections than requests)
         self.drop_generation = 0
         self.stopping = False
         self.requests: deque[RequestRecord] = deque(maxlen=10_000)
