@@ -1,0 +1,505 @@
+"""State from the API server: the pods of this node, the Node, and the NodeSLO named after it.
+
+Each of the three is a *reflector* on its own thread, as client-go's informers do it: list, then
+watch from the list's resourceVersion; ADDED/MODIFIED/DELETED change the set, BOOKMARK moves the
+resourceVersion on; a dropped stream is watched again from the last resourceVersion after an
+exponential backoff with jitter; a 410 Gone (the resourceVersion was compacted away) relists and
+replaces the whole set, which also notices objects deleted during the gap.
+
+The reflector threads never touch the :class:`~qosmanager.states.store.StateStore`: they leave
+what they received in a small pending buffer (the latest object per pod, or a whole new list),
+and :meth:`KubeSource.poll` -- called by the agent at the start of every collect tick, on the
+agent's thread -- applies it.  So a burst of 1,000 pod events rebuilds the pod map once, the
+store is only written by the thread that reads it, and an idle tick costs three lock
+acquisitions.  While the API server cannot be reached nothing is pending and the store keeps
+the last known state: the agent goes on enforcing it, and :attr:`KubeSource.connected` and the
+store's health say so.
+
+A NodeSLO that does not exist (an empty list, or 404 because the CRD is not installed) means
+koordlet's defaults (``set_nodeslo(None)``), never a stall; the agent starts as soon as the pods
+and the Node are known.  A Node that disappears keeps the last known Node (the kubelet will
+register it again; the capacity the strategies need does not vanish with the object).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qosmanager.states.kube.client import KubeClient, KubeError
+from qosmanager.states.store import StateStore
+
+log = logging.getLogger(__name__)
+
+PODS, NODE, NODESLO = "pods", "node", "nodeslo"
+NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+SMALL_BATCH = 8  # up to this many pod events are applied one by one; more rebuild the map once
+
+Obj = dict[str, Any]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+class Backoff:
+    """Exponential backoff with jitter: ``base x 2^n`` capped at ``cap``, times a factor in [1, 1 + jitter)."""
+
+    def __init__(self, base: float = 0.8, cap: float = 30.0, jitter: float = 0.5,
+                 rng: random.Random | None = None) -> None:
+        self.base, self.cap, self.jitter = base, cap, jitter
+        self.rng = rng or random.Random()
+        self.failures = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * (2.0 ** min(self.failures, 30)))
+        self.failures += 1
+        return delay * (1.0 + self.jitter * self.rng.random())
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass(frozen=True)
+class ReflectorHealth:
+    """A read-only snapshot of one reflector, for /healthz and the metrics."""
+
+    resource: str
+    connected: bool  # the last list or watch reached the API server
+    synced: bool  # a full list has been received at least once
+    last_sync: float  # last time the reflector knew it was in sync (list, event, bookmark, live watch)
+    watch_restarts: int  # watches re-opened after a dropped stream or an error
+    relists: int  # full relists after 410 Gone
+    errors: int
+    last_error: str
+    last_error_ts: float
+    resource_version: str
+
+
+# ----------------------------------------------------------------------------------------------
+# pending buffers (written by a reflector thread, applied by the agent thread)
+# ----------------------------------------------------------------------------------------------
+class _PodBuffer:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replace: dict[str, Obj] | None = None
+        self._events: dict[str, Obj | None] = {}  # uid -> latest object, None = deleted
+        self.objects: dict[str, Obj] = {}  # what was applied; the agent thread's own
+        self.synced = False
+
+    @staticmethod
+    def _uid(obj: Mapping[str, Any]) -> str:
+        uid = _meta(obj).get("uid")
+        return uid if isinstance(uid, str) else ""
+
+    def replace(self, items: list[Obj]) -> None:
+        snapshot: dict[str, Obj] = {}
+        for obj in items:
+            uid = self._uid(obj)
+            if uid:
+                snapshot[uid] = obj
+            else:
+                log.error("pod %s has no metadata.uid; ignored", _meta(obj).get("name"))
+        with self._lock:
+            self._replace, self._events = snapshot, {}
+
+    def event(self, type_: str, obj: Obj) -> None:
+        uid = self._uid(obj)
+        if not uid:
+            log.error("pod event %s for %s without metadata.uid; ignored", type_, _meta(obj).get("name"))
+            return
+        with self._lock:
+            if self._replace is not None:
+                if type_ == "DELETED":
+                    self._replace.pop(uid, None)
+                else:
+                    self._replace[uid] = obj
+            else:
+                self._events[uid] = None if type_ == "DELETED" else obj
+
+    def apply(self, store: StateStore, now: float) -> bool:
+        with self._lock:
+            replace, events = self._replace, self._events
+            if replace is None and not events:
+                return False
+            self._replace, self._events = None, {}
+        if replace is not None:
+            self.objects = replace
+            self.synced = True
+            return store.set_pods(list(replace.values()), now)
+        for uid, obj in events.items():
+            if obj is None:
+                self.objects.pop(uid, None)
+            else:
+                self.objects[uid] = obj
+        if len(events) > SMALL_BATCH:
+            return store.set_pods(list(self.objects.values()), now)
+        for uid, obj in events.items():
+            if obj is None:
+                store.delete_pod(uid, now)
+                continue
+            try:
+                store.upsert_pod(obj, now)
+            except (ValueError, TypeError, KeyError):
+                # let set_pods skip the bad pod, keep every other one and record why
+                return store.set_pods(list(self.objects.values()), now)
+        return True
+
+
+class _SingleBuffer:
+    """The latest state of one named object: ``(present, object)``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._pending: tuple[bool, Obj | None] | None = None
+        self.synced = False
+
+    def replace(self, items: list[Obj]) -> None:
+        obj = next((o for o in items if _meta(o).get("name") == self.name), None)
+        with self._lock:
+            self._pending = (obj is not None, obj)
+
+    def event(self, type_: str, obj: Obj) -> None:
+        if _meta(obj).get("name") != self.name:
+            return
+        with self._lock:
+            self._pending = (False, None) if type_ == "DELETED" else (True, obj)
+
+    def take(self) -> tuple[bool, Obj | None] | None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        return pending
+
+
+def _node_view(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the agent reads from a Node; heartbeats and conditions change nothing it uses."""
+    meta, status = _meta(obj), obj.get("status") or {}
+    return (meta.get("name"), meta.get("labels"), meta.get("annotations"),
+            status.get("capacity") if isinstance(status, Mapping) else None,
+            status.get("allocatable") if isinstance(status, Mapping) else None)
+
+
+class _NodeBuffer(_SingleBuffer):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._view: tuple[Any, ...] | None = None
+        self._absent_logged = False
+
+    def apply(self, store: StateStore, now: float) -> bool:
+        pending = self.take()
+        if pending is None:
+            return False
+        present, obj = pending
+        if not present or obj is None:
+            if not self._absent_logged:
+                log.warning("Node %s is not in the API server; keeping the last known Node", self.name)
+                self._absent_logged = True
+            return False
+        self._absent_logged = False
+        view = _node_view(obj)
+        if view == self._view and store.node is not None:
+            return False
+        if store.set_node(obj, now):
+            self._view = view
+            self.synced = True
+            return True
+        return False
+
+
+class _NodeSLOBuffer(_SingleBuffer):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._applied: tuple[bool, Any] | None = None
+
+    def apply(self, store: StateStore, now: float) -> bool:
+        pending = self.take()
+        if pending is None:
+            return False
+        present, obj = pending
+        key = (present, obj.get("spec") if obj is not None else None)
+        self.synced = True
+        if key == self._applied:
+            return False  # koordlet too ignores updates whose spec is unchanged
+        if not present:
+            log.info("no NodeSLO named %s: using the defaults", self.name)
+        self._applied = key
+        return store.set_nodeslo(obj if present else None, now)
+
+
+# ----------------------------------------------------------------------------------------------
+# reflector
+# ----------------------------------------------------------------------------------------------
+class Reflector:
+    """List-then-watch of one collection on a background thread (see the module docstring)."""
+
+    def __init__(self, resource: str, client: KubeClient, path: str, params: Mapping[str, str],
+                 sink: _PodBuffer | _SingleBuffer, *, clock: Callable[[], float], stop: threading.Event,
+                 watch_timeout: tuple[float, float], backoff: Backoff, absent_ok: bool = False,
+                 absent_retry: float = 60.0) -> None:
+        self.resource = resource
+        self.client = client
+        self.path = path
+        self.params = dict(params)
+        self.sink = sink
+        self.clock = clock
+        self.stop = stop
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff
+        self.absent_ok = absent_ok  # 404 on the list means "no such objects" (a CRD not installed)
+        self.absent_retry = absent_retry
+        self.rv = ""
+        self.connected = False
+        self.synced = False
+        self.last_sync = 0.0
+        self.watch_restarts = 0
+        self.relists = 0
+        self.errors = 0
+        self.last_error = ""
+        self.last_error_ts = 0.0
+        self.thread: threading.Thread | None = None
+        self._lists = 0
+        self._absent_logged = False
+
+    @property
+    def channel(self) -> str:
+        return f"watch-{self.resource}"
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run, name=f"kube-{self.resource}", daemon=True)
+        self.thread.start()
+
+    def health(self) -> ReflectorHealth:
+        return ReflectorHealth(self.resource, self.connected, self.synced, self.last_sync, self.watch_restarts,
+                               self.relists, self.errors, self.last_error, self.last_error_ts, self.rv)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if not self._list():
+                    self.stop.wait(self.absent_retry * (1.0 + 0.5 * self.backoff.rng.random()))
+                    continue
+            except KubeError as e:
+                self._failed("list", e)
+                self.stop.wait(self.backoff.next())
+                continue
+            except Exception as e:  # never let the thread die: the agent would silently go stale
+                log.exception("kube %s: list failed unexpectedly", self.resource)
+                self._failed("list", KubeError(0, f"{type(e).__name__}: {e}"))
+                self.stop.wait(self.backoff.next())
+                continue
+            self._watch_until_gone()
+
+    # ------------------------------------------------------------------
+    def _list(self) -> bool:
+        """List and hand the set to the sink; False when the resource does not exist (look again later)."""
+        first = self._lists == 0
+        try:
+            # the first list may come from the API server's watch cache; a relist after 410 must not
+            items, rv = self.client.list(self.path, self.params, channel=self.channel,
+                                         resource_version="0" if first else None)
+        except KubeError as e:
+            if not (e.not_found and self.absent_ok):
+                raise
+            if not self._absent_logged:
+                log.warning("kube %s: %s is not served by the API server (%s); using the defaults and looking "
+                            "again with backoff", self.resource, self.path, e.message)
+                self._absent_logged = True
+            self.sink.replace([])
+            self._ok()
+            self.synced = True
+            return False
+        self._absent_logged = False
+        self._lists += 1
+        self.sink.replace(items)
+        self.rv = rv
+        self._ok()
+        self.synced = True
+        log.debug("kube %s: listed %d at resourceVersion %s", self.resource, len(items), rv)
+        return True
+
+    def _watch_until_gone(self) -> None:
+        while not self.stop.is_set():
+            lo, hi = self.watch_timeout
+            timeout = self.backoff.rng.uniform(lo, hi) if hi > lo else lo
+            try:
+                for type_, obj in self.client.watch(self.path, self.params, resource_version=self.rv,
+                                                    timeout=timeout, channel=self.channel, on_open=self._ok):
+                    self._on_event(type_, obj)
+                self.backoff.reset()  # the server ended the stream on time: watch again at once
+            except KubeError as e:
+                if self.stop.is_set():
+                    return
+                if e.gone:
+                    self.relists += 1
+                    log.info("kube %s: resourceVersion %s is gone (%s); relisting", self.resource, self.rv,
+                             e.message)
+                    return
+                self.watch_restarts += 1
+                self._failed("watch", e)
+                self.stop.wait(self.backoff.next())
+            except Exception as e:  # a bug must not end the thread
+                log.exception("kube %s: watch failed unexpectedly", self.resource)
+                self.watch_restarts += 1
+                self._failed("watch", KubeError(0, f"{type(e).__name__}: {e}"))
+                self.stop.wait(self.backoff.next())
+
+    def _on_event(self, type_: str, obj: Obj) -> None:
+        rv = _meta(obj).get("resourceVersion")
+        if type_ in ("ADDED", "MODIFIED", "DELETED"):
+            self.sink.event(type_, obj)
+        elif type_ != "BOOKMARK":
+            log.debug("kube %s: ignoring watch event %s", self.resource, type_)
+        if isinstance(rv, str) and rv:
+            self.rv = rv
+        self._ok()
+
+    def _ok(self) -> None:
+        if not self.connected and self.errors:
+            log.warning("kube %s: connected to the API server again", self.resource)
+        self.connected = True
+        self.last_sync = self.clock()
+        if self.synced:
+            self.backoff.reset()
+
+    def _failed(self, what: str, e: KubeError) -> None:
+        self.errors += 1
+        self.last_error = f"{what}: {e}"
+        self.last_error_ts = self.clock()
+        unreachable = e.status == 0 or e.status >= 500 or e.status == 429
+        if self.connected and unreachable:
+            log.warning("kube %s: lost the API server (%s); keeping the last known state", self.resource, e)
+        elif not unreachable:
+            log.error("kube %s: %s failed: %s", self.resource, what, e)
+        if unreachable or e.status in (401, 403):
+            self.connected = False
+
+
+# ----------------------------------------------------------------------------------------------
+# the source
+# ----------------------------------------------------------------------------------------------
+class KubeSource:
+    """Feeds a :class:`StateStore` from the API server (see the module docstring).
+
+    Read-only health API (for the exporter): :attr:`connected`, :meth:`health` (one
+    :class:`ReflectorHealth` per resource ``pods``/``node``/``nodeslo``), and the per-resource
+    maps :attr:`watch_restarts`, :attr:`relists`, :attr:`last_sync`, plus :attr:`last_error`.
+    """
+
+    def __init__(self, store: StateStore, client: KubeClient, node_name: str, *,
+                 clock: Callable[[], float] = time.time, watch_timeout: tuple[float, float] = (300.0, 600.0),
+                 backoff_base: float = 0.8, backoff_max: float = 30.0, absent_retry: float = 60.0,
+                 seed: int | None = None) -> None:
+        if not node_name:
+            raise ValueError("the Kubernetes source needs the node name (--node-name or $NODE_NAME)")
+        self.store = store
+        self.client = client
+        self.node_name = node_name
+        self.clock = clock
+        self._stop = threading.Event()
+        rng = random.Random(seed)
+        self.pods = _PodBuffer()
+        self.node = _NodeBuffer(node_name)
+        self.nodeslo = _NodeSLOBuffer(node_name)
+
+        def reflector(resource: str, path: str, selector: str, sink: _PodBuffer | _SingleBuffer,
+                      absent_ok: bool = False) -> Reflector:
+            return Reflector(resource, client, path, {"fieldSelector": selector}, sink, clock=clock,
+                             stop=self._stop, watch_timeout=watch_timeout,
+                             backoff=Backoff(backoff_base, backoff_max, rng=random.Random(rng.random())),
+                             absent_ok=absent_ok, absent_retry=absent_retry)
+
+        self.reflectors: dict[str, Reflector] = {
+            PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods),
+            NODE: reflector(NODE, "/api/v1/nodes", f"metadata.name={node_name}", self.node),
+            NODESLO: reflector(NODESLO, NODESLO_PATH, f"metadata.name={node_name}", self.nodeslo, absent_ok=True),
+        }
+        self._started = False
+        self._was_connected = True
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for r in self.reflectors.values():
+            r.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        for r in self.reflectors.values():
+            self.client.interrupt(r.channel)
+        deadline = time.monotonic() + timeout
+        for r in self.reflectors.values():
+            if r.thread is not None:
+                r.thread.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ the agent's side
+    def poll(self, now: float | None = None) -> bool:
+        """Apply what the reflectors received since the last call; True when the state changed."""
+        now = self.clock() if now is None else now
+        changed = self.node.apply(self.store, now)
+        changed |= self.pods.apply(self.store, now)
+        changed |= self.nodeslo.apply(self.store, now)
+        for kind, r in self.reflectors.items():
+            h = self.store.health[kind]
+            if r.connected and r.synced:
+                h.last_sync = now  # a live watch is a fresh source even when nothing changes
+            elif r.last_error_ts > h.last_error_ts:
+                h.last_error, h.last_error_ts = r.last_error, r.last_error_ts
+        return changed
+
+    def synced(self) -> bool:
+        """The pods and the Node have been received (the NodeSLO is optional)."""
+        return self.pods.synced and self.store.node is not None
+
+    def wait_synced(self, timeout: float | None = None, stop: threading.Event | None = None) -> bool:
+        """Start the reflectors if needed and apply their state until pods and Node are known."""
+        self.start()
+        t0 = time.monotonic()
+        next_note = t0 + 10.0
+        while True:
+            self.poll()
+            if self.synced():
+                return True
+            now = time.monotonic()
+            if (timeout is not None and now - t0 >= timeout) or (stop is not None and stop.is_set()):
+                return False
+            if now >= next_note:
+                missing = [k for k, ok in ((PODS, self.pods.synced), (NODE, self.store.node is not None)) if not ok]
+                errors = "; ".join(r.last_error for r in self.reflectors.values() if r.last_error)
+                log.warning("still waiting for %s of node %s from the API server%s", " and ".join(missing),
+                            self.node_name, f" ({errors})" if errors else "")
+                next_note = now + 30.0
+            (stop or self._stop).wait(0.02)
+
+    # ------------------------------------------------------------------ health (read-only)
+    @property
+    def connected(self) -> bool:
+        return all(r.connected for r in self.reflectors.values())
+
+    def health(self) -> dict[str, ReflectorHealth]:
+        return {k: r.health() for k, r in self.reflectors.items()}
+
+    @property
+    def watch_restarts(self) -> dict[str, int]:
+        return {k: r.watch_restarts for k, r in self.reflectors.items()}
+
+    @property
+    def relists(self) -> dict[str, int]:
+        return {k: r.relists for k, r in self.reflectors.items()}
+
+    @property
+    def last_sync(self) -> dict[str, float]:
+        return {k: r.last_sync for k, r in self.reflectors.items()}
+
+    @property
+    def last_error(self) -> str:
+        latest = max(self.reflectors.values(), key=lambda r: r.last_error_ts)
+        return latest.last_error

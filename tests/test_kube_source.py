@@ -1,0 +1,262 @@
+"""The Kubernetes source: three reflectors (pods of the node, the Node, the NodeSLO) feeding the store.
+
+Against the fake API server: list then watch, changes applied on ``poll`` (the agent's tick) and
+batched, NodeSLO absent = defaults without a stall, reconnects after a dropped stream, a relist
+after 410 Gone that notices deletions made during the gap, and an outage that leaves the store
+as it was while the health says so.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+from qosmanager.states.kube.client import KubeClient
+from qosmanager.states.kube.config import KubeConfig
+from qosmanager.states.kube.source import Backoff, KubeSource
+from qosmanager.states.store import StateStore
+
+NODE = "node-a"
+
+
+def pod(name: str, node: str = NODE, labels: dict[str, str] | None = None, cpu: str = "1") -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": labels or {}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i", "resources": {
+                "requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}}]},
+            "status": {"phase": "Running", "qosClass": "Guaranteed"}}
+
+
+def node(cpu: str = "8", heartbeat: str = "t0") -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid"},
+            "status": {"capacity": {"cpu": cpu, "memory": "32Gi"}, "allocatable": {"cpu": cpu, "memory": "32Gi"},
+                       "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}}
+
+
+def nodeslo(threshold: int, labels: dict[str, str] | None = None) -> dict:
+    return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+            "metadata": {"name": NODE, "labels": labels or {}},
+            "spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold}}}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeAPIServer]:
+    cluster = FakeCluster()
+    cluster.put(node())
+    for name in ("a", "b"):
+        cluster.put(pod(name))
+    cluster.put(pod("elsewhere", node="node-b"))
+    with FakeAPIServer(cluster, bookmark_interval=0.2) as server:
+        yield server
+
+
+@pytest.fixture
+def source(api: FakeAPIServer) -> Iterator[KubeSource]:
+    client = KubeClient(KubeConfig(server=api.url), timeout=3)
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(2.0, 2.0), backoff_base=0.05, backoff_max=0.2,
+                     absent_retry=0.2, seed=1)
+    try:
+        yield src
+    finally:
+        src.stop()
+        client.close()
+
+
+def until(src: KubeSource, pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        src.poll()
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait without polling: nothing reaches the store meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def caught_up(src: KubeSource, api: FakeAPIServer) -> Callable[[], bool]:
+    """Every reflector has seen the cluster's latest resourceVersion (bookmarks carry it)."""
+    return lambda: all(r.rv == str(api.cluster.rv) for r in src.reflectors.values())
+
+
+def test_initial_sync_lists_this_nodes_pods_and_the_node_with_defaults(source: KubeSource,
+                                                                         api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    assert sorted(p.key for p in store.pods.values()) == ["default/a", "default/b"]
+    assert store.node is not None and store.node.cpu_capacity_milli == 8000
+    assert store.nodeslo_present is False
+    assert store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65  # the default
+    until(source, lambda: source.connected)
+    first = api.requests_to("GET", r"^/api/v1/pods$")[0].query
+    assert "resourceVersion=0" in first and "fieldSelector=spec.nodeName%3Dnode-a" in first
+
+
+def test_watch_events_reach_the_store_on_poll(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    api.cluster.put(pod("c"))
+    api.cluster.remove("Pod", "a")
+    api.cluster.put(pod("b", labels={"koordinator.sh/qosClass": "LS"}))
+    api.cluster.put(pod("far", node="node-b"))
+    wait_for(caught_up(source, api))
+    assert sorted(store.pods) == ["uid-a", "uid-b"]  # received, but applied only on poll
+    source.poll()
+    assert sorted(store.pods) == ["uid-b", "uid-c"]
+    assert store.pods["uid-b"].qos_raw == "LS"
+
+
+def test_a_burst_of_pod_events_rebuilds_the_pod_map_once(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    for i in range(300):
+        api.cluster.put(pod(f"burst-{i}"))
+    until(source, caught_up(source, api), timeout=10)
+    until(source, lambda: len(store.pods) == 302)
+    gen = store.pods_generation
+    for i in range(300):
+        api.cluster.remove("Pod", f"burst-{i}")
+    wait_for(caught_up(source, api), timeout=10)
+    source.poll()
+    assert len(store.pods) == 2 and store.pods_generation == gen + 1  # 300 deletions, one new map
+
+
+def test_nodeslo_created_changed_unchanged_and_deleted(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    api.cluster.put(nodeslo(50))
+    until(source, lambda: store.nodeslo_present)
+    assert store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 50
+    gen = store.nodeslo_generation
+    api.cluster.put(nodeslo(50, labels={"x": "y"}))  # metadata only: the spec is the same
+    until(source, caught_up(source, api))
+    source.poll()
+    assert store.nodeslo_generation == gen
+    api.cluster.put(nodeslo(40))
+    until(source, lambda: store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 40)
+    api.cluster.remove("NodeSLO", NODE)
+    until(source, lambda: not store.nodeslo_present)
+    assert store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65
+
+
+def test_a_bad_nodeslo_keeps_the_last_good_one(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    api.cluster.put(nodeslo(50))
+    until(source, lambda: source.store.nodeslo_present)
+    api.cluster.put(nodeslo(150))
+    until(source, lambda: "nodeslo" in source.store.errors)
+    assert "cpuSuppressThresholdPercent" in source.store.errors["nodeslo"]
+    assert source.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 50
+
+
+def test_nodeslo_crd_not_installed_means_defaults_not_a_stall(api: FakeAPIServer, source: KubeSource) -> None:
+    api.fail_next("GET", r"/nodeslos$", 404, count=1)
+    t0 = time.monotonic()
+    assert source.wait_synced(5)
+    assert time.monotonic() - t0 < 3 and not source.store.nodeslo_present
+    api.cluster.put(nodeslo(30))  # "installed" now: the next look finds it
+    until(source, lambda: source.store.nodeslo_present)
+    assert source.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 30
+
+
+def test_node_heartbeats_change_nothing_but_capacity_does(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    gen = store.node_generation
+    api.cluster.put(node(heartbeat="t1"))
+    until(source, caught_up(source, api))
+    source.poll()
+    assert store.node_generation == gen
+    api.cluster.put(node(cpu="16"))
+    until(source, lambda: store.node is not None and store.node.cpu_capacity_milli == 16000)
+    api.cluster.remove("Node", NODE, namespace="")
+    until(source, caught_up(source, api))
+    source.poll()
+    assert store.node is not None and store.node.cpu_capacity_milli == 16000  # the last known Node stays
+
+
+def test_a_bad_pod_is_skipped_and_the_others_kept(source: KubeSource, api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    api.cluster.put(pod("bad", cpu="lots"))
+    api.cluster.put(pod("good"))
+    until(source, lambda: "uid-good" in source.store.pods)
+    assert "uid-bad" not in source.store.pods and sorted(source.store.pods) == ["uid-a", "uid-b", "uid-good"]
+    assert "bad" in source.store.errors["pods"]
+
+
+def test_a_dropped_stream_is_watched_again_from_its_resource_version(source: KubeSource,
+                                                                      api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    until(source, lambda: source.connected)
+    api.drop_connections()
+    api.cluster.put(pod("after-drop"))
+    until(source, lambda: "uid-after-drop" in source.store.pods)
+    assert source.watch_restarts["pods"] >= 1 and source.relists["pods"] == 0
+    lists = [r for r in api.requests_to("GET", r"^/api/v1/pods$") if "watch=" not in r.query]
+    assert len(lists) == 1  # no relist: the watch resumed
+
+
+def test_an_outage_keeps_the_state_and_a_relist_after_410_notices_deletions(source: KubeSource,
+                                                                             api: FakeAPIServer) -> None:
+    assert source.wait_synced(5)
+    store = source.store
+    until(source, lambda: source.connected)
+    api.outage()
+    until(source, lambda: not source.connected)
+    pods, gen = store.pods, store.pods_generation
+    last_fresh = store.health["pods"].last_sync
+    # meanwhile in the cluster: a pod goes away and the history is compacted (an etcd compaction)
+    api.cluster.remove("Pod", "a")
+    api.cluster.put(pod("new"))
+    api.cluster.compact()
+    wait_for(lambda: "cannot reach" in source.reflectors["pods"].last_error)  # a retry was refused
+    source.poll(last_fresh + 100.0)
+    assert store.pods is pods and store.pods_generation == gen  # the last known state is kept
+    assert store.health["pods"].last_sync == last_fresh  # ... and it is not fresh any more
+    assert "cannot reach" in store.health["pods"].last_error
+    api.recover()
+    until(source, lambda: sorted(store.pods) == ["uid-b", "uid-new"], timeout=8)
+    until(source, lambda: source.connected)
+    assert source.relists["pods"] >= 1
+    health = source.health()["pods"]
+    assert health.synced and health.connected and health.errors >= 1
+
+
+def test_stop_ends_the_threads_promptly(api: FakeAPIServer) -> None:
+    client = KubeClient(KubeConfig(server=api.url))
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(60.0, 60.0))
+    assert src.wait_synced(5)
+    t0 = time.monotonic()
+    src.stop()
+    assert time.monotonic() - t0 < 2.5
+    assert not any(r.thread is not None and r.thread.is_alive() for r in src.reflectors.values())
+    client.close()
+
+
+def test_the_node_name_is_required() -> None:
+    with pytest.raises(ValueError, match="node name"):
+        KubeSource(StateStore(), KubeClient(KubeConfig(server="http://127.0.0.1:1")), "")
+
+
+def test_backoff_is_exponential_with_jitter_and_capped() -> None:
+    b = Backoff(base=0.5, cap=4.0, jitter=0.5, rng=random.Random(7))
+    delays = [b.next() for _ in range(6)]
+    # attempt n waits base * 2^n (capped at 4 s) times a factor in [1, 1.5)
+    for n, d in enumerate(delays):
+        nominal = min(4.0, 0.5 * 2**n)
+        assert nominal <= d < nominal * 1.5
+    assert len({round(d / min(4.0, 0.5 * 2**n), 6) for n, d in enumerate(delays)}) > 1  # jittered
+    b.reset()
+    assert 0.5 <= b.next() < 0.75
