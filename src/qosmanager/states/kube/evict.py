@@ -1,0 +1,106 @@
+"""The Eviction API (``--evict-mode api``): the coordinator's ``api`` callable.
+
+One ``POST /api/v1/namespaces/<ns>/pods/<name>/eviction`` with a ``policy/v1`` ``Eviction`` whose
+delete options carry the pod's uid as a precondition (a new pod that took the name is never hit).
+The answer becomes an :class:`~qosmanager.eviction.coordinator.ApiOutcome`:
+
+* 201 (or 200): evicted; the pod counts as pending release until it leaves the pod list;
+* 404: the pod is already gone (ok, ``gone``); so is 409 on the uid precondition (the name now
+  belongs to another pod);
+* 429: a PodDisruptionBudget (or the API server's rate limit) said no.  Not evicted: the
+  coordinator audits the refusal, does not count the pod as released (another victim may go
+  instead), and skips it until ``retry_after``: the server's ``Retry-After`` when given, otherwise
+  an exponential backoff per pod (``backoff_base`` doubling up to ``backoff_max``);
+* anything else (5xx, no answer): a failure with the API's message, retried at the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from qosmanager.api.pod import PodMeta
+from qosmanager.eviction.coordinator import ApiOutcome
+from qosmanager.states.kube.client import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+
+MAX_TRACKED = 10_000  # pods with a refusal history kept for their backoff
+
+
+@dataclass(slots=True)
+class _Refusals:
+    count: int
+    last: float
+
+
+class KubeEvictor:
+    """``KubeEvictor(client)(pod, reason) -> ApiOutcome`` (see the module docstring)."""
+
+    def __init__(self, client: KubeClient, *, clock: Callable[[], float] = time.time, backoff_base: float = 5.0,
+                 backoff_max: float = 300.0) -> None:
+        self.client = client
+        self.clock = clock
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._refusals: dict[str, _Refusals] = {}
+        self.stats = {"evicted": 0, "gone": 0, "refused": 0, "failed": 0}
+
+    @staticmethod
+    def body(pod: PodMeta) -> dict[str, object]:
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            # no gracePeriodSeconds: the pod's own terminationGracePeriodSeconds applies (koordlet's nil)
+            "deleteOptions": {"preconditions": {"uid": pod.uid}},
+        }
+
+    def __call__(self, pod: PodMeta, reason: str) -> ApiOutcome:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction"
+        try:
+            self.client.post(path, self.body(pod))
+        except KubeError as e:
+            return self._refused(pod, e)
+        self._refusals.pop(pod.uid, None)
+        self.stats["evicted"] += 1
+        log.info("evicted %s through the Eviction API (%s)", pod.key, reason)
+        return ApiOutcome(ok=True)
+
+    def _refused(self, pod: PodMeta, e: KubeError) -> ApiOutcome:
+        if e.status == 404 or (e.status == 409 and "precondition" in e.message.lower()):
+            self._refusals.pop(pod.uid, None)
+            self.stats["gone"] += 1
+            return ApiOutcome(ok=True, gone=True)
+        if e.status == 429:
+            self.stats["refused"] += 1
+            delay = max(self._backoff(pod.uid), e.retry_after)
+            return ApiOutcome(ok=False, retry_after=delay,
+                              error=f"refused by the Eviction API (429 {e.reason or 'TooManyRequests'}): "
+                                    f"{e.message}{_causes(e)}; retry in {delay:g}s")
+        self.stats["failed"] += 1
+        what = f"{e.status} {e.reason}".strip() if e.status else "no answer"
+        return ApiOutcome(ok=False, error=f"Eviction API failed ({what}): {e.message}")
+
+    def _backoff(self, uid: str) -> float:
+        now = self.clock()
+        r = self._refusals.get(uid)
+        if r is None or now - r.last > 2 * self.backoff_max:
+            r = _Refusals(0, now)  # a refusal long ago starts the backoff afresh
+        r.count += 1
+        r.last = now
+        self._refusals[uid] = r
+        if len(self._refusals) > MAX_TRACKED:
+            for old in sorted(self._refusals, key=lambda u: self._refusals[u].last)[: MAX_TRACKED // 10]:
+                del self._refusals[old]
+        return min(self.backoff_max, self.backoff_base * 2.0 ** (r.count - 1))
+
+
+def _causes(e: KubeError) -> str:
+    causes = e.details.get("causes")
+    if not isinstance(causes, list):
+        return ""
+    msgs = [str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message")]
+    return f" ({'; '.join(msgs)})" if msgs else ""
