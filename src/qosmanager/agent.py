@@ -4,6 +4,13 @@
 build one directly.  Stopping (``--duration``, SIGTERM, SIGINT) leaves every file as it
 is, so a restarted agent continues seamlessly: it re-reads what it finds and only
 writes what differs.
+
+State comes from files (standalone: ``--pods-file``, ``--node-file``, ``--node-slo-file``) or
+from the API server (Kubernetes mode: ``--kubeconfig``, or the in-cluster service account when
+no ``--pods-file`` is given).  In Kubernetes mode evictions default to the Eviction API, every
+eviction decision and BE-limit change is an Event, and the agent starts enforcing as soon as the
+pods and the Node are known (a missing NodeSLO means the defaults).  The Kubernetes modules are
+imported only in that mode.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from qosmanager.eviction.coordinator import EvictionCoordinator
+from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
 from qosmanager.exporter import Exporter
@@ -34,6 +42,11 @@ from qosmanager.metrics.cache import MetricCache
 from qosmanager.metrics.collector import Collector
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
+
+if TYPE_CHECKING:
+    from qosmanager.states.kube.client import KubeClient
+    from qosmanager.states.kube.events import EventRecorder
+    from qosmanager.states.kube.source import KubeSource
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +72,19 @@ class AgentConfig:
     qos: QoSConfig = field(default_factory=QoSConfig)
     strategies: list[str] | None = None  # None: every enabled strategy
     cpu_info_refresh: float = 60.0  # koordlet's NodeInfoCollector interval
+    kube_events: bool = True  # Kubernetes mode: record Events (off under --dry-run)
+    kube_watch_timeout: tuple[float, float] = (300.0, 600.0)  # seconds of one watch, drawn at random
+
+
+def kubernetes_mode(cfg: AgentConfig) -> bool:
+    """``--kubeconfig`` given, or the in-cluster service account present and no ``--pods-file``."""
+    if cfg.kubeconfig:
+        return True
+    if cfg.pods_file:
+        return False
+    from qosmanager.states.kube.config import in_cluster_available
+
+    return in_cluster_available()
 
 
 class Agent:
@@ -79,8 +105,16 @@ class Agent:
         self.layout = CgroupLayout(roots, version, driver)
         log.info("cgroup v%d, %s driver, kubepods at %s", version, driver, self.layout.kubepods_dir())
         self.store = StateStore()
-        self.source = FileSource(self.store, pods_file=cfg.pods_file, node_file=cfg.node_file,
-                                 node_slo_file=cfg.node_slo_file)
+        self.kube_client: KubeClient | None = None
+        self.kube_source: KubeSource | None = None
+        self._kube: KubeSource | None = None
+        self.events: EventRecorder | None = None
+        self.source: FileSource | KubeSource
+        if kubernetes_mode(cfg):
+            self.source = self._kube_source(cfg, clock)
+        else:
+            self.source = FileSource(self.store, pods_file=cfg.pods_file, node_file=cfg.node_file,
+                                     node_slo_file=cfg.node_slo_file)
         self.cache = MetricCache()
         self.audit = AuditLog(cfg.audit_log, clock=clock)
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
@@ -91,9 +125,11 @@ class Agent:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, mono=monotonic_ns,
                                        max_fds=cfg.max_fds)
         self.collector.on_pod_removed.append(self.executor.forget)
-        evict_mode = cfg.evict_mode or ("api" if cfg.kubeconfig else "none")
+        evict_mode = cfg.evict_mode or ("api" if self.kube_client is not None else "none")
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
-                                               dry_run=cfg.dry_run, clock=clock)
+                                               dry_run=cfg.dry_run, clock=clock,
+                                               api=self._kube_evictor(evict_mode, clock))
+        self._kube_events(cfg, clock)
         self._cpu_info: NodeCPUInfo | None = None
         self._cpu_info_at = float("-inf")
         self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
@@ -108,6 +144,68 @@ class Agent:
         self.stop_event = threading.Event()
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
+
+    # ------------------------------------------------------------------ Kubernetes mode
+    def _kube_source(self, cfg: AgentConfig, clock: Callable[[], float]) -> KubeSource:
+        from qosmanager.states.kube.client import KubeClient
+        from qosmanager.states.kube.config import load_config
+        from qosmanager.states.kube.source import KubeSource
+
+        if cfg.pods_file or cfg.node_file or cfg.node_slo_file:
+            raise ValueError("--kubeconfig (Kubernetes mode) and --pods-file/--node-file/--node-slo-file "
+                             "(standalone mode) exclude each other")
+        if not cfg.node_name:
+            raise ValueError("Kubernetes mode needs the node name: --node-name or $NODE_NAME")
+        self.kube_client = KubeClient(load_config(cfg.kubeconfig))
+        log.info("Kubernetes mode: node %s, API server %s (%s)", cfg.node_name, self.kube_client.config.server,
+                 self.kube_client.config.origin)
+        source = KubeSource(self.store, self.kube_client, cfg.node_name, clock=clock,
+                            watch_timeout=cfg.kube_watch_timeout)
+        # ``kube_source`` is the public, read-only face (the exporter reads its health); the agent
+        # keeps its own reference to start and stop it
+        self.kube_source = self._kube = source
+        return source
+
+    def _kube_evictor(self, evict_mode: str, clock: Callable[[], float]) -> ApiEvict | None:
+        if evict_mode != "api" or self.kube_client is None:
+            return None  # the coordinator refuses --evict-mode api without the API, with a clear message
+        from qosmanager.states.kube.evict import KubeEvictor
+
+        return KubeEvictor(self.kube_client, clock=clock)
+
+    def _kube_events(self, cfg: AgentConfig, clock: Callable[[], float]) -> None:
+        if self.kube_client is None or not cfg.kube_events or cfg.dry_run:
+            return
+        from qosmanager.host.cgroups import KubeQoS
+        from qosmanager.states.kube.events import BELimitEvents, EventRecorder, ObjectRef
+
+        recorder = EventRecorder(self.kube_client, cfg.node_name, clock=clock)
+        self.coordinator.on_decision.append(recorder.on_eviction)
+        store = self.store
+
+        def node_ref() -> ObjectRef:
+            raw = store.node.raw if store.node is not None else {}
+            uid = (raw.get("metadata") or {}).get("uid") or ""
+            return ObjectRef("Node", cfg.node_name, uid=str(uid))
+
+        be_limit = BELimitEvents(recorder, node_ref, self.layout.qos_dir(KubeQoS.BESTEFFORT), clock=clock)
+        self.executor.on_write.append(be_limit.on_write)
+        recorder.add_periodic(be_limit.flush)
+        self.events = recorder
+
+    def wait_for_state(self, timeout: float | None = None) -> bool:
+        """Kubernetes mode: start the watches and the event recorder and wait (``timeout`` seconds,
+        None = until stopped) until the pods and the Node are known; standalone: True at once."""
+        if self._kube is None:
+            return True
+        if self.events is not None:
+            self.events.start()
+        log.info("waiting for the pods and Node %s from the API server", self.cfg.node_name)
+        ok = self._kube.wait_synced(timeout, self.stop_event)
+        if ok:
+            log.info("state received: %d pods, NodeSLO %s", len(self.store.pods),
+                     "present" if self.store.nodeslo_present else "absent (defaults)")
+        return ok
 
     def cpu_info(self) -> NodeCPUInfo | None:
         """CPU topology, re-read every ``cpu_info_refresh`` seconds (CPUs go on- and offline)."""
@@ -128,7 +226,11 @@ class Agent:
         if self.exporter is not None:
             self.exporter.start()
         try:
-            self.scheduler.run(self.stop_event, duration)
+            t0 = time.monotonic()
+            if self.wait_for_state(duration if duration > 0 else None):
+                left = duration - (time.monotonic() - t0) if duration > 0 else 0.0
+                if duration <= 0 or left > 0:  # --duration counts the wait for the API server too
+                    self.scheduler.run(self.stop_event, left)
         finally:
             self.close()
 
@@ -138,6 +240,12 @@ class Agent:
     def close(self) -> None:
         if self.exporter is not None:
             self.exporter.stop()
+        if self._kube is not None:
+            self._kube.stop()
+        if self.events is not None:
+            self.events.stop()
+        if self.kube_client is not None:
+            self.kube_client.close()
         self.collector.close()
         self.executor.close()
         self.audit.close()

@@ -1,0 +1,295 @@
+"""The agent in Kubernetes mode, end to end: a fake cgroup tree (FakeHost) and the fake API server.
+
+The agent is driven tick by tick on an injected clock (collect, then the strategy), while its
+watches run on real threads against the fake server.  Expected values come from koordlet's
+formulas worked by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qosmanager.agent import Agent, AgentConfig, kubernetes_mode
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
+from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
+from qosmanager.states.kube.client import KubeClient
+from qosmanager.states.kube.config import KubeConfig
+
+NODE = "fake-node"  # the node name sim.objects puts in spec.nodeName
+CPUS = 8
+GIB = 1 << 30
+S = 10**9
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_767_225_600.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def mono(self) -> float:
+        return self.t
+
+    def mono_ns(self) -> int:
+        return int(self.t * S)
+
+
+def fake_pod(i: int, qos: KubeQoS, name: str | None = None) -> FakePod:
+    return FakePod(uid=f"00000000-0000-4000-8000-{i:012d}", namespace="default", name=name or f"p{i}", qos=qos,
+                   containers=[FakeContainer("c0", f"containerd://{i:064x}")])
+
+
+@dataclass
+class Scenario:
+    host: FakeHost
+    api: FakeAPIServer
+    agent: Agent
+    clock: Clock
+    busy: int = 0
+
+    def tick(self, *strategies: str, busy_per_cpu: int = 25) -> None:
+        """One second later: the node's CPUs were busy ``busy_per_cpu`` jiffies each; collect, run."""
+        self.clock.t += 1.0
+        self.busy += busy_per_cpu
+        self.host.set_proc_stat([self.busy] * CPUS, [10_000] * CPUS)
+        self.agent.collect(self.clock.t)
+        for name in strategies:
+            self.agent.manager.run_strategy(self.agent.manager.strategies[name], self.clock.t)
+
+    def received(self, timeout: float = 5.0) -> None:
+        """Wait until every watch has seen the cluster's latest change (nothing is applied meanwhile)."""
+        source = self.agent.kube_source
+        assert source is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(r.rv == str(self.api.cluster.rv) for r in source.reflectors.values()):
+                return
+            time.sleep(0.02)
+        raise AssertionError("the agent's watches did not catch up")
+
+    def quota(self) -> str:
+        return self.host.read(f"cgroup/cpu/{self.host.layout.qos_dir(KubeQoS.BESTEFFORT)}/cpu.cfs_quota_us").strip()
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        assert self.agent.events is not None
+        assert self.agent.events.drain()
+        return [e for e in self.api.cluster.items("Event") if e["reason"] == reason]
+
+
+@contextmanager
+def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | None, strategies: list[str],
+             gates: dict[str, bool] | None = None, before: Callable[[FakeCluster], None] | None = None
+             ) -> Iterator[Scenario]:
+    host = FakeHost(str(tmp_path / "host"), n_cpus=CPUS, memory_bytes=64 * GIB)
+    host.add_pods(pods)
+    cluster = FakeCluster()
+    cluster.put(node_object(host, NODE))
+    for p in pods:
+        cluster.put(pod_object(p))
+    if slo is not None:
+        cluster.put(nodeslo_object(slo, name=NODE))
+    if before is not None:
+        before(cluster)
+    api = FakeAPIServer(cluster, bookmark_interval=0.2).start()
+    clock = Clock()
+    cfg = AgentConfig(roots=host.roots, node_name=NODE, kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")),
+                      metrics_addr="", feature_gates=gates or {}, strategies=strategies,
+                      kube_watch_timeout=(5.0, 5.0))
+    agent = Agent(cfg, clock=clock, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=0)
+    assert agent.kube_source is not None
+    for r in agent.kube_source.reflectors.values():  # quick reconnects for the outage test
+        r.backoff.base, r.backoff.cap = 0.05, 0.3
+    try:
+        assert agent.wait_for_state(10)
+        yield Scenario(host, api, agent, clock)
+    finally:
+        agent.close()
+        api.stop()
+
+
+def suppress_slo(threshold: int) -> dict[str, Any]:
+    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota",
+                                            "cpuSuppressThresholdPercent": threshold}}
+
+
+PODS = [fake_pod(1, KubeQoS.GUARANTEED), fake_pod(2, KubeQoS.BURSTABLE), fake_pod(3, KubeQoS.BESTEFFORT),
+        fake_pod(4, KubeQoS.BESTEFFORT)]
+
+
+def test_kubernetes_mode_is_chosen_by_kubeconfig_and_needs_a_node_name(tmp_path: Path) -> None:
+    assert kubernetes_mode(AgentConfig(kubeconfig="kc"))
+    assert not kubernetes_mode(AgentConfig(pods_file="pods.json"))
+    host = FakeHost(str(tmp_path / "host"), n_cpus=2)
+    with FakeAPIServer() as api:
+        kc = api.kubeconfig(str(tmp_path / "kc"))
+        with pytest.raises(ValueError, match="--node-name or \\$NODE_NAME"):
+            Agent(AgentConfig(roots=host.roots, kubeconfig=kc, metrics_addr=""))
+        with pytest.raises(ValueError, match="exclude each other"):
+            Agent(AgentConfig(roots=host.roots, kubeconfig=kc, node_name=NODE, pods_file="p.json", metrics_addr=""))
+        agent = Agent(AgentConfig(roots=host.roots, kubeconfig=kc, node_name=NODE, metrics_addr=""))
+        try:
+            assert agent.coordinator.mode == "api" and agent.coordinator.api is not None  # the default there
+            assert agent.events is not None
+        finally:
+            agent.close()
+    standalone = Agent(AgentConfig(roots=host.roots, metrics_addr=""))
+    try:
+        assert standalone.coordinator.mode == "none" and standalone.kube_source is None
+    finally:
+        standalone.close()
+
+
+def test_nodeslo_changed_through_the_api_changes_the_be_quota_on_the_next_tick(tmp_path: Path) -> None:
+    with scenario(tmp_path, PODS, slo=suppress_slo(65), strategies=["cpuSuppress"]) as sc:
+        sc.tick()  # the first samples: no rates yet
+        sc.tick("cpuSuppress")
+        # node used = 8 CPUs x 25 jiffies / 100 jiffies per second = 2.0 cores; every pod used 0 (no
+        # cpuacct change), so all of it is "system": suppress = 8000 x 65 // 100 - 0 - 0 - 2000 = 3200 m
+        # -> quota 3200 x 100000 // 1000 = 320000 (from unlimited: no step limit)
+        assert sc.quota() == "320000"
+        sc.api.cluster.put(nodeslo_object(suppress_slo(40), name=NODE))
+        sc.received()
+        sc.tick("cpuSuppress")
+        # suppress = 8000 x 40 // 100 - 2000 = 1200 m -> 120000 (scaling down is immediate)
+        assert sc.quota() == "120000"
+        # the first change is an Event on the Node; the second, within the minute, is held back
+        [ev] = sc.events("AdjustBEByNodeCPUUsage")
+        assert ev["involvedObject"]["kind"] == "Node" and ev["involvedObject"]["name"] == NODE
+        assert "from -1 to 320000" in ev["message"]
+
+
+def test_a_pod_created_through_the_api_is_collected(tmp_path: Path) -> None:
+    with scenario(tmp_path, PODS, slo=None, strategies=[]) as sc:
+        sc.tick()
+        assert sc.agent.collector.stats.pods == 4
+        new = fake_pod(9, KubeQoS.BESTEFFORT, name="created")
+        sc.host.add_pod(new)  # what the kubelet would do
+        sc.host.set_memory(sc.host.pod_dir(new.uid), GIB, 2 * GIB, 0, 0, 0)
+        client = KubeClient(KubeConfig(server=sc.api.url))
+        client.post("/api/v1/namespaces/default/pods", pod_object(new))
+        client.close()
+        sc.received()
+        sc.tick()
+        assert sc.agent.collector.stats.pods == 5 and new.uid in sc.agent.store.pods
+        mem = sc.agent.manager.context(sc.clock.t).pod_metrics("pod_memory_usage")
+        assert mem[new.uid] == 3 * GIB  # inactive_anon + active_anon + unevictable
+
+
+def memory_pressure(sc: Scenario, be_usage: dict[str, int]) -> None:
+    """Node memory at 80 % of 64 GiB, the BE pods using what ``be_usage`` says."""
+    total_kb = 64 * GIB // 1024
+    sc.host.set_meminfo(total_kb, total_kb // 10, total_kb // 5)
+    for uid, used in be_usage.items():
+        sc.host.set_memory(sc.host.pod_dir(uid), 0, used, 0, 0, 0)
+
+
+MEMORY_SLO = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}
+
+
+def test_memory_pressure_evicts_through_the_api_with_an_event(tmp_path: Path) -> None:
+    with scenario(tmp_path, PODS, slo=MEMORY_SLO, strategies=["memoryEvict"],
+                  gates={"BEMemoryEvict": True}) as sc:
+        big, small = PODS[2], PODS[3]
+        memory_pressure(sc, {big.uid: 8 * GIB, small.uid: GIB})
+        sc.tick("memoryEvict")
+        # used = 64 GiB - 64 GiB // 5 (in kB) -> 80 % >= 70 %: release 64 GiB x (80 - 68) // 100 = 8246337208
+        # bytes; the BE pods go by usage, and the 8 GiB one alone is enough
+        assert [(e.name, e.code) for e in sc.api.cluster.evictions] == [(big.name, 201)]
+        assert sc.api.cluster.evictions[0].uid_precondition == big.uid
+        [ev] = sc.events("EvictPodSuccess")
+        assert ev["involvedObject"]["uid"] == big.uid and ev["type"] == "Warning"
+        assert "BEMemoryEvict" in ev["message"] and "memoryEvict" in ev["message"]
+        # the eviction deleted the pod; its DELETED event takes it off the node
+        sc.received()
+        sc.tick()
+        assert big.uid not in sc.agent.store.pods and small.uid in sc.agent.store.pods
+
+
+def test_a_429_is_audited_and_retried_after_its_backoff(tmp_path: Path) -> None:
+    pods = [fake_pod(1, KubeQoS.GUARANTEED), fake_pod(5, KubeQoS.BESTEFFORT, name="guarded")]
+
+    def pdb(cluster: FakeCluster) -> None:
+        cluster.set_eviction_policy("default", "guarded", 429, 201)
+
+    with scenario(tmp_path, pods, slo=MEMORY_SLO, strategies=["memoryEvict"], gates={"BEMemoryEvict": True},
+                  before=pdb) as sc:
+        memory_pressure(sc, {pods[1].uid: 9 * GIB})
+        sc.tick("memoryEvict")
+        assert [e.code for e in sc.api.cluster.evictions] == [429]
+        assert not sc.agent.coordinator.is_pending(pods[1].uid, sc.clock.t)  # refused: not released
+        audit = [r for r in sc.agent.audit.recent if r["action"] == "evict"]
+        assert audit[-1]["executed"] is False and "429" in audit[-1]["error"]
+        [fail] = sc.events("EvictPodFail")
+        assert "disruption budget" in fail["message"]
+        for _ in range(4):  # 1..4 s later: within the first backoff (5 s), the API is not asked
+            sc.tick("memoryEvict")
+        assert [e.code for e in sc.api.cluster.evictions] == [429]
+        sc.tick("memoryEvict")  # 5 s after the refusal
+        assert [e.code for e in sc.api.cluster.evictions] == [429, 201]
+        assert len(sc.events("EvictPodSuccess")) == 1
+
+
+def test_an_api_outage_keeps_enforcing_the_last_state_and_recovers_with_a_relist(tmp_path: Path) -> None:
+    with scenario(tmp_path, PODS, slo=suppress_slo(65), strategies=["cpuSuppress"]) as sc:
+        source = sc.agent.kube_source
+        assert source is not None
+        sc.tick()
+        sc.tick("cpuSuppress")
+        assert sc.quota() == "320000" and source.connected
+        sc.api.outage()
+        deadline = time.monotonic() + 5
+        while source.connected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not source.connected
+        # meanwhile: the NodeSLO changes, a pod goes, and the history is compacted
+        sc.api.cluster.put(nodeslo_object(suppress_slo(40), name=NODE))
+        sc.api.cluster.remove("Pod", PODS[0].name)
+        sc.api.cluster.compact()
+        # someone resets the BE quota: the agent, on its last known NodeSLO, puts it back
+        sc.host.write(f"cgroup/cpu/{sc.host.layout.qos_dir(KubeQoS.BESTEFFORT)}/cpu.cfs_quota_us", "-1\n")
+        last_sync = sc.agent.store.health["nodeslo"].last_sync
+        sc.tick("cpuSuppress")
+        assert sc.quota() == "320000" and len(sc.agent.store.pods) == 4
+        assert sc.agent.store.health["nodeslo"].last_sync == last_sync  # not fresh: /healthz will say so
+        sc.api.recover()
+        deadline = time.monotonic() + 8
+        while not (source.connected and all(n >= 1 for n in source.relists.values())):
+            assert time.monotonic() < deadline, source.health()
+            time.sleep(0.02)
+        sc.tick("cpuSuppress")
+        assert sc.quota() == "120000"  # the relisted NodeSLO (40 %)
+        assert PODS[0].uid not in sc.agent.store.pods and len(sc.agent.store.pods) == 3
+        assert sc.agent.store.health["nodeslo"].last_sync == sc.clock.t
+
+
+def test_qosmanager_run_in_kubernetes_mode(tmp_path: Path) -> None:
+    """The command line: ``run --kubeconfig`` watches the API server, ``--node-name`` is required."""
+    import os
+    import subprocess
+    import sys
+
+    host = FakeHost(str(tmp_path / "host"), n_cpus=2)
+    cluster = FakeCluster()
+    cluster.put(node_object(host, NODE))
+    with FakeAPIServer(cluster) as api:
+        kc = api.kubeconfig(str(tmp_path / "kc"))
+        args = [sys.executable, "-m", "qosmanager", "run", "--cgroup-root", host.roots.cgroup, "--proc-root",
+                host.roots.proc, "--sys-root", host.roots.sys, "--kubeconfig", kc, "--metrics-addr", ""]
+        env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+        missing = subprocess.run([*args, "--duration", "1s"], capture_output=True, text=True, timeout=60, env=env)
+        assert missing.returncode == 2 and "--node-name or $NODE_NAME" in missing.stderr
+        ok = subprocess.run([*args, "--duration", "2s", "--collect-interval", "200ms"], capture_output=True,
+                            text=True, timeout=60, env={**env, "NODE_NAME": NODE})
+        assert ok.returncode == 0, ok.stderr
+        watches = [r for r in api.requests_to("GET", r"^/api/v1/(pods|nodes)$") if "watch=true" in r.query]
+        assert watches and all(r.user_agent.startswith("qosmanager/") for r in watches)
