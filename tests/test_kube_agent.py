@@ -45,8 +45,8 @@ class Clock:
 
 
 def fake_pod(i: int, qos: KubeQoS, name: str | None = None) -> FakePod:
-    return FakePod(uid=f"00000000-0000-4000-8000-{i:012d}", namespace="default", name=name or f"p{i}", qos=qos,
-                   containers=[FakeContainer("c0", f"containerd://{i:064x}")])
+    return FakePod(uid=f"00000000-0000-4000-8000-{i:012d}", namespace="default", name=name or f"p{i}",
+                   qos=qos, containers=[FakeContainer("c0", f"containerd://{i:064x}")])
 
 
 @dataclass
@@ -78,7 +78,8 @@ class Scenario:
         raise AssertionError("the agent's watches did not catch up")
 
     def quota(self) -> str:
-        return self.host.read(f"cgroup/cpu/{self.host.layout.qos_dir(KubeQoS.BESTEFFORT)}/cpu.cfs_quota_us").strip()
+        be_dir = self.host.layout.qos_dir(KubeQoS.BESTEFFORT)
+        return self.host.read(f"cgroup/cpu/{be_dir}/cpu.cfs_quota_us").strip()
 
     def events(self, reason: str) -> list[dict[str, Any]]:
         assert self.agent.events is not None
@@ -102,9 +103,9 @@ def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | N
         before(cluster)
     api = FakeAPIServer(cluster, bookmark_interval=0.2).start()
     clock = Clock()
-    cfg = AgentConfig(roots=host.roots, node_name=NODE, kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")),
-                      metrics_addr="", feature_gates=gates or {}, strategies=strategies,
-                      kube_watch_timeout=(5.0, 5.0))
+    kubeconfig = api.kubeconfig(str(tmp_path / "kubeconfig"))
+    cfg = AgentConfig(roots=host.roots, node_name=NODE, kubeconfig=kubeconfig, metrics_addr="",
+                      feature_gates=gates or {}, strategies=strategies, kube_watch_timeout=(5.0, 5.0))
     agent = Agent(cfg, clock=clock, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=0)
     assert agent.kube_source is not None
     for r in agent.kube_source.reflectors.values():  # quick reconnects for the outage test
@@ -135,7 +136,8 @@ def test_kubernetes_mode_is_chosen_by_kubeconfig_and_needs_a_node_name(tmp_path:
         with pytest.raises(ValueError, match="--node-name or \\$NODE_NAME"):
             Agent(AgentConfig(roots=host.roots, kubeconfig=kc, metrics_addr=""))
         with pytest.raises(ValueError, match="exclude each other"):
-            Agent(AgentConfig(roots=host.roots, kubeconfig=kc, node_name=NODE, pods_file="p.json", metrics_addr=""))
+            Agent(AgentConfig(roots=host.roots, kubeconfig=kc, node_name=NODE, pods_file="p.json",
+                              metrics_addr=""))
         agent = Agent(AgentConfig(roots=host.roots, kubeconfig=kc, node_name=NODE, metrics_addr=""))
         try:
             assert agent.coordinator.mode == "api" and agent.coordinator.api is not None  # the default there
@@ -286,7 +288,8 @@ def test_qosmanager_run_in_kubernetes_mode(tmp_path: Path) -> None:
         args = [sys.executable, "-m", "qosmanager", "run", "--cgroup-root", host.roots.cgroup, "--proc-root",
                 host.roots.proc, "--sys-root", host.roots.sys, "--kubeconfig", kc, "--metrics-addr", ""]
         env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
-        missing = subprocess.run([*args, "--duration", "1s"], capture_output=True, text=True, timeout=60, env=env)
+        missing = subprocess.run([*args, "--duration", "1s"], capture_output=True, text=True, timeout=60,
+                                 env=env)
         assert missing.returncode == 2 and "--node-name or $NODE_NAME" in missing.stderr
         ok = subprocess.run([*args, "--duration", "2s", "--collect-interval", "200ms"], capture_output=True,
                             text=True, timeout=60, env={**env, "NODE_NAME": NODE})

@@ -25,7 +25,8 @@ from qosmanager.states.kube.config import (
 
 
 def pod(name: str, node: str = "n1") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}"},
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}"},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}}
 
 
@@ -103,7 +104,8 @@ def write_kubeconfig(path: Path, cluster: dict, user: dict, context_extra: dict 
 
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "ctx",
-        "clusters": [{"name": "c", "cluster": cluster}, {"name": "other", "cluster": {"server": "https://x"}}],
+        "clusters": [{"name": "c", "cluster": cluster},
+                     {"name": "other", "cluster": {"server": "https://x"}}],
         "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u", **(context_extra or {})}}]}))
     return str(path)
@@ -111,11 +113,13 @@ def write_kubeconfig(path: Path, cluster: dict, user: dict, context_extra: dict 
 
 def test_kubeconfig_resolves_relative_files_and_inline_data(tmp_path: Path) -> None:
     ca_pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    ca_b64 = base64.b64encode(ca_pem.encode()).decode()
     path = write_kubeconfig(tmp_path / "kc", {"server": "https://api.example:6443/",
-                                              "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                                              "certificate-authority-data": ca_b64,
                                               "tls-server-name": "kubernetes"},
-                            {"client-certificate": "certs/me.crt", "client-key-data": base64.b64encode(b"KEY").decode(),
-                             "tokenFile": "tok"}, {"namespace": "ns1"})
+                            {"client-certificate": "certs/me.crt",
+                             "client-key-data": base64.b64encode(b"KEY").decode(), "tokenFile": "tok"},
+                            {"namespace": "ns1"})
     (tmp_path / "tok").write_text("file-token\n")
     cfg = load_kubeconfig(path)
     assert cfg.server == "https://api.example:6443"  # trailing slash dropped
@@ -231,7 +235,8 @@ def test_a_401_reads_a_rotated_token_again(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # watch
 # ----------------------------------------------------------------------------------------------
-def test_watch_yields_events_and_bookmarks_until_the_server_ends_it(client: KubeClient, api: FakeAPIServer) -> None:
+def test_watch_yields_events_and_bookmarks_until_the_server_ends_it(client: KubeClient,
+                                                                    api: FakeAPIServer) -> None:
     opened = []
     threading.Timer(0.15, lambda: (api.cluster.put(pod("a")), api.cluster.remove("Pod", "a"))).start()
     events = list(client.watch("/api/v1/pods", resource_version="1", timeout=1, channel="w",
@@ -313,7 +318,8 @@ def test_client_certificates_from_files_and_inline_data(cert: tuple[str, str], t
         assert from_files.get("/version")["major"] == "1"
         from_files.close()
         with open(cert[0], "rb") as f, open(cert[1], "rb") as k:
-            inline = KubeClient(KubeConfig(server=server.url, ca_file=cert[0], cert_data=f.read(), key_data=k.read()))
+            inline = KubeClient(KubeConfig(server=server.url, ca_file=cert[0], cert_data=f.read(),
+                                           key_data=k.read()))
         assert inline.get("/version")["major"] == "1"
         inline.close()
         anonymous = KubeClient(KubeConfig(server=server.url, ca_file=cert[0]))

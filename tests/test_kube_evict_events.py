@@ -1,4 +1,4 @@
-"""The Eviction API callable, its place in the coordinator, and the Event recorder, against the fake server."""
+"""The Eviction API callable, its place in the coordinator, and the Event recorder (fake API server)."""
 
 from __future__ import annotations
 
@@ -172,10 +172,12 @@ def test_an_event_is_posted_with_source_and_involved_object(api: FakeAPIServer, 
     assert ev["metadata"]["namespace"] == "default" and ev["metadata"]["name"].startswith("p.")
     assert ev["involvedObject"] == {"kind": "Pod", "name": "p", "namespace": "default", "uid": "uid-p",
                                     "apiVersion": "v1"}
-    assert (ev["type"], ev["reason"], ev["message"], ev["count"]) == ("Warning", "EvictPodSuccess", "evicted", 1)
+    assert (ev["type"], ev["reason"], ev["message"], ev["count"]) == (
+        "Warning", "EvictPodSuccess", "evicted", 1)
     assert ev["source"] == {"component": "qosmanager", "host": "node-a"}
     assert ev["firstTimestamp"] == ev["lastTimestamp"] == "2026-01-01T00:00:00Z"
-    assert (ev["reportingComponent"], ev["reportingInstance"], ev["action"]) == ("qosmanager", "node-a", "Evict")
+    assert (ev["reportingComponent"], ev["reportingInstance"], ev["action"]) == (
+        "qosmanager", "node-a", "Evict")
 
 
 def test_repeated_events_are_counted_on_one_event_within_ten_minutes(api: FakeAPIServer,
@@ -269,11 +271,13 @@ def test_eviction_decisions_map_to_pod_events() -> None:
     assert ok is not None and ok[:2] == ("Warning", "EvictPodSuccess")
     for part in ("default/be-7", "BEMemoryEvict", "memoryEvict", "memory=456", "usage=123"):
         assert part in ok[2]
-    failed = eviction_event(decision("failed", False, why, "refused by the Eviction API (429 ...)"), "memoryEvict")
+    failed = eviction_event(decision("failed", False, why, "refused by the Eviction API (429 ...)"),
+                            "memoryEvict")
     assert failed is not None and failed[:2] == ("Warning", "EvictPodFail") and "429" in failed[2]
     refused = eviction_event(decision("skipped", False, "refused: default/be-7 is LSE (...)"), "cpuEvict")
     assert refused is not None and refused[:2] == ("Normal", "EvictPodRefused") and "cpuEvict" in refused[2]
-    assert eviction_event(decision("evicted", False, why), "memoryEvict") is None  # --evict-mode none / dry-run
+    # nothing happened to the pod under --evict-mode none or --dry-run: no Event
+    assert eviction_event(decision("evicted", False, why), "memoryEvict") is None
     assert eviction_event(decision("pending", False, "already being evicted"), "memoryEvict") is None
     assert eviction_event(decision("skipped", False, "skipped: waits for its eviction retry"), "x") is None
 
@@ -318,5 +322,6 @@ def test_be_limit_changes_become_node_events_at_most_once_a_minute_per_kind(clie
     assert messages == [
         "BE cpu quota changed from -1 to 120000: BE quota 120000 (numbers)",
         "BE cpu cpuset changed from 0-7 to 4: BE quota 4 (numbers)",
-        "BE cpu quota changed from 120000 to 60000 (2 changes since the last event): BE quota 60000 (numbers)",
+        "BE cpu quota changed from 120000 to 60000 (2 changes since the last event): "
+        "BE quota 60000 (numbers)",
     ]

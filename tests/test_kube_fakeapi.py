@@ -28,7 +28,8 @@ NODE = "node-a"
 
 def pod(name: str, node: str = NODE, uid: str | None = None, labels: dict[str, str] | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "labels": labels or {}},
+            "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}",
+                         "labels": labels or {}},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "img"}]},
             "status": {"phase": "Running"}}
 
@@ -113,7 +114,8 @@ def test_list_pages_with_limit_and_continue(api: FakeAPIServer) -> None:
 
 def test_create_get_update_conflict_and_delete(api: FakeAPIServer) -> None:
     status, _, created = call(api, "POST", "/api/v1/namespaces/default/pods", pod("x"))
-    assert status == 201 and created["metadata"]["uid"] == "uid-x" and created["metadata"]["resourceVersion"] == "2"
+    assert status == 201 and created["metadata"]["uid"] == "uid-x"
+    assert created["metadata"]["resourceVersion"] == "2"
     status, _, dup = call(api, "POST", "/api/v1/namespaces/default/pods", pod("x"))
     assert status == 409 and dup["kind"] == "Status" and dup["reason"] == "AlreadyExists"
     stale = dict(created, metadata={**created["metadata"], "resourceVersion": "1"})
@@ -140,14 +142,17 @@ def test_patches_merge_strategic_and_json(api: FakeAPIServer) -> None:
     assert status == 200 and out["metadata"]["labels"] == {"b": "2", "c": "3"}
     # strategic merge: the container list merges by name, the untouched field stays
     status, _, out = call(api, "PATCH", "/api/v1/namespaces/default/pods/x",
-                          {"spec": {"containers": [{"name": "c", "image": "img2"}, {"name": "d", "image": "x"}]}},
+                          {"spec": {"containers": [{"name": "c", "image": "img2"},
+                                                   {"name": "d", "image": "x"}]}},
                           content_type="application/strategic-merge-patch+json")
-    assert status == 200 and out["spec"]["containers"] == [{"name": "c", "image": "img2"}, {"name": "d", "image": "x"}]
+    assert status == 200
+    assert out["spec"]["containers"] == [{"name": "c", "image": "img2"}, {"name": "d", "image": "x"}]
     status, _, out = call(api, "PATCH", "/api/v1/namespaces/default/pods/x",
                           [{"op": "replace", "path": "/status/phase", "value": "Failed"}],
                           content_type="application/json-patch+json")
     assert status == 200 and out["status"]["phase"] == "Failed"
-    status, _, err = call(api, "PATCH", "/api/v1/namespaces/default/pods/x", {"a": 1}, content_type="text/plain")
+    status, _, err = call(api, "PATCH", "/api/v1/namespaces/default/pods/x", {"a": 1},
+                          content_type="text/plain")
     assert status == 415 and err["reason"] == "UnsupportedMediaType"
 
 
@@ -189,7 +194,8 @@ def test_watch_streams_chunked_events_from_a_resource_version(api: FakeAPIServer
                                        f"&fieldSelector=spec.nodeName%3D{NODE}")
     timer.join()
     assert headers["Transfer-Encoding"] == "chunked" and headers["Content-Type"] == "application/json"
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("DELETED", "a")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "a"), ("DELETED", "a")]
     # the DELETED object carries the resourceVersion of the deletion: 2 + a, b, delete = 5
     assert events[1]["object"]["metadata"]["resourceVersion"] == "5"
 
@@ -259,7 +265,8 @@ def test_eviction_answers_201_429_404_and_409(api: FakeAPIServer) -> None:
     for n in ("ok", "pdb", "other"):
         api.cluster.put(pod(n))
     api.cluster.set_eviction_policy("default", "pdb", 429, 201, retry_after=7)
-    status, _, body = call(api, "POST", "/api/v1/namespaces/default/pods/ok/eviction", eviction("ok", "uid-ok"))
+    status, _, body = call(api, "POST", "/api/v1/namespaces/default/pods/ok/eviction",
+                           eviction("ok", "uid-ok"))
     assert status == 201 and body["status"] == "Success"
     assert [p["metadata"]["name"] for p in api.cluster.items("Pod")] == ["other", "pdb"]  # evicted = deleted
     status, headers, body = call(api, "POST", "/api/v1/namespaces/default/pods/pdb/eviction", eviction("pdb"))
@@ -388,7 +395,8 @@ def test_kubectl_apply_creates_and_configures_a_nodeslo_and_a_pod(
     server, env = tls_api
     slo = tmp_path / "slo.yaml"
     slo.write_text("apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\nmetadata:\n  name: node-k\n"
-                   "spec:\n  resourceUsedThresholdWithBE:\n    enable: true\n    cpuSuppressThresholdPercent: 60\n")
+                   "spec:\n  resourceUsedThresholdWithBE:\n    enable: true\n"
+                   "    cpuSuppressThresholdPercent: 60\n")
     out = kubectl(env, "apply", "-f", str(slo))
     assert out.returncode == 0 and "created" in out.stdout, out.stderr
     slo.write_text(slo.read_text().replace("60", "45"))
@@ -410,7 +418,8 @@ def test_kubectl_apply_creates_and_configures_a_nodeslo_and_a_pod(
 
 
 @needs_kubectl
-def test_kubectl_watch_sees_an_object_created_meanwhile(tls_api: tuple[FakeAPIServer, dict[str, str]]) -> None:
+def test_kubectl_watch_sees_an_object_created_meanwhile(
+        tls_api: tuple[FakeAPIServer, dict[str, str]]) -> None:
     server, env = tls_api
     assert KUBECTL is not None
     proc = subprocess.Popen([KUBECTL, "--cache-dir", os.path.join(env["HOME"], "cache"), "get", "nodeslos",

@@ -33,14 +33,16 @@ def pod(name: str, node: str = NODE, labels: dict[str, str] | None = None, cpu: 
 
 def node(cpu: str = "8", heartbeat: str = "t0") -> dict:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid"},
-            "status": {"capacity": {"cpu": cpu, "memory": "32Gi"}, "allocatable": {"cpu": cpu, "memory": "32Gi"},
+            "status": {"capacity": {"cpu": cpu, "memory": "32Gi"},
+                       "allocatable": {"cpu": cpu, "memory": "32Gi"},
                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}}
 
 
 def nodeslo(threshold: int, labels: dict[str, str] | None = None) -> dict:
     return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
             "metadata": {"name": NODE, "labels": labels or {}},
-            "spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold}}}
+            "spec": {"resourceUsedThresholdWithBE": {"enable": True,
+                                                     "cpuSuppressThresholdPercent": threshold}}}
 
 
 @pytest.fixture

@@ -157,8 +157,8 @@ class Agent:
         if not cfg.node_name:
             raise ValueError("Kubernetes mode needs the node name: --node-name or $NODE_NAME")
         self.kube_client = KubeClient(load_config(cfg.kubeconfig))
-        log.info("Kubernetes mode: node %s, API server %s (%s)", cfg.node_name, self.kube_client.config.server,
-                 self.kube_client.config.origin)
+        log.info("Kubernetes mode: node %s, API server %s (%s)", cfg.node_name,
+                 self.kube_client.config.server, self.kube_client.config.origin)
         source = KubeSource(self.store, self.kube_client, cfg.node_name, clock=clock,
                             watch_timeout=cfg.kube_watch_timeout)
         # ``kube_source`` is the public, read-only face (the exporter reads its health); the agent

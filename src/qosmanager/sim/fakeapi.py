@@ -488,7 +488,10 @@ class FakeCluster:
         ct = content_type.split(";")[0].strip()
         ns = namespace if rt.namespaced else ""
         try:
-            patch = yaml.safe_load(body) if ct == "application/apply-patch+yaml" else json.loads(body or b"null")
+            if ct == "application/apply-patch+yaml":
+                patch = yaml.safe_load(body)
+            else:
+                patch = json.loads(body or b"null")
         except (ValueError, yaml.YAMLError) as e:
             raise ApiError(400, "BadRequest", f"cannot decode the patch: {e}") from None
         with self.cond:
@@ -512,7 +515,8 @@ class FakeCluster:
                                "application/apply-patch+yaml, application/strategic-merge-patch+json")
             if not isinstance(new, dict):
                 raise ApiError(422, "Invalid", "the patched object is not an object")
-            sent_rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+            meta = patch.get("metadata") if isinstance(patch, dict) else None
+            sent_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
             if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the '
                                                 "object has been modified")
@@ -536,7 +540,8 @@ class FakeCluster:
     def select(self, rt: ResourceType, selector: Selector) -> tuple[list[Obj], int]:
         with self.cond:
             items = [o for o in self.objects[rt.plural].values() if selector.matches(o)]
-            return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])), self.rv
+            items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+            return items, self.rv
 
     # ------------------------------------------------------------------ test helpers
     def put(self, obj: Mapping[str, Any]) -> Obj:
@@ -567,7 +572,8 @@ class FakeCluster:
             self._history.clear()
             self._history_rvs.clear()
 
-    def set_eviction_policy(self, namespace: str, name: str, *codes: int, retry_after: int | None = None) -> None:
+    def set_eviction_policy(self, namespace: str, name: str, *codes: int,
+                            retry_after: int | None = None) -> None:
         """Answers to eviction requests for one pod, in order; the last one repeats (default: 201)."""
         for c in codes:
             if c not in (201, 404, 429, 500):
@@ -602,12 +608,11 @@ class FakeCluster:
             if code == 404:
                 raise _not_found(pods, name)
             if code == 409:
-                raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {pre}, UID in object "
-                                                f"meta: {pod['metadata'].get('uid') if pod else ''}")
+                raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {pre}, UID in "
+                                                f"object meta: {pod['metadata'].get('uid') if pod else ''}")
             if code == 429:
-                details: Obj = {"causes": [{"reason": "DisruptionBudget",
-                                            "message": f"The disruption budget {name}-pdb needs 1 healthy pods "
-                                                       "and has 1 currently"}]}
+                cause = f"The disruption budget {name}-pdb needs 1 healthy pods and has 1 currently"
+                details: Obj = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
                 if retry_after:
                     details["retryAfterSeconds"] = retry_after
                 raise ApiError(429, "TooManyRequests",
@@ -625,8 +630,8 @@ class FakeCluster:
 # ----------------------------------------------------------------------------------------------
 def _api_resource(r: ResourceType, sub: str = "") -> Obj:
     if sub == "eviction":
-        return {"name": f"{r.plural}/eviction", "singularName": "", "namespaced": r.namespaced, "group": "policy",
-                "version": "v1", "kind": "Eviction", "verbs": ["create"]}
+        return {"name": f"{r.plural}/eviction", "singularName": "", "namespaced": r.namespaced,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}
     if sub:
         return {"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced, "kind": r.kind,
                 "verbs": ["get", "patch", "update"]}
@@ -672,7 +677,8 @@ def openapi_v3_document(group: str, version: str) -> Obj | None:
         base = f"/apis/{group}/{version}" if group else f"/api/{version}"
         ns = "/namespaces/{namespace}" if r.namespaced else ""
         gvk = {"group": group, "version": version, "kind": r.kind}
-        params = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+        params = [{"name": "fieldValidation", "in": "query",
+                   "schema": {"type": "string", "uniqueItems": True}}]
         op = {"x-kubernetes-group-version-kind": gvk, "parameters": params, "responses": {"200": {
             "description": "OK"}}}
         paths[f"{base}{ns}/{r.plural}/{{name}}"] = {
@@ -922,8 +928,8 @@ class _Handler(BaseHTTPRequestHandler):
                                                "continue parameter.")
             meta["resourceVersion"] = str(rv)
         if limit > 0 and start + limit < len(items):
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps({"start": start + limit, "rv": rv}).encode()
-                                                        ).decode()
+            token = json.dumps({"start": start + limit, "rv": rv}).encode()
+            meta["continue"] = base64.urlsafe_b64encode(token).decode()
             meta["remainingItemCount"] = len(items) - start - limit
             items = items[start:start + limit]
         else:
@@ -959,7 +965,8 @@ class _Handler(BaseHTTPRequestHandler):
             if rv is None:
                 initial, rv = cluster.select(rt, selector)
             elif rv < cluster.compacted_rv:
-                gone = ApiError(410, "Expired", f"too old resource version: {rv} ({cluster.compacted_rv + 1})")
+                gone = ApiError(410, "Expired",
+                                f"too old resource version: {rv} ({cluster.compacted_rv + 1})")
         if gone is not None and owner.gone_as_status:
             raise gone
         generation = owner.drop_generation

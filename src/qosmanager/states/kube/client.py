@@ -95,7 +95,8 @@ class KubeError(Exception):
         details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         code = obj.get("code")
         return cls(int(code) if isinstance(code, int) else 500, str(obj.get("message") or ""),
-                   reason=str(obj.get("reason") or ""), retry_after=_retry_after(None, details), details=details)
+                   reason=str(obj.get("reason") or ""), retry_after=_retry_after(None, details),
+                   details=details)
 
 
 def _retry_after(header: str | None, details: Mapping[str, Any]) -> float:
@@ -219,7 +220,8 @@ class KubeClient:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
             try:
-                conn.request(method, target, body=body, headers=self._headers(content_type, force_token=force_token))
+                headers = self._headers(content_type, force_token=force_token)
+                conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
             except _STALE as e:
                 ch.drop()

@@ -155,8 +155,8 @@ def in_cluster_config(env: Mapping[str, str] | None = None, sa_dir: str = SERVIC
     env = os.environ if env is None else env
     host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
     if not host or not port:
-        raise KubeConfigError("not running in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are "
-                              "not set (use --kubeconfig)")
+        raise KubeConfigError("not running in a cluster: KUBERNETES_SERVICE_HOST and "
+                              "KUBERNETES_SERVICE_PORT are not set (use --kubeconfig)")
     token_file = os.path.join(sa_dir, "token")
     if not os.path.isfile(token_file):
         raise KubeConfigError(f"in-cluster: no service-account token at {token_file} (is "

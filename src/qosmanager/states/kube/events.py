@@ -327,7 +327,8 @@ class BELimitEvents:
     interval: float = 60.0
     clock: Callable[[], float] = time.time
     strategy: str = "cpuSuppress"
-    kinds: dict[str, str] = field(default_factory=lambda: {"cpu.cfs_quota_us": "quota", "cpuset.cpus": "cpuset"})
+    kinds: dict[str, str] = field(default_factory=lambda: {"cpu.cfs_quota_us": "quota",
+                                                           "cpuset.cpus": "cpuset"})
     _state: dict[str, _KindState] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

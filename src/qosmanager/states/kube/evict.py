@@ -39,8 +39,8 @@ class _Refusals:
 class KubeEvictor:
     """``KubeEvictor(client)(pod, reason) -> ApiOutcome`` (see the module docstring)."""
 
-    def __init__(self, client: KubeClient, *, clock: Callable[[], float] = time.time, backoff_base: float = 5.0,
-                 backoff_max: float = 300.0) -> None:
+    def __init__(self, client: KubeClient, *, clock: Callable[[], float] = time.time,
+                 backoff_base: float = 5.0, backoff_max: float = 300.0) -> None:
         self.client = client
         self.clock = clock
         self.backoff_base = backoff_base

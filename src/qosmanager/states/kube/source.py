@@ -49,7 +49,7 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class Backoff:
-    """Exponential backoff with jitter: ``base x 2^n`` capped at ``cap``, times a factor in [1, 1 + jitter)."""
+    """Exponential backoff with jitter: ``base x 2^n`` capped at ``cap``, times [1, 1 + jitter)."""
 
     def __init__(self, base: float = 0.8, cap: float = 30.0, jitter: float = 0.5,
                  rng: random.Random | None = None) -> None:
@@ -276,8 +276,9 @@ class Reflector:
         self.thread.start()
 
     def health(self) -> ReflectorHealth:
-        return ReflectorHealth(self.resource, self.connected, self.synced, self.last_sync, self.watch_restarts,
-                               self.relists, self.errors, self.last_error, self.last_error_ts, self.rv)
+        return ReflectorHealth(self.resource, self.connected, self.synced, self.last_sync,
+                               self.watch_restarts, self.relists, self.errors, self.last_error,
+                               self.last_error_ts, self.rv)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -308,8 +309,8 @@ class Reflector:
             if not (e.not_found and self.absent_ok):
                 raise
             if not self._absent_logged:
-                log.warning("kube %s: %s is not served by the API server (%s); using the defaults and looking "
-                            "again with backoff", self.resource, self.path, e.message)
+                log.warning("kube %s: %s is not served by the API server (%s); using the defaults and "
+                            "looking again later", self.resource, self.path, e.message)
                 self._absent_logged = True
             self.sink.replace([])
             self._ok()
@@ -418,7 +419,8 @@ class KubeSource:
         self.reflectors: dict[str, Reflector] = {
             PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods),
             NODE: reflector(NODE, "/api/v1/nodes", f"metadata.name={node_name}", self.node),
-            NODESLO: reflector(NODESLO, NODESLO_PATH, f"metadata.name={node_name}", self.nodeslo, absent_ok=True),
+            NODESLO: reflector(NODESLO, NODESLO_PATH, f"metadata.name={node_name}", self.nodeslo,
+                               absent_ok=True),
         }
         self._started = False
         self._was_connected = True
@@ -472,7 +474,8 @@ class KubeSource:
             if (timeout is not None and now - t0 >= timeout) or (stop is not None and stop.is_set()):
                 return False
             if now >= next_note:
-                missing = [k for k, ok in ((PODS, self.pods.synced), (NODE, self.store.node is not None)) if not ok]
+                have = ((PODS, self.pods.synced), (NODE, self.store.node is not None))
+                missing = [k for k, ok in have if not ok]
                 errors = "; ".join(r.last_error for r in self.reflectors.values() if r.last_error)
                 log.warning("still waiting for %s of node %s from the API server%s", " and ".join(missing),
                             self.node_name, f" ({errors})" if errors else "")
