@@ -111,8 +111,10 @@ def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | N
     for r in agent.kube_source.reflectors.values():  # quick reconnects for the outage test
         r.backoff.base, r.backoff.cap = 0.05, 0.3
     try:
-        assert agent.wait_for_state(10)
-        yield Scenario(host, api, agent, clock)
+        assert agent.wait_for_state(10)  # pods and Node; the NodeSLO may come a moment later
+        sc = Scenario(host, api, agent, clock)
+        sc.received()
+        yield sc
     finally:
         agent.close()
         api.stop()
