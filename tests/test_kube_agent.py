@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from qosmanager.agent import Agent, AgentConfig, kubernetes_mode
+from qosmanager.exporter import Exporter
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
@@ -62,9 +63,9 @@ class Scenario:
         self.clock.t += 1.0
         self.busy += busy_per_cpu
         self.host.set_proc_stat([self.busy] * CPUS, [10_000] * CPUS)
-        self.agent.collect(self.clock.t)
-        for name in strategies:
-            self.agent.manager.run_strategy(self.agent.manager.strategies[name], self.clock.t)
+        jobs = {j.name: j for j in self.agent.scheduler.jobs}
+        for name in ("collect", *strategies):  # through the scheduler, as the agent runs them
+            self.agent.scheduler.run_job(jobs[name])
 
     def received(self, timeout: float = 5.0) -> None:
         """Wait until every watch has seen the cluster's latest change (nothing is applied meanwhile)."""
@@ -264,7 +265,16 @@ def test_an_api_outage_keeps_enforcing_the_last_state_and_recovers_with_a_relist
         last_sync = sc.agent.store.health["nodeslo"].last_sync
         sc.tick("cpuSuppress")
         assert sc.quota() == "320000" and len(sc.agent.store.pods) == 4
-        assert sc.agent.store.health["nodeslo"].last_sync == last_sync  # not fresh: /healthz will say so
+        assert sc.agent.store.health["nodeslo"].last_sync == last_sync
+        # a minute later /healthz says the state is stale and why; the metric says disconnected
+        exporter = Exporter.for_agent(sc.agent, "127.0.0.1:0")  # not started: read its checks directly
+        sc.clock.t += 60.0
+        sc.tick("cpuSuppress")
+        healthy, body = exporter.health.check()
+        state = body["checks"]["state"]
+        assert not healthy and not state["ok"] and body["checks"]["collector"]["ok"], body
+        assert "over the bound" in state["detail"] and "not connected" in state["detail"]
+        assert 'qosmanager_source_connected{source="kubernetes"} 0' in exporter.metrics.registry.render()
         sc.api.recover()
         deadline = time.monotonic() + 8
         while not (source.connected and all(n >= 1 for n in source.relists.values())):
@@ -274,6 +284,9 @@ def test_an_api_outage_keeps_enforcing_the_last_state_and_recovers_with_a_relist
         assert sc.quota() == "120000"  # the relisted NodeSLO (40 %)
         assert PODS[0].uid not in sc.agent.store.pods and len(sc.agent.store.pods) == 3
         assert sc.agent.store.health["nodeslo"].last_sync == sc.clock.t
+        healthy, body = exporter.health.check()
+        assert healthy, body
+        assert 'qosmanager_source_connected{source="kubernetes"} 1' in exporter.metrics.registry.render()
 
 
 def test_qosmanager_run_in_kubernetes_mode(tmp_path: Path) -> None:
