@@ -6,7 +6,9 @@ Kubernetes layer (importing lightkube and httpx adds about 16 MiB to the process
 library's HTTP, TLS and JSON about 6 MiB), so this module speaks the protocol directly:
 
 * keep-alive connections in named *channels*: each watch has its own (a watch occupies its
-  connection for minutes), everything else shares one; a channel serves one request at a time;
+  connection for minutes), other requests share one unless they name their own (evictions, which
+  the agent's loop waits for, never queue behind the event recorder's posts); a channel serves
+  one request at a time;
 * a request on a reused connection that the server had closed meanwhile is retried once on a new
   connection (the keep-alive race every HTTP client handles);
 * ``list`` follows ``limit``/``continue`` pages; ``watch`` reads the chunked stream line by line
@@ -270,21 +272,24 @@ class KubeClient:
             raise KubeError(resp.status, f"{method} {path}: the answer is not JSON: {e}") from None
 
     # ------------------------------------------------------------------ verbs
-    def get(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED) -> Any:
-        return self.request("GET", path, params=params, channel=channel)
+    def get(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
+            timeout: float | None = None) -> Any:
+        return self.request("GET", path, params=params, channel=channel, timeout=timeout)
 
-    def post(self, path: str, body: Any, *, channel: str = SHARED) -> Any:
-        return self.request("POST", path, body=body, channel=channel)
+    def post(self, path: str, body: Any, *, channel: str = SHARED, timeout: float | None = None) -> Any:
+        return self.request("POST", path, body=body, channel=channel, timeout=timeout)
 
-    def patch(self, path: str, body: Any, patch_type: str = "strategic", *, channel: str = SHARED) -> Any:
+    def patch(self, path: str, body: Any, patch_type: str = "strategic", *, channel: str = SHARED,
+              timeout: float | None = None) -> Any:
         try:
             ct = PATCH_TYPES[patch_type]
         except KeyError:
             raise ValueError(f"unknown patch type {patch_type!r}; one of {', '.join(PATCH_TYPES)}") from None
-        return self.request("PATCH", path, body=body, content_type=ct, channel=channel)
+        return self.request("PATCH", path, body=body, content_type=ct, channel=channel, timeout=timeout)
 
-    def delete(self, path: str, body: Any = None, *, channel: str = SHARED) -> Any:
-        return self.request("DELETE", path, body=body, channel=channel)
+    def delete(self, path: str, body: Any = None, *, channel: str = SHARED,
+               timeout: float | None = None) -> Any:
+        return self.request("DELETE", path, body=body, channel=channel, timeout=timeout)
 
     def list(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
              resource_version: str | None = None) -> tuple[list[dict[str, Any]], str]:

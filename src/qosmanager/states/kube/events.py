@@ -45,6 +45,7 @@ NORMAL, WARNING = "Normal", "Warning"
 EVICT_SUCCESS, EVICT_FAIL, EVICT_REFUSED = "EvictPodSuccess", "EvictPodFail", "EvictPodRefused"
 ADJUST_BE = "AdjustBEByNodeCPUUsage"
 MAX_MESSAGE = 1024
+CHANNEL = "events"  # the recorder's own connection
 
 
 def rfc3339(ts: float) -> str:
@@ -240,7 +241,7 @@ class EventRecorder:
                 try:
                     self.client.patch(f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}",
                                       {"count": seen.count, "lastTimestamp": rfc3339(item.ts),
-                                       "message": item.message})
+                                       "message": item.message}, channel=CHANNEL)
                     self.stats.patched += 1
                     return
                 except KubeError as e:
@@ -274,7 +275,7 @@ class EventRecorder:
         }
         if item.action:
             body["action"] = item.action
-        self.client.post(f"/api/v1/namespaces/{ns}/events", body)
+        self.client.post(f"/api/v1/namespaces/{ns}/events", body, channel=CHANNEL)
         self.stats.posted += 1
         self._seen[key] = _Seen(name, ns, 1, item.ts, item.ts)
         while len(self._seen) > self.cache_size:

@@ -28,6 +28,7 @@ from qosmanager.states.kube.client import KubeClient, KubeError
 log = logging.getLogger(__name__)
 
 MAX_TRACKED = 10_000  # pods with a refusal history kept for their backoff
+CHANNEL = "evictions"  # its own connection: never behind an event post
 
 
 @dataclass(slots=True)
@@ -40,8 +41,9 @@ class KubeEvictor:
     """``KubeEvictor(client)(pod, reason) -> ApiOutcome`` (see the module docstring)."""
 
     def __init__(self, client: KubeClient, *, clock: Callable[[], float] = time.time,
-                 backoff_base: float = 5.0, backoff_max: float = 300.0) -> None:
+                 backoff_base: float = 5.0, backoff_max: float = 300.0, timeout: float = 5.0) -> None:
         self.client = client
+        self.timeout = timeout  # the agent's loop waits for the answer: keep it short
         self.clock = clock
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -61,7 +63,7 @@ class KubeEvictor:
     def __call__(self, pod: PodMeta, reason: str) -> ApiOutcome:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction"
         try:
-            self.client.post(path, self.body(pod))
+            self.client.post(path, self.body(pod), channel=CHANNEL, timeout=self.timeout)
         except KubeError as e:
             return self._refused(pod, e)
         self._refusals.pop(pod.uid, None)
