@@ -262,3 +262,20 @@ def test_backoff_is_exponential_with_jitter_and_capped() -> None:
     assert len({round(d / min(4.0, 0.5 * 2**n), 6) for n, d in enumerate(delays)}) > 1  # jittered
     b.reset()
     assert 0.5 <= b.next() < 0.75
+
+
+def test_streams_that_end_at_once_do_not_spin(api: FakeAPIServer) -> None:
+    """A server (or proxy) that ends every watch at once is asked again with backoff, not in a loop."""
+    api.max_watch_seconds = 0.0  # every watch stream ends at once (with just a bookmark)
+    client = KubeClient(KubeConfig(server=api.url))
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(60.0, 60.0), backoff_base=0.1,
+                     backoff_max=0.2)
+    try:
+        assert src.wait_synced(5)
+        time.sleep(1.0)
+        watches = [r for r in api.requests_to("GET", r"^/api/v1/pods$") if "watch=" in r.query]
+        # backoff of 0.1 s doubling to 0.2 s, times 1..1.5: at most ~8 watches in that second, not hundreds
+        assert 1 <= len(watches) <= 12
+    finally:
+        src.stop()
+        client.close()

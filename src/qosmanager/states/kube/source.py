@@ -322,18 +322,29 @@ class Reflector:
         self.rv = rv
         self._ok()
         self.synced = True
+        self.backoff.reset()
         log.debug("kube %s: listed %d at resourceVersion %s", self.resource, len(items), rv)
         return True
 
     def _watch_until_gone(self) -> None:
+        """Watch again and again from the last resourceVersion; return on 410 Gone (relist) or stop.
+
+        The backoff starts afresh after a list and after a stream that lasted (a second or more):
+        a server or proxy that cuts every stream at once is asked again ever more slowly.
+        """
         while not self.stop.is_set():
             lo, hi = self.watch_timeout
             timeout = self.backoff.rng.uniform(lo, hi) if hi > lo else lo
+            started = time.monotonic()
             try:
                 for type_, obj in self.client.watch(self.path, self.params, resource_version=self.rv,
                                                     timeout=timeout, channel=self.channel, on_open=self._ok):
                     self._on_event(type_, obj)
-                self.backoff.reset()  # the server ended the stream on time: watch again at once
+                if time.monotonic() - started < min(timeout, 1.0):
+                    # ended at once (a proxy cutting streams?): watch again, but not in a hot loop
+                    self.stop.wait(self.backoff.next())
+                else:
+                    self.backoff.reset()  # the server ended the stream on time: watch again at once
             except KubeError as e:
                 if self.stop.is_set():
                     return
@@ -344,6 +355,8 @@ class Reflector:
                     return
                 self.watch_restarts += 1
                 self._failed("watch", e)
+                if time.monotonic() - started >= 1.0:
+                    self.backoff.reset()  # it was a live stream: the first retry comes quickly
                 self.stop.wait(self.backoff.next())
             except Exception as e:  # a bug must not end the thread
                 log.exception("kube %s: watch failed unexpectedly", self.resource)
@@ -366,8 +379,6 @@ class Reflector:
             log.warning("kube %s: connected to the API server again", self.resource)
         self.connected = True
         self.last_sync = self.clock()
-        if self.synced:
-            self.backoff.reset()
 
     def _failed(self, what: str, e: KubeError) -> None:
         self.errors += 1
