@@ -265,3 +265,17 @@ def test_batch_larger_than_the_descriptor_table(tmp_path) -> None:
     assert [read(p) for p in paths] == [str(10000 + i) for i in range(10)]
     ex.apply([Write("s", "cpu.cfs_quota_us", "5000", dirs[0])])
     assert len(ex.files) <= 10
+
+
+def test_blkio_cost_validators() -> None:
+    from qosmanager.host.resources import blkio_cost_model_validator, blkio_cost_qos_validator
+
+    assert blkio_cost_qos_validator("8:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000") is None
+    assert "not 'MAJ:MIN" in (blkio_cost_qos_validator("sda enable=1") or "")
+    assert "not key=value" in (blkio_cost_qos_validator("8:0 enable") or "")
+    assert blkio_cost_qos_validator("8:0 rlat=-1") == "rlat must be >= 0"
+    assert blkio_cost_qos_validator("8:0 rpct=x") == "rpct='x' is not a number"
+    model = "8:0 ctrl=user rbps=1 rseqiops=2 rrandiops=3 wbps=4 wseqiops=5 wrandiops=6"
+    assert blkio_cost_model_validator(model) is None
+    assert blkio_cost_model_validator("8:0 ctrl=auto") is None
+    assert blkio_cost_model_validator("8:0 rbps=0") == "rbps must be an integer >= 1"

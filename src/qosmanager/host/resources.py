@@ -161,36 +161,39 @@ def blkio_validator(lo: int, hi: int) -> Validator:
     return check
 
 
-def blkio_cost_qos_validator(value: str) -> str | None:
+def _device_settings(value: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """'MAJ:MIN k=v k=v' -> (error, [(k, v), ...]); the shape blkio.cost.{qos,model} share."""
     parts = value.split()
     if len(parts) < 2 or not re.fullmatch(_DEV, parts[0]):
-        return f"{value!r} is not 'MAJ:MIN key=value ...'"
+        return f"{value!r} is not 'MAJ:MIN key=value ...'", []
+    pairs = []
     for p in parts[1:]:
         k, sep, v = p.partition("=")
         if not sep:
-            return f"{p!r} is not key=value"
+            return f"{p!r} is not key=value", []
+        pairs.append((k, v))
+    return None, pairs
+
+
+def blkio_cost_qos_validator(value: str) -> str | None:
+    problem, pairs = _device_settings(value)
+    for k, v in pairs:
         if k in ("rpct", "wpct", "rlat", "wlat", "min", "max"):
             try:
                 if float(v) < 0:
                     return f"{k} must be >= 0"
             except ValueError:
                 return f"{k}={v!r} is not a number"
-    return None
+    return problem
 
 
 def blkio_cost_model_validator(value: str) -> str | None:
-    parts = value.split()
-    if len(parts) < 2 or not re.fullmatch(_DEV, parts[0]):
-        return f"{value!r} is not 'MAJ:MIN key=value ...'"
-    for p in parts[1:]:
-        k, sep, v = p.partition("=")
-        if not sep:
-            return f"{p!r} is not key=value"
+    problem, pairs = _device_settings(value)
+    for k, v in pairs:
         if k in ("rbps", "rseqiops", "rrandiops", "wbps", "wseqiops", "wrandiops") and (
-            not v.isdigit() or int(v) < 1
-        ):
+                not v.isdigit() or int(v) < 1):
             return f"{k} must be an integer >= 1"
-    return None
+    return problem
 
 
 def io_max_validator(value: str) -> str | None:
