@@ -37,7 +37,6 @@ class FileTable:
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._fds: OrderedDict[str, tuple[int, bool, bool]] = OrderedDict()  # path -> (fd, trunc, readable)
-        self.opens = 0
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -65,7 +64,6 @@ class FileTable:
                 if fd < 0:
                     out[i] = fd
                     continue
-                self.opens += 1
                 entry = (fd, self._needs_truncate(fd), k not in retry)
                 self._fds[paths[i]] = entry
                 out[i] = entry

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -186,6 +185,3 @@ class Context:
     def __repr__(self) -> str:
         return f"Context(now={self.now}, pods={len(self.pods)})"
 
-
-def annotations_of(node: NodeMeta | None) -> Mapping[str, Any]:
-    return node.annotations if node is not None else {}

@@ -12,7 +12,7 @@ import logging
 import pkgutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from qosmanager.executor.executor import WriteResult
 from qosmanager.framework.context import Context, Shared
@@ -44,7 +44,6 @@ class StrategyStats:
     last_seconds: float = 0.0
     total_seconds: float = 0.0
     last_error: str = ""
-    durations: list[float] = field(default_factory=list)
 
 
 class QoSManager:

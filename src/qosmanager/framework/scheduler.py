@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ class Job:
     errors: int = 0
     last_duration: float = 0.0
     last_error: str = ""
-    durations: list[float] = field(default_factory=list)
 
 
 class Scheduler:

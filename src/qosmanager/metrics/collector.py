@@ -25,7 +25,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -492,6 +492,3 @@ def _descriptor_budget() -> int:
     except (ImportError, ValueError, OSError):
         return 1024
 
-
-def pod_dirs(layout: CgroupLayout, pods: Sequence[PodMeta]) -> list[str]:
-    return [layout.pod_dir(p.kube_qos, p.uid) for p in pods]

@@ -139,7 +139,3 @@ class StateStore:
     def _ok(self, kind: str, now: float) -> None:
         self.health[kind].last_sync = now
         self.errors.pop(kind, None)
-
-    def snapshot_pods(self) -> dict[str, PodMeta]:
-        """The current pod map; replaced (never mutated) on change, so it is safe to keep."""
-        return self.pods
