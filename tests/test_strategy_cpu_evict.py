@@ -18,7 +18,8 @@ from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
-from qosmanager.strategies._eviction import check_allocatable_config, go_div
+from qosmanager.strategies._eviction import check_allocatable_config
+from qosmanager.strategies._helpers import go_div
 from qosmanager.strategies.cpu_evict import (
     CPUEvict,
     be_usage_high_enough,

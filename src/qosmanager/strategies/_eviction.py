@@ -41,7 +41,7 @@ from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy
-from qosmanager.strategies._helpers import threshold_feature_disabled
+from qosmanager.strategies._helpers import go_div, threshold_feature_disabled
 
 # ReverseResourceNameMap: the priority class whose pods are charged in a batch/mid resource
 REVERSE_RESOURCE_NAME: Mapping[str, str] = {
@@ -275,12 +275,6 @@ def release_by_used_threshold(usage_pct: int, lower_pct: int, capacity: int) -> 
     """What to release (milli-cores or bytes) so usage falls from ``usage_pct`` to ``lower_pct`` of
     ``capacity``, in Go's integer arithmetic."""
     return go_div(capacity * (usage_pct - lower_pct), 100)
-
-
-def go_div(a: int, b: int) -> int:
-    """Go's int64 division: truncates toward zero (Python's ``//`` floors)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
 
 
 # --------------------------------------------------------------------------------------------

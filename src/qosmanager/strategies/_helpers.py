@@ -43,6 +43,13 @@ HostAppFilter = Callable[[HostApplicationSpec], bool]
 # feature switches
 
 
+def go_div(a: int, b: int) -> int:
+    """Go's int64 division: truncates toward zero (Python's ``//`` floors); koordlet's integer formulas
+    need it wherever an operand can be negative."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
 def threshold_feature_disabled(nodeslo: NodeSLOSpec | None, present: bool = True) -> bool | None:
     """``IsFeatureDisabled(nodeSLO, feature)`` for BECPUSuppress and the eviction features.
 

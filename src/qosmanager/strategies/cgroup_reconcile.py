@@ -60,6 +60,7 @@ from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host import resources as res
+from qosmanager.strategies._helpers import go_div
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +134,6 @@ class Knobs:
 # ---------------------------------------------------------------------------------------------
 # formulas (§4.5)
 # ---------------------------------------------------------------------------------------------
-def go_div(a: int, b: int) -> int:
-    """Go's int64 division (truncates toward zero; Python's // floors)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
 def percent_of(value: int, percent: int) -> int:
     """``value * percent / 100`` in Go integers."""
     return go_div(value * percent, 100)

@@ -48,13 +48,13 @@ from qosmanager.strategies._eviction import (
     check_allocatable_config,
     describe_amounts,
     describe_requested,
-    go_div,
     priority_candidates,
     release_by_used_threshold,
     request_release_of,
     requested_by_priority,
     sort_by_priority,
 )
+from qosmanager.strategies._helpers import go_div
 
 BE_CPU_EVICT = "BECPUEvict"
 CPU_ALLOCATABLE_EVICT = "CPUAllocatableEvict"

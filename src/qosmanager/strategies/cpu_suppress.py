@@ -49,6 +49,7 @@ from qosmanager.strategies._helpers import (
     FilteredUsage,
     calculate_filter_pods_used,
     cpu_manager_policy,
+    go_div,
     non_be_host_app_filter,
     non_be_pod_filter,
     reserved_cpus,
@@ -72,12 +73,6 @@ POD_DEPTH, CONTAINER_DEPTH = 1, 2
 
 REASON = "AdjustBEByNodeCPUUsage"
 QUOTA, CPUSET = "cpu.cfs_quota_us", "cpuset.cpus"
-
-
-def _go_div(a: int, b: int) -> int:
-    """Go's int64 division: truncates toward zero (Python's // floors)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +173,7 @@ class CPUSuppress(Strategy):
     def _adjust_by_cfs_quota(self, ctx: Context, q: SuppressQuantity, node: NodeMeta) -> list[Write]:
         """``adjustByCfsQuota``: the BE QoS dir's quota, with the bypass and the step limit."""
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
-        new_quota = max(_go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+        new_quota = max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
         current = _int_or_none(ctx.read(QUOTA, be_dir))
         if current is None:
             return []  # unreadable: koordlet gives up for this tick
