@@ -85,6 +85,23 @@ def test_endpoints(running: Any) -> None:
     assert get(exporter.url + "/nothing")[0] == 404
 
 
+def test_a_degraded_condition_is_named_in_health_and_metrics_but_answers_200(running: Any) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "ok" and "degraded" not in report
+    agent.store.conditions.set("cpuSuppress/node-cpu", "node CPU usage cannot be read; holding the BE limit")
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "degraded"
+    assert report["degraded"]["cpuSuppress/node-cpu"]["detail"].startswith("node CPU usage cannot be read")
+    fams = parse(get(exporter.url + "/metrics")[2].decode())
+    assert fams["qosmanager_degraded"].series() == {(("condition", "cpuSuppress/node-cpu"),): 1}
+    agent.store.conditions.clear("cpuSuppress/node-cpu")
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "ok" and "degraded" not in report
+    assert parse(get(exporter.url + "/metrics")[2].decode())["qosmanager_degraded"].series() == {}
+
+
 def test_health_fails_when_the_collector_stops(running: Any) -> None:
     agent, exporter, t = running
     run(agent, "collect")  # a good pass at T0

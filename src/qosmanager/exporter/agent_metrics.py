@@ -174,6 +174,10 @@ class AgentMetrics:
         Gauge("qosmanager_last_sync_timestamp_seconds",
               "Wall time of the last successful sync of each kind of state (node, pods, nodeslo)",
               ("source",), r).pull(self._last_sync)
+        Gauge("qosmanager_degraded",
+              "Degraded conditions the agent works around (1 while active): a bad NodeSLO field, a node "
+              "counter that cannot be read, a missing kube QoS cgroup, ...; /healthz says what each means",
+              ("condition",), r).pull(self._degraded)
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
         self._proc: Any = None
@@ -368,6 +372,11 @@ class AgentMetrics:
             return None
         stats = self.manager.stats
         return {(name,): stats[name].errors for name in self._strategies if name in stats}
+
+    def _degraded(self) -> Mapping[LabelValues, float] | None:
+        if self.store is None:
+            return None
+        return {(key,): 1.0 for key in self.store.conditions.snapshot()}
 
     def _last_success(self) -> Mapping[LabelValues, float]:
         return {(job,): t for job, t in self.jobs()[0].items()}

@@ -12,6 +12,11 @@ Three checks, each answering with ``ok`` and a sentence that says what is wrong 
   the agent works on with the last good state.
 * **strategies**: no strategy failed ``strategy_failures`` times in a row.
 
+Beside the checks, every active degraded condition (:mod:`qosmanager.framework.conditions`: a bad
+NodeSLO field, a node counter that cannot be read, a kube QoS cgroup that never appeared, ...) is
+listed under ``degraded`` and turns the status into ``degraded``.  A degraded agent still answers
+200: it protects the node with what it has, and restarting it would not fix its input.
+
 Everything read here is a scalar or a snapshot taken under the metrics' lock, so a health request
 never races the agent's loop.
 """
@@ -68,12 +73,23 @@ class Health:
                   "strategies": self._strategies()}
         counted = [c for name, c in checks.items() if not (liveness and name == "state")]
         ok = all(c["ok"] for c in counted)
-        body: dict[str, Any] = {"status": "ok" if ok else "unhealthy", "checks": checks}
+        degraded = self._degraded()
+        status = "unhealthy" if not ok else "degraded" if degraded else "ok"
+        body: dict[str, Any] = {"status": status, "checks": checks}
+        if degraded:
+            body["degraded"] = degraded
         if liveness:
             body["probe"] = "liveness"
         return ok, body
 
     # ------------------------------------------------------------------
+    def _degraded(self) -> dict[str, dict[str, Any]]:
+        conditions = getattr(self.store, "conditions", None)
+        if conditions is None:
+            return {}
+        return {key: {"detail": c.message, "since": _r(c.since)}
+                for key, c in sorted(conditions.snapshot().items())}
+
     def _collector(self, now: float) -> dict[str, Any]:
         bound = self.bounds.collect_seconds
         last = self.metrics.jobs()[0].get("collect")

@@ -68,6 +68,8 @@ class Context:
         self.cfg: QoSConfig = shared.cfg
         self.layout: CgroupLayout = shared.layout
         self.cache: mc.MetricCache = shared.cache
+        # degraded conditions a strategy reports (set / clear; see framework.conditions)
+        self.conditions = store.conditions
 
     # ------------------------------------------------------------------ topology
     @property

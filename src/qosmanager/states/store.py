@@ -22,6 +22,7 @@ from typing import Any
 from qosmanager.api.node import NodeMeta, node_meta
 from qosmanager.api.nodeslo import NodeSLOSpec, parse_nodeslo
 from qosmanager.api.pod import PodMeta, pod_meta
+from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class StateStore:
     pods_generation: int = 0
     nodeslo_generation: int = 0
     errors: dict[str, str] = field(default_factory=dict)
+    # what the agent works around (a bad NodeSLO field, an unreadable counter, ...): /healthz and
+    # /metrics list them; every part of the agent reports into this one set
+    conditions: Conditions = field(default_factory=Conditions)
     health: dict[str, SourceHealth] = field(default_factory=lambda: {
         "node": SourceHealth(), "pods": SourceHealth(), "nodeslo": SourceHealth()})
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
