@@ -72,7 +72,8 @@ def check_bounds(scenario: str, bounds: list[tuple[str, str, str, float]]) -> No
             failures.append(f"{desc} = {ratio:.2f}, bound {op} {bound}")
     FNS.pop(scenario, None)  # their closures may hold descriptors (reference readers): let them go
     if failures:
-        pytest.fail(f"{scenario}: " + "; ".join(failures))
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        pytest.fail(f"{scenario}: " + "; ".join(failures) + f" (load average {load} on {os.cpu_count()} CPUs)")
 
 
 def _ratio(got: dict[str, dict[str, float]], a: str, b: str, op: str, bound: float) -> tuple[float, bool]:

@@ -26,6 +26,8 @@ from qosmanager.states.store import StateStore
 N_CONTAINERS = 2000
 SCENARIO = "collect kernel v1 2000c"
 
+pytestmark = pytest.mark.kernel  # every test here reads real cgroups
+
 
 @pytest.fixture(scope="module")
 def node() -> Any:

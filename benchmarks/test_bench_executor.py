@@ -32,7 +32,7 @@ def container_dirs(layout: CgroupLayout) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=["tmpfs", "kernel"])
+@pytest.fixture(scope="module", params=["tmpfs", pytest.param("kernel", marks=pytest.mark.kernel)])
 def target(request: Any, tmpfs_dir: str) -> Any:
     if request.param == "tmpfs":
         host = FakeHost(os.path.join(tmpfs_dir, "executor"), version=1, n_cpus=8)
