@@ -1,4 +1,4 @@
-"""Command line: ``qosmanager run | simulate | replay`` (flags pinned by interfaces.md)."""
+"""Command line: ``qosmanager run | simulate | replay`` (flags pinned by docs/interfaces.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The audit trail: one JSON object per line for every write and eviction decision.
 
-Format (pinned by interfaces.md)::
+Format (pinned by docs/interfaces.md)::
 
     {"ts": 1700000000.5, "strategy": "cpuSuppress", "action": "write",
      "target": "cpu/kubepods/besteffort/cpu.cfs_quota_us", "value": "120000", "old": "-1",

@@ -85,7 +85,7 @@ REGISTRY: dict[str, type[Strategy]] = {}
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
-    """Class decorator: make a strategy known to the manager (names are pinned by interfaces.md)."""
+    """Class decorator: make a strategy known to the manager (names are pinned by docs/interfaces.md)."""
     if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
         raise ValueError(f"strategy {cls.name} registered twice")
     REGISTRY[cls.name] = cls

@@ -518,7 +518,7 @@ _NODE, _POD, _CONTAINER, _APP = "node", "pod", "container", "app"
 def _names() -> dict[str, tuple[str, str]]:
     """Query name -> (address kind, group metric).
 
-    The interfaces.md names come first; koordlet's TSDB kind names are accepted as aliases so code and
+    The docs/interfaces.md names come first; koordlet's TSDB kind names are accepted as aliases so code and
     scenarios written against either vocabulary work.
     """
     names: dict[str, tuple[str, str]] = {m: (_NODE, m) for m in NODE_METRICS}
@@ -549,7 +549,7 @@ def _metric_name(name: str) -> tuple[str, str]:
 class MetricCache:
     """The agent's in-memory time-series store: four series groups addressed by metric name.
 
-    Units as in interfaces.md: CPU in cores, memory in bytes, ``be_cpu_*`` in milli-cores, throttled
+    Units as in docs/interfaces.md: CPU in cores, memory in bytes, ``be_cpu_*`` in milli-cores, throttled
     ratios in 0..1.  Defaults keep 30 min of node and host-app history at 1 s (NodeMetric's longest
     window), 2 min per pod and 1 min per container (strategies look back 2 x interval, or one window).
     """

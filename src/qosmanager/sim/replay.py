@@ -1,6 +1,6 @@
 """``qosmanager replay SCENARIO``: what would the agent do here, and why.
 
-A scenario (YAML or JSON, format pinned by interfaces.md) describes one node at one moment:
+A scenario (YAML or JSON, format pinned by docs/interfaces.md) describes one node at one moment:
 the Node, the NodeSLO, the pods, the CPU topology, metric samples and the contents of any host
 file that matters.  Replay lays out a fake host with a complete cgroup tree (kernel defaults),
 applies the scenario's files on top, injects the samples straight into the metric cache and
@@ -60,7 +60,7 @@ CONFIG_KEYS = {
     "cpuEvictCoolTimeSeconds": "cpu_evict_cool_time",
     "forceUpdateSeconds": "force_update_seconds",
 }
-# the names interfaces.md lists (the cache also takes koordlet's TSDB names as aliases)
+# the names docs/interfaces.md lists (the cache also takes koordlet's TSDB names as aliases)
 PINNED_METRICS = (
     "node_cpu_usage", "node_memory_usage", "pod_cpu_usage", "pod_memory_usage", "container_cpu_usage",
     "container_memory_usage", "container_throttled_ratio", "hostapp_cpu_usage", "hostapp_memory_usage",
