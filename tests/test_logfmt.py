@@ -92,8 +92,8 @@ def test_span_text() -> None:
 
 def _record(msg: str, *args: object, extra: dict | None = None, exc_info: object = None) -> logging.LogRecord:
     logger = logging.getLogger("qosmanager.test")
-    return logger.makeRecord(logger.name, logging.WARNING, __file__, 1, msg, args, exc_info,  # type: ignore[arg-type]
-                             extra=extra)
+    return logger.makeRecord(logger.name, logging.WARNING, __file__, 1, msg, args,
+                             exc_info, extra=extra)
 
 
 def test_json_lines_carry_the_standard_keys_and_the_extra_fields() -> None:

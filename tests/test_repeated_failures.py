@@ -54,7 +54,8 @@ def test_a_write_refused_every_tick_is_audited_and_logged_once_then_as_a_count(t
     _refusing_file(layout)
     with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
         for tick in range(601):  # ten minutes at one tick a second, the value changing every tick
-            res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", str(100000 + tick), BE, reason="suppress")])
+            want = Write("cpuSuppress", "cpu.cfs_quota_us", str(100000 + tick), BE, reason="suppress")
+            res = ex.apply([want])
             assert res[0].status == "failed"
             clock.t += 1.0
     assert ex.stats.failed == 601  # every failure is still counted
@@ -88,7 +89,8 @@ def test_recovery_is_said_and_the_next_failure_is_news_again(tmp_path, caplog) -
     with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
         res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
     assert res[0].status == "written"
-    assert any("works again (it failed 4 more times in the last 5 s)" in r.getMessage() for r in caplog.records)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("works again (it failed 4 more times in the last 5 s)" in m for m in msgs), msgs
     os.unlink(path)
     os.mkfifo(path)
     ex.files.drop(path)
@@ -125,7 +127,8 @@ def test_a_bad_proc_stat_is_logged_once_then_as_a_count(tmp_path, caplog) -> Non
     t = [1000.0]
     collector = Collector(host.layout, MetricCache(), StateStore(), clock=lambda: t[0])
     stat = host.roots.proc_path("stat")
-    good = open(stat).read()
+    with open(stat) as f:
+        good = f.read()
     try:
         with caplog.at_level(logging.WARNING, logger="qosmanager.metrics.collector"):
             for i in range(400):
