@@ -1,17 +1,21 @@
-"""``qosmanager run`` in standalone mode on a fake host: collects, stops on --duration and SIGTERM."""
+"""``qosmanager run`` in standalone mode on a fake host: collects, stops on --duration and SIGTERM, refuses a
+bad start with one line naming the flag, sums up its start at INFO (text or JSON lines)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from qosmanager.agent import Agent, AgentConfig
+from qosmanager.cli import log_level, main
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 
@@ -103,3 +107,237 @@ def test_bad_pods_file_keeps_last_pods(tmp_path, bad: str) -> None:
         assert agent.collector.stats.pods == 3
     finally:
         agent.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# a strict, loud start
+
+
+@pytest.fixture
+def restore_logging():
+    """``cli.main`` in-process installs its handler and level on the root logger: put them back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
+
+
+def host_flags(host: FakeHost) -> list[str]:
+    return ["--cgroup-root", host.roots.cgroup, "--proc-root", host.roots.proc, "--sys-root", host.roots.sys,
+            "--metrics-addr", ""]
+
+
+def main_exit(argv: list[str]) -> int:
+    """``cli.main``'s status, also when argparse exits."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+NOT_A_NODESLO = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "data": {}})
+
+
+@pytest.mark.parametrize(("case", "flag"), [
+    ("no-source", "--pods-file"),
+    ("pods-missing", "--pods-file"),
+    ("pods-garbled", "--pods-file"),
+    ("pods-not-a-list", "--pods-file"),
+    ("node-missing", "--node-file"),
+    ("node-garbled", "--node-file"),
+    ("slo-missing", "--node-slo-file"),
+    ("slo-yaml-garbled", "--node-slo-file"),
+    ("slo-not-a-nodeslo", "--node-slo-file"),
+    ("audit-log-under-a-file", "--audit-log"),
+    ("audit-log-is-a-dir", "--audit-log"),
+])
+def test_a_bad_start_exits_2_with_one_line_naming_the_flag(tmp_path, capsys, monkeypatch, restore_logging,
+                                                          case: str, flag: str) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # standalone: not in a cluster
+    host, _, files = fake_node(tmp_path)
+    bad = tmp_path / "bad"
+    state = {"--pods-file": str(files["pods"]), "--node-file": str(files["node"]),
+             "--node-slo-file": str(files["slo"])}
+    extra: list[str] = []
+    if case == "no-source":
+        state = {}
+    elif case.endswith("-missing"):
+        state[flag] = str(tmp_path / "missing.json")
+    elif case.endswith("garbled"):
+        bad.write_text("kind: [Node\n  x: {" if "yaml" in case else '{"items": [')
+        state[flag] = str(bad)
+    elif case == "pods-not-a-list":
+        bad.write_text('{"kind": "PodList", "items": {"a": 1}}')
+        state[flag] = str(bad)
+    elif case == "slo-not-a-nodeslo":
+        bad.write_text(NOT_A_NODESLO)
+        state[flag] = str(bad)
+    elif case == "audit-log-under-a-file":
+        extra = ["--audit-log", str(files["pods"] / "audit.log")]
+    elif case == "audit-log-is-a-dir":
+        extra = ["--audit-log", str(tmp_path)]
+    argv = ["run", *host_flags(host), *(a for kv in state.items() for a in kv), *extra, "--duration", "1s"]
+    assert main_exit(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err  # printed once: not logged as well
+    assert lines[0].startswith("qosmanager run: ") and flag in lines[0], lines[0]
+    if case.endswith("-missing"):
+        assert "missing.json" in lines[0] and "No such file" in lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--collect-interval", "--duration", "--reconcile-interval-seconds",
+                                  "--cpu-suppress-interval-seconds", "--cpu-evict-interval-seconds",
+                                  "--memory-evict-interval-seconds", "--memory-evict-cool-time-seconds",
+                                  "--cpu-evict-cool-time-seconds", "--force-update-seconds"])
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_negative_or_nonsense_intervals_are_refused(tmp_path, capsys, restore_logging, flag: str,
+                                                    value: str) -> None:
+    host, _, files = fake_node(tmp_path)
+    argv = ["run", *host_flags(host), "--pods-file", str(files["pods"]), "--duration", "1s",
+            f"{flag}={value}"]
+    if flag == "--duration":
+        argv.remove("1s")
+        argv.remove("--duration")
+    assert main_exit(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and flag in lines[0], lines
+
+
+def test_a_zero_collect_interval_is_refused_and_zero_cool_downs_are_not(tmp_path, capsys,
+                                                                        restore_logging) -> None:
+    host, _, files = fake_node(tmp_path)
+    base = ["run", *host_flags(host), "--pods-file", str(files["pods"]), "--duration", "0.3s"]
+    assert main_exit([*base, "--collect-interval", "0"]) == 2
+    assert "--collect-interval" in capsys.readouterr().err
+    # 0 = no cool-down (koordlet's flags accept it); the run goes on
+    assert main_exit([*base, "--collect-interval", "100ms", "--cpu-evict-cool-time-seconds", "0",
+                      "--memory-evict-cool-time-seconds", "0"]) == 0
+
+
+@pytest.mark.parametrize(("strategies", "gates", "message"), [
+    ("cpuEvict", "", "--strategies cpuEvict: its gates BECPUEvict, CPUEvict, CPUAllocatableEvict are all "
+                     "off; enable one with --feature-gates"),
+    ("cpuSuppress,cgroupReconcile", "", "--strategies cgroupReconcile: its gate CgroupReconcile is off; "
+                                        "enable it with --feature-gates CgroupReconcile=true"),
+    ("cpuSuppress", "BECPUSuppress=false", "--strategies cpuSuppress: its gate BECPUSuppress is off"),
+    ("cpuSupress", "", "--strategies cpuSupress: unknown strategy; known: cpuSuppress, "),
+])
+def test_strategies_that_cannot_run_are_refused_naming_the_gate(tmp_path, capsys, restore_logging,
+                                                                strategies: str, gates: str,
+                                                                message: str) -> None:
+    host, _, files = fake_node(tmp_path)
+    argv = ["run", *host_flags(host), "--pods-file", str(files["pods"]), "--duration", "1s",
+            "--strategies", strategies, "--feature-gates", gates]
+    assert main_exit(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"qosmanager run: {message}"] or (len(lines) == 1 and message in lines[0]), lines
+
+
+def test_a_strategy_whose_interval_is_0_is_refused_and_a_gate_turned_on_runs_it(tmp_path, capsys,
+                                                                                 restore_logging) -> None:
+    host, _, files = fake_node(tmp_path)
+    base = ["run", *host_flags(host), "--pods-file", str(files["pods"]), "--duration", "0.3s",
+            "--collect-interval", "100ms"]
+    assert main_exit([*base, "--strategies", "cpuSuppress", "--cpu-suppress-interval-seconds", "0"]) == 2
+    assert "--cpu-suppress-interval-seconds is 0" in capsys.readouterr().err
+    assert main_exit([*base, "--strategies", "cpuEvict", "--feature-gates", "BECPUEvict=true"]) == 0
+    err = capsys.readouterr().err
+    assert "strategies cpuEvict (BECPUEvict)" in err
+
+
+def test_the_start_is_summed_up_at_info_by_default(tmp_path) -> None:
+    host, _, files = fake_node(tmp_path, version=2)
+    proc = subprocess.run([*run_args(host, files, "--duration", "0.5s", "--collect-interval", "100ms",
+                                     "--dry-run", "--feature-gates", "CgroupReconcile=true")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "starting:" in ln]
+    assert " INFO qosmanager.agent: starting: standalone mode" in line
+    for fragment in (f"--pods-file {files['pods']}", f"--node-file {files['node']}",
+                     f"--node-slo-file {files['slo']}", "cgroup v2 cgroupfs driver",
+                     f"kubepods at {host.roots.cgroup}/kubepods;",
+                     "strategies cpuSuppress (BECPUSuppress), cpuBurst (CPUBurst), "
+                     "cgroupReconcile (CgroupReconcile)",
+                     "cpuEvict (gates BECPUEvict, CPUEvict, CPUAllocatableEvict off)",
+                     "evict mode none", "dry-run ON", "metrics off", "collect every 0.1 s", "audit log off"):
+        assert fragment in line, (fragment, line)
+    assert "Traceback" not in proc.stderr
+
+
+def test_log_format_json_is_one_object_per_line_with_the_summary_as_fields(tmp_path) -> None:
+    host, _, files = fake_node(tmp_path, version=1)
+    audit = tmp_path / "audit.log"
+    args = run_args(host, files, "--duration", "0.5s", "--collect-interval", "100ms", "--log-format", "json",
+                    "--audit-log", str(audit))
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    recs = [json.loads(ln) for ln in proc.stderr.splitlines()]  # every line is JSON
+    assert recs and all({"ts", "level", "logger", "msg"} <= r.keys() for r in recs)
+    (start,) = [r for r in recs if r["msg"].startswith("starting:")]
+    assert start["level"] == "INFO" and start["logger"] == "qosmanager.agent"
+    assert start["mode"] == "standalone"
+    assert start["cgroup_version"] == 1 and start["cgroup_driver"] == "cgroupfs"
+    assert start["state_sources"] == {"pods": str(files["pods"]), "node": str(files["node"]),
+                                      "nodeslo": str(files["slo"])}
+    assert start["strategies"]["cpuSuppress"] == ["BECPUSuppress"]
+    assert start["strategies_off"]["cpuEvict"] == "gates BECPUEvict, CPUEvict, CPUAllocatableEvict off"
+    assert start["evict_mode"] == "none" and start["dry_run"] is False and start["metrics_addr"] == "off"
+    assert start["collect_interval"] == 0.1 and start["audit_log"] == str(audit)
+    assert start["kubepods"] == os.path.join(host.roots.cgroup, "cpu", "kubepods")
+
+
+def test_log_levels() -> None:
+    assert log_level("run", 0) == logging.INFO and log_level("run", 1) == logging.DEBUG
+    assert log_level("simulate", 0) == logging.WARNING and log_level("replay", 0) == logging.WARNING
+    assert log_level("simulate", 1) == logging.INFO and log_level("replay", 2) == logging.DEBUG
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_sigterm_with_an_audit_log_on_a_full_disk_exits_0_without_a_traceback(tmp_path) -> None:
+    host, _, files = fake_node(tmp_path, version=2)
+    proc = subprocess.Popen(run_args(host, files, "--collect-interval", "100ms", "--audit-log", "/dev/full"),
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any("cannot write audit log /dev/full" in ln for ln in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        time.sleep(0.5)  # a few more ticks, more failed flushes
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=10)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(lines)
+    assert rc == 0, err
+    assert "Traceback" not in err
+    assert sum("cannot write audit log /dev/full: ENOSPC" in ln for ln in lines) == 1, err
+    assert "record(s) could not be written" in err
+
+
+def test_the_summary_in_kubernetes_mode_names_the_api_server_and_the_node(tmp_path) -> None:
+    from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+
+    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=2)
+    cluster = FakeCluster()
+    cluster.put(node_object(host, "kube-node"))
+    with FakeAPIServer(cluster) as api:
+        kc = api.kubeconfig(str(tmp_path / "kc"))
+        proc = subprocess.run([sys.executable, "-m", "qosmanager", "run", *host_flags(host),
+                               "--kubeconfig", kc, "--node-name", "kube-node", "--duration", "1s",
+                               "--collect-interval", "200ms", "--log-format", "json"],
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (start,) = [r for r in map(json.loads, proc.stderr.splitlines()) if r["msg"].startswith("starting:")]
+    assert start["mode"] == "kubernetes" and start["node_name"] == "kube-node"
+    assert start["evict_mode"] == "api"
+    assert start["state_sources"] == {"api_server": api.url, "credentials": kc}
+    assert f"kubernetes mode, node kube-node, state from Kubernetes API {api.url} ({kc})" in start["msg"]

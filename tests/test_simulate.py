@@ -279,6 +279,8 @@ def test_simulate_command_runs_and_summarises(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "qosmanager simulate: 40 containers in 20 pods" in proc.stdout
     assert "[   0.0s]" in proc.stderr  # progress, plain lines when not on a terminal
+    # and nothing else: the agent's start-up summary and INFO lines are for `run`
+    assert all(ln.startswith("[") for ln in proc.stderr.splitlines()), proc.stderr
     import json
 
     data = json.loads(out.read_text())
@@ -306,3 +308,69 @@ def test_bad_flags_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("qosmanager simulate: --cpus must be an even number >= 2 "
                                    "(two threads per core)")
+
+
+def test_summary_names_units_and_prints_a_limit_at_the_floor_as_the_floor(quota_run: SimResult,
+                                                                          cpuset_run: SimResult) -> None:
+    text = summarize(quota_run, unicode=False)
+    lines = text.splitlines()
+    (be_limit,) = [ln for ln in lines if ln.startswith("BE limit ")]
+    assert be_limit.startswith("BE limit   at the floor (quota 2000 us = 0.02 cores) .. ")
+    assert "; at the floor for " in be_limit and be_limit.split("for ")[-1].endswith(" s")
+    assert "(mean " in text and " cores); threshold 65 % = 10.4 cores" in text
+    assert "(demand " in text and "cores)" in text.split("(demand ", 1)[1].split("\n", 1)[0]
+    # the table: a unit under every column, and "floor" where the limit is the floor, never "0.0"
+    header = lines.index(next(ln for ln in lines if ln.strip().startswith("t   LS used")))
+    units = ["(s)", "(cores)", "(cores)", "(cores)", "(us)", "(%", "used)", "(pods)"]
+    assert lines[header + 1].split() == units
+    rows = []
+    for ln in lines[header + 2:]:
+        if not ln.strip() or ln.strip().startswith("floor:"):
+            break
+        rows.append(ln.split())
+    assert rows and all(r[3] != "0.0" and r[3] != "0.00" for r in rows)
+    floor_rows = [r for r in rows if r[3] == "floor"]
+    picked = {int(r[0]) for r in rows}
+    at_floor_t = {int(rec.t) for rec in quota_run.records if rec.be_quota_us == 2000}
+    assert {int(r[0]) for r in floor_rows} == picked & at_floor_t
+    assert all(r[4] == "2000" for r in floor_rows)
+    assert "floor: koordlet's minimum BE limit, quota 2000 us = 0.02 cores" in text
+    # the cpuset policy's floor is 2 CPUs
+    cs = summarize(cpuset_run, unicode=False)
+    assert "BE limit   at the floor (2 CPUs) .. " in cs
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--json", "{tmp}/missing/run.json",
+     "--json {tmp}/missing/run.json: directory {tmp}/missing does not exist"),
+    ("--json", "{tmp}", "--json {tmp}: is a directory"),
+    ("--plot", "{tmp}/missing/run.png",
+     "--plot {tmp}/missing/run.png: directory {tmp}/missing does not exist"),
+    ("--workdir", "{tmp}/missing", "--workdir {tmp}/missing: does not exist"),
+    ("--workdir", "{tmp}/file", "--workdir {tmp}/file: not a directory"),
+    ("--audit-log", "{tmp}/file/audit.log",
+     "--audit-log {tmp}/file/audit.log: {tmp}/file is not a directory"),
+])
+def test_output_paths_are_checked_before_anything_runs(tmp_path: Path, capsys, flag: str, value: str,
+                                                      message: str) -> None:
+    from qosmanager.cli import main
+
+    (tmp_path / "file").write_text("")
+    arg = value.format(tmp=tmp_path)
+    code = main(["simulate", "--containers", "20", "--duration", "2", "--cpus", "4", "--memory-gib", "8",
+                 flag, arg])
+    assert code == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing ran: no summary ...
+    assert err == f"qosmanager simulate: {message.format(tmp=tmp_path)}\n"  # ... no progress, one line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_an_audit_log_in_a_new_directory_is_fine(tmp_path: Path, capsys) -> None:
+    from qosmanager.cli import main
+
+    audit = tmp_path / "new" / "dir" / "audit.log"
+    assert main(["simulate", "--containers", "20", "--duration", "2", "--cpus", "4", "--memory-gib", "8",
+                 "--audit-log", str(audit), "--workdir", str(tmp_path)]) == 0
+    assert audit.read_text().splitlines()
+    assert "BE limit" in capsys.readouterr().out

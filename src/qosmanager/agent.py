@@ -11,6 +11,12 @@ no ``--pods-file`` is given).  In Kubernetes mode evictions default to the Evict
 eviction decision and BE-limit change is an Event, and the agent starts enforcing as soon as the
 pods and the Node are known (a missing NodeSLO means the defaults).  The Kubernetes modules are
 imported only in that mode.
+
+``qosmanager run`` is strict at start and loud about what it does: :func:`check_startup` refuses a
+configuration that would leave the node unprotected without saying so (no state source, a state
+file missing or unusable, a ``--strategies`` entry that cannot run, an audit log that cannot be
+opened) with one line naming the flag, and the agent logs one summary line of what it runs.  Later
+(hot reload) a bad state file keeps the last good state instead.
 """
 
 from __future__ import annotations
@@ -26,18 +32,21 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from qosmanager.api.node import node_meta
+from qosmanager.api.nodeslo import load_object, parse_nodeslo
 from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
 from qosmanager.exporter import Exporter
 from qosmanager.framework.context import Shared
 from qosmanager.framework.gates import FeatureGates
-from qosmanager.framework.manager import QoSManager
+from qosmanager.framework.manager import QoSManager, load_strategies
 from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
+from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics.cache import MetricCache
 from qosmanager.metrics.collector import Collector
 from qosmanager.states.files import FileSource
@@ -49,6 +58,14 @@ if TYPE_CHECKING:
     from qosmanager.states.kube.source import KubeSource
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(ValueError):
+    """A configuration ``qosmanager run`` refuses to start with; the message names the flag."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(message if flag in message else f"{flag}: {message}")
+        self.flag = flag
 
 
 @dataclass
@@ -103,7 +120,6 @@ class Agent:
         version = detect_version(roots.cgroup) if cfg.cgroup_version == "auto" else int(cfg.cgroup_version)
         driver = detect_driver(roots, version) if cfg.cgroup_driver == "auto" else cfg.cgroup_driver
         self.layout = CgroupLayout(roots, version, driver)
-        log.info("cgroup v%d, %s driver, kubepods at %s", version, driver, self.layout.kubepods_dir())
         self.store = StateStore()
         self.kube_client: KubeClient | None = None
         self.kube_source: KubeSource | None = None
@@ -116,7 +132,10 @@ class Agent:
             self.source = FileSource(self.store, pods_file=cfg.pods_file, node_file=cfg.node_file,
                                      node_slo_file=cfg.node_slo_file)
         self.cache = MetricCache()
-        self.audit = AuditLog(cfg.audit_log, clock=clock)
+        try:
+            self.audit = AuditLog(cfg.audit_log, clock=clock, conditions=self.store.conditions)
+        except OSError as e:
+            raise StartupError("--audit-log", f"cannot open {cfg.audit_log}: {e.strerror or e}") from None
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
                                  force_seconds=cfg.force_update_seconds, clock=clock)
         if monotonic_ns is None:
@@ -126,12 +145,14 @@ class Agent:
                                        max_fds=cfg.max_fds)
         self.collector.on_pod_removed.append(self.executor.forget)
         evict_mode = cfg.evict_mode or ("api" if self.kube_client is not None else "none")
+        self.evict_mode = evict_mode
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
                                                dry_run=cfg.dry_run, clock=clock,
                                                api=self._kube_evictor(evict_mode, clock))
         self._kube_events(cfg, clock)
         self._cpu_info: NodeCPUInfo | None = None
         self._cpu_info_at = float("-inf")
+        self._cpu_info_errors = RepeatLimiter(600.0, clock=clock)
         self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
                              gates=self.gates, cfg=cfg.qos, evictor=self.coordinator.execute,
                              cpu_info=self.cpu_info)
@@ -140,7 +161,6 @@ class Agent:
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
         # strategies start after the first samples exist (koordlet waits for the collectors too)
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
-        log.info("strategies: %s", ", ".join(self.strategy_names) or "none enabled")
         self.stop_event = threading.Event()
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
@@ -157,8 +177,6 @@ class Agent:
         if not cfg.node_name:
             raise ValueError("Kubernetes mode needs the node name: --node-name or $NODE_NAME")
         self.kube_client = KubeClient(load_config(cfg.kubeconfig))
-        log.info("Kubernetes mode: node %s, API server %s (%s)", cfg.node_name,
-                 self.kube_client.config.server, self.kube_client.config.origin)
         source = KubeSource(self.store, self.kube_client, cfg.node_name, clock=clock,
                             watch_timeout=cfg.kube_watch_timeout)
         # ``kube_source`` is the public, read-only face (the exporter reads its health); the agent
@@ -213,8 +231,12 @@ class Agent:
         if self._cpu_info is None or now - self._cpu_info_at >= self.cfg.cpu_info_refresh:
             try:
                 self._cpu_info = read_node_cpu_info(self.layout.roots)
+                self._cpu_info_errors.clear("topology")
             except (OSError, ValueError) as e:
-                log.warning("cannot read the CPU topology: %s", e)
+                rep = self._cpu_info_errors.hit("topology", type(e).__name__, now=now)
+                if rep is not None:
+                    log.warning("cannot read the CPU topology: %s%s", e,
+                                "" if rep.first else f" (failed {rep.times()})")
             self._cpu_info_at = now
         return self._cpu_info
 
@@ -236,6 +258,47 @@ class Agent:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def startup_summary(self) -> tuple[str, dict[str, object]]:
+        """What this agent runs, as one line and as fields (``--log-format json``)."""
+        cfg, lay = self.cfg, self.layout
+        if self.kube_client is not None:
+            mode = "kubernetes"
+            kc = self.kube_client.config
+            sources = {"api_server": kc.server, "credentials": kc.origin}
+            where = f"Kubernetes API {kc.server} ({kc.origin})"
+        else:
+            mode = "standalone"
+            sources = {k: v for k, v in (("pods", cfg.pods_file), ("node", cfg.node_file),
+                                         ("nodeslo", cfg.node_slo_file)) if v}
+            where = ", ".join(f"--{flag} {path}" for flag, path in (
+                ("pods-file", cfg.pods_file), ("node-file", cfg.node_file),
+                ("node-slo-file", cfg.node_slo_file)) if path) or "no state files"
+        kubepods = lay.abs_dir("cpu", lay.kubepods_dir())
+        running = {n: [g for g in self.manager.strategies[n].gates if self.gates.enabled(g)]
+                   for n in self.strategy_names}
+        off = strategies_off(cfg, self.gates)
+        metrics = cfg.metrics_addr or "off"
+        fields: dict[str, object] = {
+            "mode": mode, "node_name": cfg.node_name, "state_sources": sources,
+            "cgroup_version": lay.version, "cgroup_driver": lay.driver, "kubepods": kubepods,
+            "strategies": running, "strategies_off": off, "feature_gates": dict(cfg.feature_gates),
+            "evict_mode": self.evict_mode, "dry_run": cfg.dry_run, "metrics_addr": metrics,
+            "collect_interval": cfg.collect_interval, "audit_log": cfg.audit_log,
+        }
+        run = ", ".join(f"{n} ({'+'.join(g)})" for n, g in running.items()) or "none"
+        by_reason: dict[str, list[str]] = {}
+        for n, why in off.items():
+            by_reason.setdefault(why, []).append(n)
+        off_text = ", ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items())
+        node = f", node {cfg.node_name}" if cfg.node_name else ""
+        text = (f"starting: {mode} mode{node}, state from {where}; "
+                f"cgroup v{lay.version} {lay.driver} driver, kubepods at {kubepods}; strategies {run}"
+                + (f"; off: {off_text}" if off else "")
+                + f"; evict mode {self.evict_mode}; dry-run "
+                + ("ON (nothing is written or evicted)" if cfg.dry_run else "off") + f"; metrics {metrics}; "
+                f"collect every {cfg.collect_interval:g} s; audit log {cfg.audit_log or 'off'}")
+        return text, fields
 
     def close(self) -> None:
         if self.exporter is not None:
@@ -282,13 +345,112 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     )
 
 
-def run_from_args(args: argparse.Namespace) -> int:
+def one_line(e: BaseException) -> str:
+    """An error as one line (YAML errors span several; an OSError names its file)."""
+    if isinstance(e, OSError) and e.strerror:
+        text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    else:
+        text = str(e) or type(e).__name__
+    return " ".join(text.split())
+
+
+def _interval_flag(key: str) -> str:
+    return "--collect-interval" if key == "collect" else f"--{key.replace('_', '-')}-interval-seconds"
+
+
+def strategies_off(cfg: AgentConfig, gates: FeatureGates) -> dict[str, str]:
+    """Strategies that will not run, each with the reason (for the start-up summary)."""
+    out: dict[str, str] = {}
+    for name, cls in load_strategies().items():
+        if cfg.strategies is not None and name not in cfg.strategies:
+            out[name] = "not in --strategies"
+        elif not any(gates.enabled(g) for g in cls.gates):
+            out[name] = f"gate{'s' if len(cls.gates) > 1 else ''} {', '.join(cls.gates)} off"
+        elif cfg.qos.interval(cls.interval_key) <= 0:
+            out[name] = f"{_interval_flag(cls.interval_key)} 0"
+    return out
+
+
+def _check_state_file(flag: str, path: str, kind: str) -> None:
+    """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo)."""
     try:
-        agent = Agent(config_from_args(args))
-    except (ValueError, FileNotFoundError) as e:
-        log.error("%s", e)
-        print(f"qosmanager: {e}", file=sys.stderr)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise StartupError(flag, f"{path} is not UTF-8 text: {e}") from None
+    try:
+        obj = load_object(text, path)
+        if kind == "pods":
+            if not isinstance(obj.get("items"), list):
+                raise ValueError(f"{path}: not a PodList (no items list)")
+        elif kind == "node":
+            node_meta(obj)
+        else:
+            parse_nodeslo(obj)
+    except RecursionError:
+        raise StartupError(flag, f"{path}: nested too deeply") from None
+    except (ValueError, TypeError, KeyError) as e:
+        what = {"pods": "a PodList", "node": "a Node", "nodeslo": "a NodeSLO"}[kind]
+        detail = str(e)
+        if not detail.startswith(path):
+            detail = f"{path} is not {what}: {detail}"
+        raise StartupError(flag, detail) from None
+
+
+def check_startup(cfg: AgentConfig) -> None:
+    """What ``qosmanager run`` refuses to start with (a :class:`StartupError` naming the flag): an
+    unknown feature gate; ``--strategies`` naming a strategy that is unknown or cannot run (its
+    gates off, its interval 0); standalone mode without ``--pods-file``; a state file that is
+    missing or that the agent would refuse.  (An ``--audit-log`` that cannot be opened is refused
+    when the agent opens it.)"""
+    try:
+        gates = FeatureGates.from_overrides(cfg.feature_gates)
+    except ValueError as e:
+        raise StartupError("--feature-gates", str(e)) from None
+    if cfg.strategies is not None:
+        classes = load_strategies()
+        if not cfg.strategies:
+            raise StartupError("--strategies", f"names no strategy; known: {', '.join(classes)}")
+        for name in cfg.strategies:
+            cls = classes.get(name)
+            if cls is None:
+                raise StartupError("--strategies", f"--strategies {name}: unknown strategy; known: "
+                                   f"{', '.join(classes)}")
+            if not any(gates.enabled(g) for g in cls.gates):
+                if len(cls.gates) == 1:
+                    gate = cls.gates[0]
+                    why = f"its gate {gate} is off; enable it with --feature-gates {gate}=true"
+                else:
+                    why = f"its gates {', '.join(cls.gates)} are all off; enable one with --feature-gates"
+                raise StartupError("--strategies", f"--strategies {name}: {why}")
+            if cfg.qos.interval(cls.interval_key) <= 0:
+                flag = _interval_flag(cls.interval_key)
+                raise StartupError("--strategies", f"--strategies {name}: {flag} is 0, which switches it off")
+    if kubernetes_mode(cfg):
+        return  # the Kubernetes source reports its own configuration errors
+    if not cfg.pods_file:
+        raise StartupError("--pods-file", "no state source: standalone mode needs --pods-file (with "
+                           "--node-file and --node-slo-file); Kubernetes mode needs --kubeconfig or the "
+                           "in-cluster service account")
+    for flag, path, kind in (("--pods-file", cfg.pods_file, "pods"), ("--node-file", cfg.node_file, "node"),
+                             ("--node-slo-file", cfg.node_slo_file, "nodeslo")):
+        if path:
+            _check_state_file(flag, path, kind)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``qosmanager run``: 2 with one line on stderr when the configuration is refused."""
+    cfg = config_from_args(args)
+    try:
+        check_startup(cfg)
+        agent = Agent(cfg)
+    except (ValueError, OSError) as e:
+        print(f"qosmanager run: {one_line(e)}", file=sys.stderr)  # once: not logged as well
         return 2
+    text, fields = agent.startup_summary()
+    log.info("%s", text, extra=fields)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.warning("received %s, stopping", signal.Signals(signum).name)

@@ -4,21 +4,51 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from qosmanager import __version__
+from qosmanager.logfmt import LOG_FORMATS, setup_logging
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is one line naming the flag (and where to look), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def duration(text: str) -> float:
-    """``1s``, ``500ms``, ``2m``, ``1h`` or a plain number of seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    """``1s``, ``500ms``, ``2m``, ``1h`` or a plain number of seconds; never negative."""
+    m = re.fullmatch(r"\s*(-)?\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
     if not m:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 1s, 500ms, 2m)")
-    value = float(m.group(1))
-    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
+    if m.group(1):
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative, got {text!r}")
+    value = float(m.group(2))
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(3)]
+
+
+def positive_duration(text: str) -> float:
+    value = duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A number of seconds >= 0 (koordlet's ``--*-seconds`` flags; 0 switches a strategy off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
 
 
 def feature_gates(text: str) -> dict[str, bool]:
@@ -42,14 +72,20 @@ def add_host_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qosmanager", description=__doc__)
+    parser = Parser(prog="qosmanager", description=__doc__)
     parser.add_argument("--version", action="version", version=f"qosmanager {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more logging: run logs INFO by default and DEBUG with -v; simulate and replay "
+                             "only warnings by default, INFO with -v, DEBUG with -vv")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="text, or json: one object per line (ts, level, logger, msg, fields)")
     sub = parser.add_subparsers(dest="command", required=True)
-    # -v also after the subcommand (an image's entrypoint already says "run")
-    verbose = argparse.ArgumentParser(add_help=False)
+    # -v and --log-format also after the subcommand (an image's entrypoint already says "run")
+    verbose = Parser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                         help="more logging (-vv for debug)")
+                         help="more logging (run: -v for debug; simulate, replay: -v info, -vv debug)")
+    verbose.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS,
+                         help="text (default), or json: one object per line (ts, level, logger, msg, fields)")
 
     run = sub.add_parser("run", help="run the agent", parents=[verbose])
     add_host_flags(run)
@@ -64,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--audit-log", default=None, help="JSON-lines audit file")
     run.add_argument("--metrics-addr", default="127.0.0.1:9316", help="/metrics and /healthz; empty disables")
     run.add_argument("--feature-gates", type=feature_gates, default={}, help="Name=true,Other=false")
-    run.add_argument("--collect-interval", type=duration, default=1.0, help="metric collection period")
+    run.add_argument("--collect-interval", type=positive_duration, default=1.0,
+                     help="metric collection period")
     run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
-    run.add_argument("--force-update-seconds", type=float, default=60.0,
+    run.add_argument("--force-update-seconds", type=seconds, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")
     add_qos_flags(run)
 
@@ -103,27 +140,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_qos_flags(p: argparse.ArgumentParser) -> None:
     """koordlet's QoS-manager flags (same names and defaults)."""
-    p.add_argument("--reconcile-interval-seconds", type=float, default=1.0)
-    p.add_argument("--cpu-suppress-interval-seconds", type=float, default=1.0)
-    p.add_argument("--cpu-evict-interval-seconds", type=float, default=1.0)
-    p.add_argument("--memory-evict-interval-seconds", type=float, default=1.0)
-    p.add_argument("--memory-evict-cool-time-seconds", type=float, default=4.0)
-    p.add_argument("--cpu-evict-cool-time-seconds", type=float, default=20.0)
+    p.add_argument("--reconcile-interval-seconds", type=seconds, default=1.0)
+    p.add_argument("--cpu-suppress-interval-seconds", type=seconds, default=1.0)
+    p.add_argument("--cpu-evict-interval-seconds", type=seconds, default=1.0)
+    p.add_argument("--memory-evict-interval-seconds", type=seconds, default=1.0)
+    p.add_argument("--memory-evict-cool-time-seconds", type=seconds, default=4.0)
+    p.add_argument("--cpu-evict-cool-time-seconds", type=seconds, default=20.0)
     p.add_argument("--kubelet-cpu-manager-policy", default="none", choices=["none", "static"],
                    help="the kubelet's CPU manager policy (standalone; from the topology with Kubernetes)")
     p.add_argument("--strategies", default=None,
                    help="comma-separated strategy names to run (default: every enabled one)")
 
 
-def _logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def log_level(command: str, verbosity: int) -> int:
+    """``run`` says what it does (INFO; -v: DEBUG); simulate and replay print their own output and
+    log only warnings unless asked (-v: INFO, -vv: DEBUG)."""
+    if command == "run":
+        return logging.INFO if verbosity == 0 else logging.DEBUG
+    return logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _logging(args.verbose)
+    setup_logging(log_level(args.command, args.verbose), args.log_format, sys.stderr)
     if args.command == "run":
         from qosmanager.agent import run_from_args
 

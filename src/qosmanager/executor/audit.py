@@ -10,10 +10,18 @@ Format (pinned by docs/interfaces.md)::
 eviction failed; then an ``error`` field says why.  Records are buffered and flushed
 once per batch (not one syscall per record); the file rotates at ``max_bytes``
 keeping ``backups`` old files, so the audit never fills the disk.
+
+A disk that is full anyway (ENOSPC, EIO) never stops the agent: the file is written with plain
+``write`` calls on an unbuffered descriptor, so a failed write leaves nothing behind to fail
+again on close; the records of a failed flush are dropped and counted (``write_errors``,
+``dropped``), the failure is logged once and then as a count every few minutes, and
+:meth:`AuditLog.close` never raises.  A line cut short by a full disk is ended before the next
+record, so every later line is whole JSON again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -21,7 +29,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
+
+from qosmanager.logfmt import RepeatLimiter
+
+if TYPE_CHECKING:
+    from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +64,28 @@ def _encode(rec: dict[str, Any]) -> str:
 class AuditLog:
     """Append-only JSON-lines audit with an in-memory tail of recent records."""
 
+    CONDITION = "audit-log"  # the degraded condition a failing audit file raises
+
     def __init__(self, path: str | None = None, *, max_bytes: int = 16 << 20, backups: int = 4,
-                 keep: int = 4096, clock: Callable[[], float] = time.time) -> None:
+                 keep: int = 4096, clock: Callable[[], float] = time.time,
+                 conditions: Conditions | None = None) -> None:
+        """``path`` is opened (its directory created) now: an OSError here means it cannot be."""
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
         self.clock = clock
+        self.conditions = conditions
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self.counts: dict[str, int] = {}
+        self.write_errors = 0  # flushes (and rotations) that failed
+        self.dropped = 0  # records lost to them
         self._buf: list[str] = []
         self._lock = threading.Lock()
         self._size = 0
-        self._fh: TextIO | None = None
+        self._fd = -1
+        self._partial = False  # the last write stopped inside a line
+        self._closed = False
+        self._errors = RepeatLimiter(300.0, clock=time.monotonic)
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -70,9 +93,12 @@ class AuditLog:
 
     def _open(self) -> None:
         assert self.path
-        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived handle
-        self._fh = fh
-        self._size = fh.tell()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            self._size = os.fstat(fd).st_size
+        except OSError:
+            self._size = 0
+        self._fd = fd
 
     def add_sink(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Also hand every record to ``fn`` (events, metrics)."""
@@ -99,7 +125,7 @@ class AuditLog:
             self.recent.append(rec)
             key = f"{action}:{'ok' if executed else ('error' if error else 'skipped')}"
             self.counts[key] = self.counts.get(key, 0) + 1
-            if self._fh is not None:
+            if self.path and not self._closed:
                 self._buf.append(_encode(rec))
         for sink in self._sinks:
             try:
@@ -109,34 +135,101 @@ class AuditLog:
         return rec
 
     def flush(self) -> None:
+        """Write the buffered records; a failure is counted and logged (rate-limited), never raised."""
         with self._lock:
-            if self._fh is None or not self._buf:
+            if not self._buf:
                 return
-            data = "".join(self._buf)
+            n = len(self._buf)
+            if self._fd < 0:  # a rotation could not reopen the file: try again now
+                try:
+                    self._open()
+                except OSError as e:
+                    self._buf.clear()
+                    self._failed("open", e, n)
+                    return
+            data = ("\n" if self._partial else "") + "".join(self._buf)
             self._buf.clear()
             try:
-                self._fh.write(data)
-                self._fh.flush()
+                self._write(data.encode())
             except OSError as e:
-                log.error("cannot write audit log %s: %s", self.path, e)
+                self._failed("write", e, n)
                 return
-            self._size += len(data.encode())
+            self._recovered()
             if self._size >= self.max_bytes:
-                self._rotate()
+                try:
+                    self._rotate()
+                except OSError as e:
+                    self._failed("rotate", e, 0)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                try:
+                    k = os.write(self._fd, view[done:])
+                except InterruptedError:
+                    continue
+                if k <= 0:  # cannot happen on a regular file; never spin on it
+                    raise OSError(errno.EIO, "short write")
+                done += k
+        finally:
+            self._size += done
+            if done:  # a full disk may cut a line: end it before the next record
+                self._partial = data[done - 1] != 0x0A
+
+    def _failed(self, what: str, e: OSError, records: int) -> None:
+        self.write_errors += 1
+        self.dropped += records
+        reason = f"{errno.errorcode.get(e.errno or 0, 'error')}: {e.strerror or e}"
+        rep = self._errors.hit(what, e.errno)
+        if rep is not None:
+            if rep.first:
+                log.error("cannot %s audit log %s: %s; %d record(s) dropped, the agent goes on", what,
+                          self.path, reason, records)
+            else:
+                log.error("audit log %s: %s failed %s (%s); %d record(s) dropped in total", self.path, what,
+                          rep.times(), reason, self.dropped)
+        if self.conditions is not None:
+            self.conditions.set(self.CONDITION, f"cannot {what} audit log {self.path}: {reason}; "
+                                "records are dropped (counted), the agent goes on")
+
+    def _recovered(self) -> None:
+        rep = self._errors.clear("write")
+        if rep is not None:
+            log.warning("audit log %s writable again (after %d more failed writes)", self.path, rep.count)
+        if self.conditions is not None and self.write_errors:
+            self.conditions.clear(self.CONDITION)
 
     def _rotate(self) -> None:
-        assert self.path and self._fh is not None
-        self._fh.close()
-        for i in range(self.backups - 1, 0, -1):
-            src = f"{self.path}.{i}"
-            if os.path.exists(src):
-                os.replace(src, f"{self.path}.{i + 1}")
-        os.replace(self.path, f"{self.path}.1")
-        self._open()
+        assert self.path and self._fd >= 0
+        os.close(self._fd)
+        self._fd = -1
+        try:
+            for i in range(self.backups - 1, 0, -1):
+                src = f"{self.path}.{i}"
+                if os.path.exists(src):
+                    os.replace(src, f"{self.path}.{i + 1}")
+            os.replace(self.path, f"{self.path}.1")
+        finally:
+            self._open()  # the same file again when a rename failed
 
     def close(self) -> None:
-        self.flush()
+        """Flush and close; never raises (the agent is stopping: nothing may turn that into a crash)."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        except Exception:  # flush already handles OSError; anything else is a bug, not a reason to crash
+            log.exception("audit log %s: flush on close failed", self.path)
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
+            fd, self._fd = self._fd, -1
+            self._closed = True
+            self._buf.clear()
+            if self.dropped:
+                log.error("audit log %s: %d record(s) could not be written", self.path, self.dropped)
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError as e:
+                log.error("cannot close audit log %s: %s", self.path, e.strerror or e)

@@ -22,7 +22,10 @@ Strategies never touch files; they hand the executor :class:`Write` requests.  O
    write with its old and new value.
 
 A missing file is not an error: the cgroup is gone (or the knob does not exist on this
-kernel); it is skipped, counted and retried next time.
+kernel); it is skipped, counted and retried next time.  A write that fails the same way every
+tick (the kernel refuses the value, the file is read-only) is logged and audited the first time,
+then as a count at most every ``repeat_seconds`` ("failed 240 more times in the last 5 min"); every
+failure is still counted in :attr:`Executor.stats`.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from qosmanager.executor.files import FileTable
 from qosmanager.host import resources as res
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+from qosmanager.logfmt import Repeat, RepeatLimiter
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,7 @@ class Executor:
 
     def __init__(self, layout: CgroupLayout, audit: AuditLog, *, dry_run: bool = False,
                  force_seconds: float = 60.0, cache_ttl: float = 120.0, max_open_files: int = 4096,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, repeat_seconds: float = 300.0) -> None:
         self.layout = layout
         self.version = layout.version
         self.audit = audit
@@ -154,6 +158,9 @@ class Executor:
         self._conflicts: dict[str, tuple[str, str, str]] = {}
         self._originals: dict[str, tuple[str, str, Write]] = {}  # key -> (strategy, old content, write)
         self._last_gc = clock()
+        # failed and refused writes: said in full once, then as a count (see the module docstring)
+        self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
+        self._last_sweep = self._last_gc
         self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
         # after every apply(): its results and how long it took (seconds), for the metrics
@@ -289,8 +296,7 @@ class Executor:
                 if problem is not None:
                     result.status, result.error = "invalid", f"invalid value for {w.resource}: {problem}"
                     self.stats.invalid += 1
-                    self.audit.record(strategy=w.strategy, action="write", target=target, value=w.value,
-                                      reason=w.reason, executed=False, error=result.error, uid=w.uid)
+                    self._refused(key, "invalid", w, target, w.value, None, result.error, now)
                     continue
             item = _Item(w, r, key, path, target, depth, result)
             if self._settle_ownership(item, now) is None:
@@ -304,6 +310,8 @@ class Executor:
             self._read_current(pending, now)
             self._plan(pending, now)
             self._execute(pending, now)
+        if self._repeats and now - self._last_sweep >= self._repeats.interval / 10:
+            self._sweep_repeats(now)
         self.audit.flush()
         if now - self._last_gc > self.force_seconds:
             self._gc(now)
@@ -493,13 +501,15 @@ class Executor:
             if e == 0:
                 it.result.status = "written"
                 self._audit(it, content, executed=True)
+                if it.key in self._repeats:
+                    self._recovered(it, now)
             else:
                 it.result.status = "missing" if e in IGNORABLE else "failed"
                 it.result.error = f"{errno.errorcode.get(e, str(e))}: {os.strerror(e)}"
                 if e in IGNORABLE:
                     self.files.drop(it.path)
                 else:
-                    self._audit(it, content, executed=False)
+                    self._failed(it, content, now)
 
     def _audit(self, it: _Item, content: str, executed: bool) -> None:
         w = it.write
@@ -510,6 +520,50 @@ class Executor:
         if executed:
             for cb in self.on_write:
                 cb(WriteResult(w, it.target, "written", content.strip(), it.result.old))
+
+    # ------------------------------------------------------------------
+    # failures that repeat
+    # ------------------------------------------------------------------
+    def _failed(self, it: _Item, content: str, now: float) -> None:
+        it.audited = True
+        self._refused(it.key, "failed", it.write, it.target, content.strip(), it.result.old,
+                      it.result.error or "failed", now)
+
+    def _refused(self, key: str, kind: str, w: Write, target: str, value: str, old: str | None, error: str,
+                 now: float) -> None:
+        """Log and audit a failed or invalid write: in full the first time (or when it fails another
+        way), then as a count at most every ``repeat_seconds``."""
+        # the same file failing the same way is one failure, whatever value is wanted this tick
+        cause = error if kind == "failed" else kind
+        info = (kind, w, target, value, old, error)
+        rep = self._repeats.hit(key, (w.strategy, cause), info, now)
+        if rep is not None:
+            self._report(rep, *info)
+
+    def _report(self, rep: Repeat, kind: str, w: Write, target: str, value: str, old: str | None,
+                error: str) -> None:
+        verb = "refused (invalid value)" if kind == "invalid" else "failed"
+        if rep.first:
+            log.warning("%s: writing %s = %s %s: %s", w.strategy, target, value, verb, error)
+            self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old,
+                              uid=w.uid, reason=w.reason, executed=False, error=error)
+            return
+        log.warning("%s: writing %s = %s %s %s: %s", w.strategy, target, value, verb, rep.times(), error)
+        self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old, uid=w.uid,
+                          reason=f"{w.reason} ({verb} {rep.times()})", executed=False, error=error,
+                          repeats=rep.count)
+
+    def _recovered(self, it: _Item, now: float) -> None:
+        rep = self._repeats.clear(it.key, now)
+        if rep is not None:
+            log.warning("%s: writing %s works again (it failed %s)", it.write.strategy, it.target,
+                        rep.times())
+
+    def _sweep_repeats(self, now: float) -> None:
+        """Sum up failures that stopped repeating (the strategy no longer asks for that write)."""
+        self._last_sweep = now
+        for _, info, rep in self._repeats.due(now):
+            self._report(rep, *info)
 
     def _finish(self, it: _Item, now: float) -> None:
         st = it.result.status
@@ -531,7 +585,7 @@ class Executor:
         elif st == "failed":
             self.stats.failed += 1
             if not it.audited:
-                self._audit(it, it.result.value or w.value, executed=False)
+                self._failed(it, it.result.value or w.value, now)
 
     # ------------------------------------------------------------------
     # lifecycle
@@ -572,6 +626,8 @@ class Executor:
         for d in (self._cache, self._claims, self._conflicts, self._originals):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]
+        if self._repeats:
+            self._repeats.forget(lambda k: isinstance(k, str) and k.startswith(pre))
         self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
 
     def _gc(self, now: float) -> None:

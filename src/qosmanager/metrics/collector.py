@@ -34,6 +34,7 @@ from qosmanager._native import STATE_LIVE, NodeReader, StatReader, monotonic_ns,
 from qosmanager.api.pod import PodMeta
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.procfs import clock_ticks
+from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics import cache as mc
 from qosmanager.states.store import StateStore
 
@@ -106,6 +107,7 @@ class Collector:
         self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
         self._clk_tck = clock_ticks()
         self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
+        self._node_errors = RepeatLimiter(300.0, clock=clock)  # a bad /proc/stat: said once, then counted
         self._pods: dict[str, TrackedPod] = {}
         self._apps: dict[str, Tracked] = {}
         self._pending: dict[tuple[str, str], Tracked] = {}
@@ -400,9 +402,17 @@ class Collector:
             t = self.mono()
             total_kb, free_kb, avail_kb = self.node_reader.read_meminfo()
         except (OSError, ValueError) as e:
-            log.warning("cannot read node usage from %s: %s", self.layout.roots.proc, e)
+            # the message quotes the changing counters: the same kind of error is the same failure
+            rep = self._node_errors.hit("node", (type(e).__name__, getattr(e, "errno", None)), now=now)
+            if rep is not None:
+                log.warning("cannot read node usage from %s: %s%s", self.layout.roots.proc, e,
+                            "" if rep.first else f" (failed {rep.times()})")
             self.cache.node.append_row(now, {})
             return
+        if self._node_errors:
+            rep = self._node_errors.clear("node", now)
+            log.warning("node usage readable again from %s%s", self.layout.roots.proc,
+                        f" (it failed {rep.times()})" if rep is not None else "")
         node_cpu = float("nan")
         if self._prev_node is not None:
             pb, pt = self._prev_node

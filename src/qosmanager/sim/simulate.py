@@ -13,6 +13,11 @@ so 30 s of node time take a few seconds.  What is *measured*, not simulated: the
 agent's own jobs take (``time.process_time`` around each collect and strategy run) and the peak
 RSS (psutil, sampled after every agent tick; the process also holds the simulator).
 
+Every path the command writes (``--json``, ``--plot``, ``--workdir``, ``--audit-log``) is checked
+before anything is built, and ``--plot`` needs matplotlib: a bad one is one line and exit status 2,
+not a traceback after the run.  The summary names the unit of every number and prints a BE limit
+at koordlet's minimum as "at the floor" with its value.
+
 Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
 stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
 a pod evicted through the API would.
@@ -354,7 +359,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                 records.append(rec)
                 next_step = round(next_step + cfg.step, 9)
                 if progress is not None:
-                    progress.update(t, _status(rec, evictions))
+                    progress.update(t, _status(rec, evictions, cfg))
                 continue
             c0 = time.process_time()
             agent.scheduler.run_job(job)
@@ -400,10 +405,10 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(delay)
 
 
-def _status(rec: StepRecord, evictions: Sequence[Eviction]) -> str:
-    limit = "unlimited" if math.isinf(rec.be_limit) else f"{rec.be_limit:5.1f}"
-    return (f"LS {rec.ls_used:5.1f} cores  BE {rec.be_used:5.1f} (limit {limit})  "
-            f"memory {100.0 * rec.memory_used / rec.memory_total:4.1f} %  evicted {len(evictions)}")
+def _status(rec: StepRecord, evictions: Sequence[Eviction], cfg: SimConfig) -> str:
+    return (f"LS {rec.ls_used:5.1f} cores  BE {_num(rec.be_used):>5} cores "
+            f"(limit {_limit(rec.be_limit, cfg, short=True)})  "
+            f"memory {100.0 * rec.memory_used / rec.memory_total:4.1f} %  evicted {_pods(len(evictions))}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,8 +444,35 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(finite) / len(finite) if finite else math.inf
 
 
-def _cores(v: float) -> str:
-    return "unlimited" if math.isinf(v) else f"{v:.1f}"
+def _pods(n: int) -> str:
+    return f"{n} pod{'' if n == 1 else 's'}"
+
+
+def _num(v: float) -> str:
+    """Cores with the precision that matters: 0.02, 0.45, 3.1, 12.5."""
+    return f"{v:.2f}" if abs(v) < 1 else f"{v:.1f}"
+
+
+def at_floor(limit: float, cfg: SimConfig) -> bool:
+    """The BE limit is koordlet's minimum: a 2000 us quota (cfsQuota) or 2 CPUs (cpuset)."""
+    if cfg.suppress_policy == "cfsQuota":
+        return math.isclose(limit, MIN_CFS_QUOTA_US / 100_000, abs_tol=1e-9)
+    return math.isclose(limit, MIN_BE_CPUS, abs_tol=1e-9)
+
+
+def floor_text(cfg: SimConfig) -> str:
+    if cfg.suppress_policy == "cfsQuota":
+        return f"quota {MIN_CFS_QUOTA_US} us = {MIN_CFS_QUOTA_US / 100_000:.2f} cores"
+    return f"{MIN_BE_CPUS} CPUs"
+
+
+def _limit(v: float, cfg: SimConfig, *, short: bool = False) -> str:
+    """A BE limit in words: ``unlimited``, ``at the floor (quota 2000 us = 0.02 cores)``, ``3.1 cores``."""
+    if math.isinf(v):
+        return "unlimited"
+    if at_floor(v, cfg):
+        return "at the floor" if short else f"at the floor ({floor_text(cfg)})"
+    return f"{_num(v)} cores"
 
 
 def _mib(n: int | float) -> str:
@@ -483,22 +515,23 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     step = cfg.step
     ls_used = [r.ls_used for r in recs]
     lines.append(f"LS CPU     used {min(ls_used):.1f} .. {max(ls_used):.1f} cores "
-                 f"(mean {_mean(ls_used):.1f}); "
+                 f"(mean {_mean(ls_used):.1f} cores); "
                  f"threshold {cfg.cpu_threshold_percent} % = {threshold:.1f} cores; "
                  f"LS + system above it for {len(over) * step:g} s")
     limits = [r.be_limit for r in recs]
-    floor = (f"floor {MIN_CFS_QUOTA_US / 100_000:.2f} cores (quota {MIN_CFS_QUOTA_US} us)"
-             if cfg.suppress_policy == "cfsQuota" else f"floor {MIN_BE_CPUS} CPUs")
     lines.append(f"BE CPU     used {_mean([r.be_used for r in recs]):.1f} cores on average (demand "
-                 f"{_mean([r.be_demand for r in recs]):.1f}); "
-                 f"limit {_cores(min(limits))} .. {_cores(max(limits))} cores, {floor}")
+                 f"{_mean([r.be_demand for r in recs]):.1f} cores)")
+    floored = sum(1 for v in limits if at_floor(v, cfg))
+    lines.append(f"BE limit   {_limit(min(limits), cfg)} .. {_limit(max(limits), cfg)}"
+                 + (f"; at the floor for {floored * step:g} s" if floored else
+                    f"; never at the floor ({floor_text(cfg)})"))
     peak_mem = max(r.memory_used / r.memory_total for r in recs)
     by_feature: dict[str, int] = {}
     for e in res.evictions:
         by_feature[e.feature] = by_feature.get(e.feature, 0) + 1
     feats = ", ".join(f"{k} {v}" for k, v in sorted(by_feature.items())) or "none"
-    lines.append(f"evictions  {len(res.evictions)} ({feats}); memory peaked at {100 * peak_mem:.1f} % "
-                 f"(threshold {cfg.memory_threshold_percent} %)")
+    lines.append(f"evictions  {_pods(len(res.evictions))} ({feats}); memory peaked at "
+                 f"{100 * peak_mem:.1f} % (threshold {cfg.memory_threshold_percent} %)")
     lines.append("")
     lines.extend(_timeline(res, unicode=unicode, width=width))
     if res.evictions:
@@ -529,23 +562,32 @@ def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
         n = sum(1 for e in res.evictions if t0 <= e.t < t_end)
         ev_marks.append("·" if n == 0 and unicode else "." if n == 0 else (str(n) if n < 10 else "+"))
     threshold = cap * cfg.cpu_threshold_percent / 100.0
+    limits = [r.be_limit for r in res.records]
     out = [f"timeline ({span}, {len(buckets)} columns; CPU rows scaled 0 .. {cap:g} cores)"]
-    rows = (("LS used", ls, 0.0, cap, f"{min(ls):.1f} .. {max(ls):.1f} cores (threshold {threshold:.1f})"),
-            ("BE limit", lim, 0.0, cap, f"{min(lim):.1f} .. {max(lim):.1f} cores"),
-            ("BE used", be, 0.0, cap, f"{min(be):.1f} .. {max(be):.1f} cores"),
-            ("memory", mem, 50.0, 100.0, f"{min(mem):.1f} .. {max(mem):.1f} % (scaled 50 .. 100)"))
+    rows = (("LS used", ls, 0.0, cap,
+             f"{min(ls):.1f} .. {max(ls):.1f} cores (threshold {threshold:.1f} cores)"),
+            ("BE limit", lim, 0.0, cap,
+             f"{_limit(min(limits), cfg, short=True)} .. {_limit(max(limits), cfg)}"),
+            ("BE used", be, 0.0, cap, f"{_num(min(be))} .. {_num(max(be))} cores"),
+            ("memory", mem, 50.0, 100.0, f"{min(mem):.1f} .. {max(mem):.1f} % used (scaled 50 .. 100 %)"))
     for label, vals, lo, hi, note in rows:
         out.append(f"  {label:<9} {sparkline(vals, lo, hi, unicode=unicode)}  {note}")
-    out.append(f"  {'evictions':<9} {''.join(ev_marks)}  {len(res.evictions)} in total")
+    out.append(f"  {'evictions':<9} {''.join(ev_marks)}  {_pods(len(res.evictions))} in total")
     out.append("")
     out.append("     t   LS used   BE used   BE limit   BE quota    memory  evicted")
+    out.append("   (s)   (cores)   (cores)    (cores)       (us)  (% used)   (pods)")
     n = len(res.records)
     picks = sorted({round(i * (n - 1) / 10) for i in range(11)}) if n > 1 else [0]
     for i in picks:
         r = res.records[i]
-        quota = "-1" if r.be_quota_us < 0 else str(r.be_quota_us)
-        out.append(f"  {r.t:4.0f}s  {r.ls_used:8.1f}  {r.be_used:8.1f}  {_cores(min(r.be_limit, 1e18)):>9}  "
+        quota = "unlimited" if r.be_quota_us < 0 else str(r.be_quota_us)
+        if math.isinf(r.be_limit):
+            limit = "unlimited"
+        else:
+            limit = "floor" if at_floor(r.be_limit, cfg) else _num(r.be_limit)
+        out.append(f"  {r.t:4.0f}  {_num(r.ls_used):>8}  {_num(r.be_used):>8}  {limit:>9}  "
                    f"{quota:>9}  {100.0 * r.memory_used / r.memory_total:6.1f} %  {r.evicted_total:7d}")
+    out.append(f"  floor: koordlet's minimum BE limit, {floor_text(cfg)}")
     return out
 
 
@@ -577,6 +619,44 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
                      keep=args.keep, real_time=args.real_time)
 
 
+def check_output_file(flag: str, path: str, *, make_dirs: bool = False) -> None:
+    """``path`` can be written: not a directory, in a directory that exists (or, ``make_dirs``,
+    can be created) and is writable.  ValueError naming ``flag`` otherwise."""
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise ValueError(f"{flag} {path}: is a directory")
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        raise ValueError(f"{flag} {path}: not writable")
+    parent = os.path.dirname(full)
+    if make_dirs:  # the nearest existing ancestor decides
+        while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
+    if not os.path.exists(parent):
+        raise ValueError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise ValueError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: directory {parent} is not writable")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Every path ``simulate`` writes, checked before it builds or runs anything."""
+    workdir = getattr(args, "workdir", None)
+    if workdir:
+        if not os.path.isdir(workdir):
+            raise ValueError(f"--workdir {workdir}: "
+                             + ("not a directory" if os.path.exists(workdir) else "does not exist"))
+        if not os.access(workdir, os.W_OK | os.X_OK):
+            raise ValueError(f"--workdir {workdir}: not writable")
+    for flag, attr in (("--json", "json"), ("--plot", "plot")):
+        path = getattr(args, attr, None)
+        if path:
+            check_output_file(flag, path)
+    audit = getattr(args, "audit_log", None)
+    if audit:
+        check_output_file("--audit-log", audit, make_dirs=True)  # the audit log creates its directory
+
+
 def simulate_from_args(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     from qosmanager.sim import plot
 
@@ -585,6 +665,7 @@ def simulate_from_args(args: argparse.Namespace, out: TextIO | None = None, err:
     cfg = config_from_args(args)
     try:
         cfg.validate()
+        check_output_paths(args)
         if args.plot:
             plot.check_available()
     except (ValueError, plot.PlotUnavailable) as e:
