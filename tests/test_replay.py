@@ -165,8 +165,10 @@ BAD = {
                      "featureGates: unknown feature gate(s): NoSuchGate"),
     "gate-type": ("now: 1\nfeatureGates: {BEMemoryEvict: yes please}\n",
                   "featureGates.BEMemoryEvict: expected true or false"),
-    "bad-nodeslo": ("now: 1\nnodeSLO: {resourceUsedThresholdWithBE: {cpuSuppressThresholdPercent: 500}}\n",
-                    "nodeSLO: spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"),
+    # a nodeSLO that is not a NodeSLO at all (a bad field is dropped and listed, see below)
+    "nodeslo-kind": ("now: 1\nnodeSLO: {kind: Node, spec: {}}\n",
+                     'nodeSLO: kind: must be "NodeSLO", got "Node"'),
+    "nodeslo-spec": ("now: 1\nnodeSLO: {spec: [1]}\n", "nodeSLO: spec: must be an object, got [1]"),
     "bad-pod": ("now: 1\npods: [{metadata: {name: p}}]\n", "pods[0]: pod 'p': metadata.uid: required"),
     "duplicate-cpu": ("now: 1\ncpus: [{id: 0, core: 0, socket: 0, node: 0},\n"
                       "       {id: 0, core: 1, socket: 0, node: 0}]\n",
