@@ -197,6 +197,31 @@ def test_bad_scenario_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
     assert fragment in lines[0]
 
 
+def test_a_nodeslo_with_bad_fields_runs_and_lists_them_under_refused(tmp_path: Path) -> None:
+    """koordlet's rule: a bad NodeSLO field affects that field only.  The cfs-quota scenario with
+    two more NodeSLO fields out of range writes the same BE quotas, and says what it dropped."""
+    path = SCENARIOS / "cfs-quota-v1.yaml"
+    _needs(path)
+    doc = yaml.safe_load(path.read_text())
+    doc["nodeSLO"]["spec"]["systemStrategy"] = {"watermarkScaleFactor": 500}
+    doc["nodeSLO"]["spec"]["resourceUsedThresholdWithBE"]["cpuEvictBESatisfactionUpperPercent"] = 120
+    bad = tmp_path / "bad-fields.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out, err = io.StringIO(), io.StringIO()
+    assert replay_main(str(bad), out, err) == 0, err.getvalue()
+    got = json.loads(out.getvalue())
+    want = yaml.safe_load((SCENARIOS / "cfs-quota-v1.expected.yaml").read_text())
+    assert [{k: w[k] for k in ("strategy", "file", "value")} for w in got["writes"]] == want["writes"]
+    refused = [r for r in got["refused"] if r.get("source") == "nodeSLO"]
+    assert [r["field"] for r in refused] == [
+        "spec.resourceUsedThresholdWithBE.cpuEvictBESatisfactionUpperPercent",
+        "spec.systemStrategy.watermarkScaleFactor",
+    ]
+    assert all("got 120" in r["reason"] or "got 500" in r["reason"] for r in refused)
+    # and a scenario without bad fields lists none
+    assert not [r for r in _replay(path)["refused"] if r.get("source") == "nodeSLO"]
+
+
 def test_bad_scenario_through_the_command_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"now": 5, "cgroups": {"cpu/x": 1.5}}))
