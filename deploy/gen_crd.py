@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
 """Generate the NodeSLO CustomResourceDefinition from the agent's own NodeSLO schema.
 
-The agent validates a NodeSLO with the field specs in ``qosmanager.api.nodeslo``: every dataclass
-field carries its JSON name, its kind and its valid range.  This script walks the same specs and
-writes ``deploy/kubernetes/nodeslo-crd.yaml``, so the API server refuses exactly what the agent
-would refuse (an out-of-range threshold fails at ``kubectl apply`` instead of being logged on
-every node) and the CRD cannot drift from the code: ``tests/test_deploy.py`` regenerates it and
-compares it with the committed file.
+The agent reads a NodeSLO through the field specs in ``qosmanager.api.nodeslo``: every dataclass
+field carries its JSON name and kind.  This script walks the same specs and writes
+``deploy/kubernetes/nodeslo-crd.yaml``, so the CRD names every field the agent knows, with its JSON
+type, and cannot drift from the code: ``tests/test_deploy.py`` regenerates it and compares it with
+the committed file.
+
+The CRD accepts every object koordinator's own NodeSLO CRD accepts: operators migrate with
+koordinator's slo-controller still writing NodeSLOs, and the API server must not refuse its
+writes.  So it carries types only -- no minimum/maximum, no enum, no required field -- plus the
+fields of koordinator's CRD the agent does not use (accepted, ignored with a warning).  Ranges live
+in the agent, which drops a bad value of one field and applies the rest, as koordlet does
+(``qosmanager.api.nodeslo``); the one pattern is koordinator's own, on the quantity
+``totalNetworkBandwidth``.
 
     python deploy/gen_crd.py            # rewrite the CRD
     python deploy/gen_crd.py --check    # exit 1 when the committed CRD is out of date
@@ -20,6 +27,7 @@ and ``hostApplications[].strategy``, which are free-form in the agent too.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import inspect
 import os
@@ -58,11 +66,20 @@ SECTIONS: dict[str, tuple[type, str]] = {
 EXTENSIONS_DOC = "Free-form settings of extension plugins, keyed by plugin name."
 HOST_APPS_DOC = "Out-of-band (non-pod) applications whose usage and QoS the agent accounts for."
 
-# A Kubernetes quantity as qosmanager.api.quantity parses it ("1Gi", "500m", "1e3", "0.5").
-QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+# koordinator's pattern of a Kubernetes quantity (resource.Quantity's OpenAPI pattern), unchanged
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?"
+                    r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
-_INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
+
+# Fields koordinator's CRD has that the agent's schema does not (earlier page-cache knobs of
+# memoryQOS): the API server must keep accepting them; the agent ignores them with a warning.
+KOORDINATOR_ONLY: dict[type, dict[str, dict[str, Any]]] = {
+    nodeslo.MemoryQOSCfg: {
+        "pageCacheLimitEnable": {"type": "integer", "format": "int64"},
+        "pageCacheLimitSync": {"type": "integer", "format": "int64"},
+    },
+}
 
 
 def _doc(cls: type) -> str | None:
@@ -73,29 +90,20 @@ def _doc(cls: type) -> str | None:
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
 
 
-def _int_schema(lo: int | None, hi: int | None) -> dict[str, Any]:
-    if (lo, hi) == _INT32:
-        return {"type": "integer", "format": "int32", "minimum": lo, "maximum": hi}
-    schema: dict[str, Any] = {"type": "integer", "format": "int64"}
-    # int64's own bounds are left out: they are implied, and a float64 cannot hold them exactly
-    if lo is not None and lo != _INT64[0]:
-        schema["minimum"] = lo
-    if hi is not None and hi != _INT64[1]:
-        schema["maximum"] = hi
-    return schema
+def _int_schema(spec: Any) -> dict[str, Any]:
+    """An integer of Go's width: no bounds (the agent checks the range, field by field)."""
+    return {"type": "integer", "format": "int32" if (spec.lo, spec.hi) == _INT32 else "int64"}
 
 
 def _field_schema(spec: Any) -> dict[str, Any]:
     """The openAPI v3 schema of one field spec of ``qosmanager.api.nodeslo``."""
     kind = spec.kind
     if kind == "int":
-        return _int_schema(spec.lo, spec.hi)
+        return _int_schema(spec)
     if kind == "bool":
         return {"type": "boolean"}
-    if kind == "str":
-        return {"type": "string"}
-    if kind == "enum":
-        return {"type": "string", "enum": list(spec.choices)}
+    if kind in ("str", "enum"):
+        return {"type": "string"}  # enum-like strings: koordlet reads unknown values its own way
     if kind == "obj":
         return object_schema(spec.cls)
     if kind == "list":
@@ -103,19 +111,17 @@ def _field_schema(spec: Any) -> dict[str, Any]:
     if kind == "boolmap":
         return {"type": "object", "additionalProperties": {"type": "boolean"}}
     if kind == "quantity":
-        return _int_or_string({"pattern": QUANTITY_PATTERN})
+        return {**_int_or_string(), "pattern": QUANTITY_PATTERN}
     if kind == "intstr":
-        # a percentage of the node total (an integer in range) or a quantity string; JSON
-        # schema applies minimum/maximum to numbers only and pattern to strings only
-        return _int_or_string({"minimum": spec.lo, "maximum": spec.hi, "pattern": QUANTITY_PATTERN})
+        return _int_or_string()  # a percentage of the node total or a quantity string
     if kind == "any":
         return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     raise ValueError(f"gen_crd: no CRD schema for field kind {kind!r} ({spec.json}); teach _field_schema")
 
 
-def _int_or_string(checks: dict[str, Any]) -> dict[str, Any]:
+def _int_or_string() -> dict[str, Any]:
     # the only anyOf shape a structural schema allows for a field that is an integer or a string
-    return {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}], **checks}
+    return {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
 
 
 def object_schema(cls: type) -> dict[str, Any]:
@@ -124,25 +130,17 @@ def object_schema(cls: type) -> dict[str, Any]:
     doc = _doc(cls)
     if doc:
         schema["description"] = doc
-    schema["properties"] = {
-        f.metadata["spec"].json: _field_schema(f.metadata["spec"]) for f in dataclasses.fields(cls)
-    }
+    properties = {f.metadata["spec"].json: _field_schema(f.metadata["spec"]) for f in dataclasses.fields(cls)}
+    properties.update(copy.deepcopy(KOORDINATOR_ONLY.get(cls, {})))
+    schema["properties"] = properties
     return schema
 
 
 def host_applications_schema() -> dict[str, Any]:
-    """``hostApplications``: the agent requires a non-empty ``name``, unique within the list."""
+    """``hostApplications``: an application without a (unique) name is ignored by the agent, not refused
+    here (koordinator's CRD requires neither)."""
     item = object_schema(nodeslo.HostApplicationSpec)
-    item["required"] = ["name"]
-    item["properties"]["name"]["minLength"] = 1
-    return {
-        "description": HOST_APPS_DOC,
-        "type": "array",
-        "items": item,
-        # a map-type list makes the API server refuse duplicate names, as the agent does
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["name"],
-    }
+    return {"description": HOST_APPS_DOC, "type": "array", "items": item}
 
 
 def spec_schema() -> dict[str, Any]:

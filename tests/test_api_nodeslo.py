@@ -1,21 +1,30 @@
-"""NodeSLO defaults, merge and validation, checked against koordlet-qos §2.4 and §3 by hand."""
+"""NodeSLO defaults, merge and per-field validation, checked against koordlet-qos §2.4 and §3 by hand."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from qosmanager.api.nodeslo import (
+    _FEATURE_ROOTS,
+    FEATURE,
+    UNSET,
     BlkIOQOS,
+    BlockCfg,
     CPUBurstConfig,
     CPUBurstStrategy,
     MemoryQOSCfg,
     NodeSLOError,
     PodMemoryQOSConfig,
     ResourceQOS,
+    ResourceThresholdStrategy,
+    _SpecBody,
     default_memory_qos,
     default_spec_dict,
     from_dict,
@@ -316,134 +325,251 @@ def test_resource_version_and_unknown_fields_are_reported() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation
+# Validation: per field, as koordlet (a bad value affects that field only)
 
 THR = "spec.resourceUsedThresholdWithBE"
 RQS = "spec.resourceQOSStrategy"
 
 
+def invalid(spec: dict) -> dict[str, str]:
+    """JSON path -> reason of every value parse_nodeslo dropped."""
+    parsed = parse_nodeslo(nodeslo(spec))
+    paths = [p for p, _ in parsed.invalid_fields]
+    assert len(paths) == len(set(paths)), paths  # each problem once
+    return dict(parsed.invalid_fields)
+
+
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("spec", "path", "reason"),
     [
-        (
-            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 150}},
-            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got 150",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": -1}},
-            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got -1",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"memoryEvictThresholdPercent": "70"}},
-            f'{THR}.memoryEvictThresholdPercent: must be an integer in [0, 100], got "70"',
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 65.5}},
-            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got 65.5",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"enable": "true"}},
-            f'{THR}.enable: must be a boolean, got "true"',
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": True}},
-            f"{THR}.cpuSuppressThresholdPercent: must be an integer in [0, 100], got true",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "quota"}},
-            f'{THR}.cpuSuppressPolicy: must be one of "cpuset", "cfsQuota", "", '
-            'got "quota"',
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuEvictPolicy": "evictByMagic"}},
-            f'{THR}.cpuEvictPolicy: must be one of "evictByRealLimit", '
-            '"evictByAllocatable", "", got "evictByMagic"',
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"allocatableEvictPriorityThreshold": 8000}},
-            f"{THR}.allocatableEvictPriorityThreshold: must be an integer in [0, 7999], "
-            "got 8000",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"cpuEvictTimeWindowSeconds": 0}},
-            f"{THR}.cpuEvictTimeWindowSeconds: must be an integer >= 1, got 0",
-        ),
-        (
-            {"resourceUsedThresholdWithBE": {"evictEnabledPriorityThreshold": 2**31}},
-            f"{THR}.evictEnabledPriorityThreshold: must be an integer in "
-            "[-2147483648, 2147483647], got 2147483648",
-        ),
-        (
-            {"cpuBurstStrategy": {"policy": "always"}},
-            'spec.cpuBurstStrategy.policy: must be one of "none", "cpuBurstOnly", "cfsQuotaBurstOnly", '
-            '"auto", "", '
-            'got "always"',
-        ),
-        (
-            {
-                "resourceQOSStrategy": {
-                    "beClass": {
-                        "blkioQOS": {
-                            "blocks": [{"name": "a", "ioCfg": {}}, {"ioCfg": {"ioWeightPercent": 0}}]
-                        }
-                    }
-                }
-            },
-            f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.ioWeightPercent: must be an integer in "
-            "[1, 100], got 0",
-        ),
-        (
-            {"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": [{"type": "disk"}]}}}},
-            f'{RQS}.beClass.blkioQOS.blocks[0].type: must be one of "device", "volumegroup", '
-            '"podvolume", "", got "disk"',
-        ),
-        (
-            {"resourceQOSStrategy": {"lsrClass": {"memoryQOS": {"enable": True, "wmarkMinAdj": 60}}}},
-            f"{RQS}.lsrClass.memoryQOS.wmarkMinAdj: must be an integer in [-25, 50], got 60",
-        ),
-        (
-            {"resourceQOSStrategy": {"lsClass": {"resctrlQOS": {"enable": True, "mbaPercent": 101}}}},
-            f"{RQS}.lsClass.resctrlQOS.mbaPercent: must be an integer in [0, 100], got 101",
-        ),
-        (
-            {"resourceQOSStrategy": {"lsClass": []}},
-            f"{RQS}.lsClass: must be an object, got []",
-        ),
-        (
-            {"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": {"name": "a"}}}}},
-            f'{RQS}.beClass.blkioQOS.blocks: must be a list, got {{"name": "a"}}',
-        ),
-        (
-            {"systemStrategy": {"schedFeatures": {"FOO": "yes"}}},
-            'spec.systemStrategy.schedFeatures.FOO: must be a boolean, got "yes"',
-        ),
-        (
-            {"systemStrategy": {"totalNetworkBandwidth": "lots"}},
-            "spec.systemStrategy.totalNetworkBandwidth: invalid quantity 'lots'",
-        ),
-        (
-            {"resourceQOSStrategy": {"lsClass": {"networkQOS": {"ingressLimit": 150}}}},
-            f"{RQS}.lsClass.networkQOS.ingressLimit: a percentage must be in [0, 100], got 150",
-        ),
-        (
-            {"hostApplications": [{"name": "a", "qos": "GOLD"}]},
-            'spec.hostApplications[0].qos: must be one of "LSE", "LSR", "LS", "BE", "SYSTEM", "", got "GOLD"',
-        ),
-        (
-            {"hostApplications": [{"name": "a"}, {"name": "a"}]},
-            'spec.hostApplications[1].name: duplicate name "a"',
-        ),
-        ({"hostApplications": {"name": "a"}}, 'spec.hostApplications: must be a list, got {"name": "a"}'),
-        ({"extensions": [1]}, "spec.extensions: must be an object, got [1]"),
+        ({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 150}},
+         f"{THR}.cpuSuppressThresholdPercent", "must be an integer in [0, 100], got 150"),
+        ({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": -1}},
+         f"{THR}.cpuSuppressThresholdPercent", "must be an integer in [0, 100], got -1"),
+        ({"resourceUsedThresholdWithBE": {"memoryEvictThresholdPercent": "70"}},
+         f"{THR}.memoryEvictThresholdPercent", 'must be an integer in [0, 100], got "70"'),
+        ({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 65.5}},
+         f"{THR}.cpuSuppressThresholdPercent", "must be an integer in [0, 100], got 65.5"),
+        ({"resourceUsedThresholdWithBE": {"enable": "true"}}, f"{THR}.enable",
+         'must be a boolean, got "true"'),
+        ({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": True}},
+         f"{THR}.cpuSuppressThresholdPercent", "must be an integer in [0, 100], got true"),
+        ({"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": 3}},
+         f"{THR}.cpuSuppressPolicy", 'must be one of "cpuset", "cfsQuota", "", got 3'),
+        ({"resourceUsedThresholdWithBE": {"allocatableEvictPriorityThreshold": 8000}},
+         f"{THR}.allocatableEvictPriorityThreshold", "must be an integer in [0, 7999], got 8000"),
+        ({"resourceUsedThresholdWithBE": {"cpuEvictTimeWindowSeconds": 0}},
+         f"{THR}.cpuEvictTimeWindowSeconds", "must be an integer >= 1, got 0"),
+        ({"resourceUsedThresholdWithBE": {"evictEnabledPriorityThreshold": 2**31}},
+         f"{THR}.evictEnabledPriorityThreshold",
+         "must be an integer in [-2147483648, 2147483647], got 2147483648"),
+        ({"resourceQOSStrategy": {"beClass": {"blkioQOS": {
+            "blocks": [{"name": "a", "ioCfg": {}}, {"ioCfg": {"ioWeightPercent": 0}}]}}}},
+         f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.ioWeightPercent", "must be an integer in [1, 100], got 0"),
+        ({"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": [{"type": "disk"}]}}}},
+         f"{RQS}.beClass.blkioQOS.blocks[0].type", 'must be one of "device", "volumegroup", "podvolume", "", '
+         'got "disk"'),
+        ({"resourceQOSStrategy": {"lsrClass": {"memoryQOS": {"enable": True, "wmarkMinAdj": 60}}}},
+         f"{RQS}.lsrClass.memoryQOS.wmarkMinAdj", "must be an integer in [-25, 50], got 60"),
+        ({"resourceQOSStrategy": {"lsClass": {"resctrlQOS": {"enable": True, "mbaPercent": 101}}}},
+         f"{RQS}.lsClass.resctrlQOS.mbaPercent", "must be an integer in [0, 100], got 101"),
+        ({"resourceQOSStrategy": {"lsClass": []}}, f"{RQS}.lsClass", "must be an object, got []"),
+        ({"resourceQOSStrategy": {"beClass": {"blkioQOS": {"blocks": {"name": "a"}}}}},
+         f"{RQS}.beClass.blkioQOS.blocks", 'must be a list, got {"name": "a"}'),
+        ({"systemStrategy": {"schedFeatures": {"FOO": "yes"}}},
+         "spec.systemStrategy.schedFeatures.FOO", 'must be a boolean, got "yes"'),
+        ({"systemStrategy": {"totalNetworkBandwidth": "lots"}},
+         "spec.systemStrategy.totalNetworkBandwidth", "invalid quantity 'lots'"),
+        ({"resourceQOSStrategy": {"lsClass": {"networkQOS": {"ingressLimit": 150}}}},
+         f"{RQS}.lsClass.networkQOS.ingressLimit", "a percentage must be in [0, 100], got 150"),
+        ({"hostApplications": [{"name": "a", "cgroupPath": {"base": "Elsewhere"}}]},
+         "spec.hostApplications[0].cgroupPath.base",
+         'must be one of "CgroupRoot", "Kubepods", "KubepodsBurstable", "KubepodsBesteffort", "", '
+         'got "Elsewhere"'),
+        ({"hostApplications": [{"name": "a"}, {"name": "a"}]}, "spec.hostApplications[1].name",
+         'duplicate name "a"'),
+        ({"hostApplications": [{"qos": "LS"}]}, "spec.hostApplications[0].name", "is required"),
+        ({"hostApplications": {"name": "a"}}, "spec.hostApplications", 'must be a list, got {"name": "a"}'),
+        ({"extensions": [1]}, "spec.extensions", "must be an object, got [1]"),
+        ({"cpuBurstStrategy": {"cpuBurstPercent": -7}}, "spec.cpuBurstStrategy.cpuBurstPercent",
+         "must be an integer in [0, 10000], got -7"),
     ],
 )
-def test_validation_names_the_field_and_the_reason(spec: dict, message: str) -> None:
-    with pytest.raises(NodeSLOError) as info:
-        parse_nodeslo(nodeslo(spec))
-    assert str(info.value) == message
+def test_a_bad_value_is_dropped_and_named_with_the_reason(spec: dict, path: str, reason: str) -> None:
+    found = invalid(spec)
+    assert list(found) == [path]
+    assert found[path].startswith(reason + "; "), found[path]  # then what applies instead
 
 
-def test_object_level_errors() -> None:
+def test_every_problem_is_reported_not_only_the_first() -> None:
+    found = invalid({
+        "resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 150,
+                                        "cpuEvictBESatisfactionUpperPercent": 120},
+        "cpuBurstStrategy": {"cpuBurstPercent": -7, "sharePoolThresholdPercent": 500},
+        "systemStrategy": {"watermarkScaleFactor": 500, "minFreeKbytesFactor": 0},
+        "resourceQOSStrategy": {"lsClass": {"memoryQOS": {"enable": True, "wmarkRatio": 150,
+                                                          "priority": 13}}},
+    })
+    assert set(found) == {
+        f"{THR}.cpuSuppressThresholdPercent", f"{THR}.cpuEvictBESatisfactionUpperPercent",
+        "spec.cpuBurstStrategy.cpuBurstPercent", "spec.cpuBurstStrategy.sharePoolThresholdPercent",
+        "spec.systemStrategy.watermarkScaleFactor", "spec.systemStrategy.minFreeKbytesFactor",
+        f"{RQS}.lsClass.memoryQOS.wmarkRatio", f"{RQS}.lsClass.memoryQOS.priority",
+    }
+
+
+# The four NodeSLOs of the issue: valid but for one field, which koordinator's CRD accepts.
+ISSUE_EXAMPLES = {
+    "watermarkScaleFactor": ({"systemStrategy": {"watermarkScaleFactor": 500}},
+                             "spec.systemStrategy.watermarkScaleFactor"),
+    "cpuEvictBESatisfactionUpperPercent": (
+        {"resourceUsedThresholdWithBE": {"cpuEvictBESatisfactionUpperPercent": 120,
+                                         "cpuEvictBESatisfactionLowerPercent": 40}},
+        f"{THR}.cpuEvictBESatisfactionUpperPercent"),
+    "cpuBurstPercent": ({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}},
+                        "spec.cpuBurstStrategy.cpuBurstPercent"),
+    "cpuSuppressPolicy": ({"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}}, None),
+}
+SUPPRESS = {"enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 50}
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_EXAMPLES))
+def test_the_issue_examples_apply_everything_else(name: str) -> None:
+    extra, dropped = ISSUE_EXAMPLES[name]
+    spec: dict = json_overlay({"resourceUsedThresholdWithBE": dict(SUPPRESS)}, extra)
+    parsed = parse_nodeslo(nodeslo(spec))
+    assert [p for p, _ in parsed.invalid_fields] == ([dropped] if dropped else [])
+    thr = parsed.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_threshold_percent) == (True, 50)
+    assert thr.cpu_suppress_policy == ("cpuset" if name == "cpuSuppressPolicy" else "cfsQuota")
+    if name == "watermarkScaleFactor":
+        assert parsed.system_strategy.watermark_scale_factor is None  # unset: the sysctl is not touched
+    if name == "cpuEvictBESatisfactionUpperPercent":
+        # unset: BECPUEvict's config check skips the feature, as koordlet's does for 120
+        assert thr.cpu_evict_be_satisfaction_upper_percent is None
+        assert thr.cpu_evict_be_satisfaction_lower_percent == 40
+    if name == "cpuBurstPercent":
+        burst = parsed.cpu_burst_strategy
+        assert (burst.policy, burst.cpu_burst_percent, burst.cfs_quota_burst_percent) == ("auto", None, 300)
+    if name == "cpuSuppressPolicy":
+        # koordlet: anything but "cfsQuota" is the cpuset policy; a warning, not a drop
+        assert parsed.warnings == (f'{THR}.cpuSuppressPolicy: unknown value "cpuSet" read as "cpuset", '
+                                   "as koordlet reads it",)
+
+
+def test_a_dropped_value_falls_back_to_koordlets_default_or_is_left_unset() -> None:
+    parsed = parse_nodeslo(nodeslo({
+        "resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 150,
+                                        "memoryEvictThresholdPercent": -3},
+        "cpuBurstStrategy": {"sharePoolThresholdPercent": 500, "cfsQuotaBurstPercent": 50},
+        "resourceQOSStrategy": {"beClass": {
+            "memoryQOS": {"enable": True, "wmarkRatio": 150, "minLimitPercent": 101},
+            "resctrlQOS": {"enable": True, "catRangeEndPercent": 130},
+            "cpuQOS": {"enable": True, "groupIdentity": 9},
+        }},
+    }))
+    thr = parsed.resource_used_threshold_with_be
+    assert (thr.cpu_suppress_threshold_percent, thr.memory_evict_threshold_percent) == (65, 70)  # defaults
+    burst = parsed.cpu_burst_strategy
+    assert burst.share_pool_threshold_percent == 50
+    assert burst.cfs_quota_burst_percent is None  # koordlet: a percentage below 100 allows no quota burst
+    be = parsed.class_qos("BE")
+    assert be is not None and be.memory_qos is not None and be.resctrl_qos is not None and be.cpu_qos
+    # memory and resctrl values left unset: the strategy leaves those files as they are...
+    assert (be.memory_qos.wmark_ratio, be.memory_qos.min_limit_percent) == (None, None)
+    assert be.resctrl_qos.cat_range_end_percent is None
+    # ...while the rest of the class's config applies (the BE template, enabled)
+    assert (be.memory_qos.enable, be.memory_qos.wmark_min_adj, be.resctrl_qos.mba_percent) == (True, 50, 100)
+    assert be.cpu_qos.group_identity == -1  # the BE default
+    reasons = dict(parsed.invalid_fields)
+    assert reasons[f"{THR}.cpuSuppressThresholdPercent"].endswith("; koordlet's default 65 applies")
+    assert "left unset" in reasons[f"{RQS}.beClass.memoryQOS.wmarkRatio"]
+
+
+def test_a_bad_master_switch_leaves_suppression_and_evictions_as_they_are() -> None:
+    # unset (not false): the features it switches do nothing at all, not even their recovery
+    parsed = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {"enable": "yes",
+                                                                    "cpuSuppressThresholdPercent": 40}}))
+    thr = parsed.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_threshold_percent) == (None, 40)
+    section = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": 5})).resource_used_threshold_with_be
+    assert section.enable is None and section.cpu_suppress_threshold_percent is None
+
+
+def test_a_bad_feature_switch_or_block_leaves_that_feature_of_that_class_alone() -> None:
+    parsed = parse_nodeslo(nodeslo({"resourceQOSStrategy": {
+        "lsClass": {"memoryQOS": {"enable": 1, "minLimitPercent": 30}, "resctrlQOS": {"enable": True}},
+        "beClass": {"blkioQOS": {"enable": True, "blocks": [
+            {"name": "/dev/sdb", "type": "device", "ioCfg": {"readIOPS": 2048}},
+            {"name": "/dev/sdc", "type": "device", "ioCfg": {"readIOPS": -1, "writeIOPS": "x"}}]}},
+        "systemClass": "none",
+    }}))
+    rqs = parsed.resource_qos_strategy
+    ls, be = rqs.ls_class, rqs.be_class
+    assert ls is not None and ls.memory_qos is None  # not the None variant: nothing is reset
+    assert ls.resctrl_qos is not None and ls.resctrl_qos.enable is True
+    assert be is not None and be.blkio_qos is None  # the sdb limit is not reset either
+    assert rqs.system_class is None
+    reasons = dict(parsed.invalid_fields)
+    assert set(reasons) == {f"{RQS}.lsClass.memoryQOS.enable",
+                            f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.readIOPS",
+                            f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.writeIOPS",
+                            f"{RQS}.systemClass"}
+    assert reasons[f"{RQS}.beClass.blkioQOS.blocks[1].ioCfg.readIOPS"].endswith(
+        f"; {RQS}.beClass.blkioQOS is ignored")
+
+
+def test_a_bad_host_application_is_ignored_and_the_others_kept() -> None:
+    apps = [{"name": "a", "qos": "LS"}, {"name": "b", "cgroupPath": {"base": "Elsewhere"}}, {"name": "a"},
+            7, {"name": "c", "qos": "GOLD"}]
+    parsed = parse_nodeslo(nodeslo({"hostApplications": apps}))
+    assert [(a.name, a.qos) for a in parsed.host_applications] == [("a", "LS"), ("c", "GOLD")]
+    assert [a["name"] for a in parsed.merged["hostApplications"]] == ["a", "c"]  # what the collector reads
+    assert set(dict(parsed.invalid_fields)) == {
+        "spec.hostApplications[1].cgroupPath.base", "spec.hostApplications[2].name",
+        "spec.hostApplications[3]"}
+    # koordlet takes any QoS string (neither LS nor BE): kept, with a warning
+    assert parsed.warnings == ('spec.hostApplications[4].qos: unknown value "GOLD" kept as written (koordlet '
+                               "takes any string here)",)
+
+
+def test_other_sections_of_the_wrong_type_fall_back_to_the_defaults() -> None:
+    parsed = parse_nodeslo(nodeslo({"cpuBurstStrategy": [], "systemStrategy": 3, "extensions": [1],
+                                    "hostApplications": {"name": "a"}, "resourceQOSStrategy": "off"}))
+    assert parsed.cpu_burst_strategy == parse_nodeslo(None).cpu_burst_strategy
+    assert parsed.system_strategy == parse_nodeslo(None).system_strategy
+    assert dict(parsed.extensions) == {} and parsed.host_applications == ()
+    assert parsed.resource_qos_strategy.ls_class is None  # every class left as it is
+    assert len(parsed.invalid_fields) == 5
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "meaning"),
+    [
+        ("resourceUsedThresholdWithBE.cpuSuppressPolicy", "cpuSet", "cpuset"),
+        ("resourceUsedThresholdWithBE.cpuEvictPolicy", "byMagic", "evictByRealLimit"),
+        ("cpuBurstStrategy.policy", "always", "none"),
+        ("resourceQOSStrategy.policies.cpuPolicy", "newSched", "newSched"),
+    ],
+)
+def test_enum_like_strings_are_read_the_way_koordlet_reads_them(field: str, value: str, meaning: str) -> None:
+    section, key = field.rsplit(".", 1)
+    spec: dict = {}
+    node = spec
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = value
+    parsed = parse_nodeslo(nodeslo(spec))
+    assert parsed.invalid_fields == ()  # a warning, not a drop
+    assert len(parsed.warnings) == 1
+    assert parsed.warnings[0].startswith(f'spec.{field}: unknown value "{value}"')
+    got = parsed.merged
+    for part in field.split("."):
+        got = got[part]
+    assert got == meaning
+
+
+def test_only_a_document_that_is_not_a_nodeslo_raises() -> None:
     with pytest.raises(NodeSLOError, match=r'^kind: must be "NodeSLO", got "Node"$'):
         parse_nodeslo({"kind": "Node", "spec": {}})
     with pytest.raises(NodeSLOError, match=r"^apiVersion: must be"):
@@ -452,6 +578,131 @@ def test_object_level_errors() -> None:
         parse_nodeslo({"spec": []})
     with pytest.raises(NodeSLOError, match=r"^NodeSLO: must be an object"):
         parse_nodeslo([])  # type: ignore[arg-type]
+    with pytest.raises(NodeSLOError, match=r"^metadata: must be an object"):
+        parse_nodeslo({"metadata": "node-1", "spec": {}})
+
+
+def _leaves(cls: type, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    for f in dataclasses.fields(cls):
+        spec = f.metadata["spec"]
+        if spec.kind == "obj":
+            yield from _leaves(spec.cls, (*path, spec.json))
+        elif spec.kind == "list":
+            yield from _leaves(spec.cls, (*path, spec.json, 0))
+        else:
+            yield (*path, spec.json), spec
+
+
+def _set(path: tuple, value: Any) -> dict:
+    """A spec with ``path`` set to ``value``; QoS objects enabled, list entries named."""
+    spec: dict = {}
+    node: Any = spec
+    for key, nxt in itertools.pairwise(path):
+        if isinstance(key, int):
+            continue
+        child: Any = [{"name": "n"}] if isinstance(nxt, int) else {}
+        node[key] = child
+        node = child[0] if isinstance(nxt, int) else child
+        if str(key).endswith("QOS"):
+            node["enable"] = True
+    node[path[-1]] = value
+    return spec
+
+
+def test_no_wrongly_typed_value_anywhere_stops_the_nodeslo() -> None:
+    """Every leaf field of the schema, set to a value of the wrong type: parsed, that value named."""
+    tried = 0
+    for path, spec in _leaves(_SpecBody, ()):
+        bad: Any = {"int": "7", "bool": "yes", "str": 3, "enum": 3, "boolmap": "x", "quantity": True,
+                    "intstr": 2.5, "any": "x"}[spec.kind]
+        parsed = parse_nodeslo(nodeslo(_set(path, bad)))
+        where = "spec" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        assert where in dict(parsed.invalid_fields), (where, parsed.invalid_fields)
+        tried += 1
+    assert tried > 100
+
+
+def test_every_feature_fallback_sits_inside_a_feature_object() -> None:
+    """The schema's own consistency: a FEATURE fallback needs an enclosing feature object to unset,
+    an UNSET one a field that may be None."""
+
+    def visit(cls: type, inside: bool) -> None:
+        for f in dataclasses.fields(cls):
+            spec = f.metadata["spec"]
+            if spec.on_bad == FEATURE:
+                assert inside, f"{cls.__name__}.{spec.json}"
+            if spec.on_bad == UNSET:
+                assert f.default is None, f"{cls.__name__}.{spec.json}"
+            if spec.kind in ("obj", "list"):
+                visit(spec.cls, inside or spec.cls in _FEATURE_ROOTS)
+
+    visit(_SpecBody, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys like Go's encoding/json
+
+
+def test_keys_match_case_insensitively_like_go() -> None:
+    parsed = parse_nodeslo(nodeslo({
+        "ResourceUsedThresholdWithBE": {"ENABLE": True, "cpusuppresspolicy": "cfsQuota"},
+        "resourceQOSStrategy": {"beClass": {"blkioQOS": {"enable": True, "blocks": [
+            {"name": "/dev/sdb", "type": "device", "iocfg": {"READIOPS": 2048, "writeiops": 100}}]}}},
+    }))
+    thr = parsed.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_policy) == (True, "cfsQuota")
+    assert thr.cpu_suppress_threshold_percent == 65  # the defaults of the section still merge in
+    be = parsed.class_qos("BE")
+    assert be is not None and be.blkio_qos is not None
+    (block,) = be.blkio_qos.blocks
+    assert (block.io_cfg.read_iops, block.io_cfg.write_iops) == (2048, 100)
+    assert parsed.warnings == () and parsed.invalid_fields == ()
+    # Go's simple case folding also maps the Kelvin sign onto k and the long s onto s
+    odd = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {"cpu\u017fuppressThresholdPercent": 40}}))
+    assert odd.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 40
+
+
+def test_several_keys_for_one_field_apply_in_document_order() -> None:
+    first = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {
+        "CPUSuppressThresholdPercent": 40, "cpuSuppressThresholdPercent": 30}}))
+    last = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {
+        "cpuSuppressThresholdPercent": 30, "CPUSuppressThresholdPercent": 40}}))
+    assert first.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 30
+    assert last.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 40
+    # objects merge into the earlier one, as Go decodes into the struct it already filled
+    io, _ = from_dict(BlockCfg, {"ioCfg": {"readIOPS": 1, "writeIOPS": 2}, "iocfg": {"readIOPS": 3}})
+    assert (io.io_cfg.read_iops, io.io_cfg.write_iops) == (3, 2)
+
+
+def test_the_merge_matches_keys_like_the_decoder() -> None:
+    merged = json_overlay({"cpuSuppressThresholdPercent": 65, "enable": False},
+                          {"CPUSUPPRESSTHRESHOLDPERCENT": 40, "Enable": True, "futureKnob": 1},
+                          ResourceThresholdStrategy)
+    assert merged == {"cpuSuppressThresholdPercent": 40, "enable": True, "futureKnob": 1}
+    assert merge_spec({"CPUBurstStrategy": {"Policy": "auto"}})["cpuBurstStrategy"]["policy"] == "auto"
+    # map keys stay exact (Go decodes map keys as they are)
+    features = parse_nodeslo(nodeslo({"systemStrategy": {"schedFeatures": {"ID_X": True, "id_x": False}}}))
+    assert dict(features.system_strategy.sched_features or {}) == {"ID_X": True, "id_x": False}
+    # and without a class json_overlay is the plain overlay it always was
+    assert json_overlay({"A": 1}, {"a": 2}) == {"A": 1, "a": 2}
+
+
+def test_unknown_keys_are_ignored_with_a_warning_in_annotations_too() -> None:
+    block = {"name": "sdb", "type": "device", "iocfg": {"readIOPS": 5}, "weight": 3}
+    cfg, warnings = from_dict(BlkIOQOS, {"blocks": [block]}, "annotation koordinator.sh/blkioQOS")
+    assert cfg.blocks[0].io_cfg.read_iops == 5
+    assert warnings == ("annotation koordinator.sh/blkioQOS.blocks[0].weight: unknown field ignored",)
+
+
+def test_pod_annotations_stay_strict() -> None:
+    with pytest.raises(NodeSLOError, match=r"^ann.cpuBurstPercent: must be an integer in \[0, 10000\]"):
+        from_dict(CPUBurstConfig, {"cpuburstpercent": 20000}, "ann")
+    with pytest.raises(NodeSLOError, match=r"^ann.blocks\[0\].ioCfg.readIOPS: must be an integer >= 0"):
+        from_dict(BlkIOQOS, {"blocks": [{"iocfg": {"readIOPS": -1}}]}, "ann")
+    # an enum-like string is read the way koordlet reads it there too
+    cfg, warnings = from_dict(CPUBurstConfig, {"policy": "always"}, "ann")
+    assert cfg.policy == "none"
+    assert warnings == ('ann.policy: unknown value "always" read as "none", as koordlet reads it',)
 
 
 def test_ranges_accept_their_bounds() -> None:
@@ -479,26 +730,22 @@ def test_ranges_accept_their_bounds() -> None:
     assert spec.system_strategy.total_network_bandwidth == 10 * 10**9
 
 
-def test_a_bad_nodeslo_never_half_applies() -> None:
-    good = parse_nodeslo(
-        nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 40}})
-    )
-    bad_obj = nodeslo(
+def test_a_bad_field_never_costs_the_good_ones() -> None:
+    obj = nodeslo(
         {
-            "resourceUsedThresholdWithBE": {
-                "enable": True,
-                "cpuSuppressThresholdPercent": 30,
-            },  # a valid change...
+            # a valid change...
+            "resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 30},
             "cpuBurstStrategy": {"sharePoolThresholdPercent": 500},  # ...and an invalid one later
         }
     )
-    before = copy.deepcopy(bad_obj)
-    with pytest.raises(NodeSLOError, match="sharePoolThresholdPercent"):
-        parse_nodeslo(bad_obj)
-    assert bad_obj == before  # the input is untouched
-    assert good.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 40
+    before = copy.deepcopy(obj)
+    parsed = parse_nodeslo(obj)
+    assert obj == before  # the input is untouched
+    assert parsed.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 30
+    assert parsed.cpu_burst_strategy.share_pool_threshold_percent == 50  # the default, for that field only
+    assert [p for p, _ in parsed.invalid_fields] == ["spec.cpuBurstStrategy.sharePoolThresholdPercent"]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        good.resource_used_threshold_with_be.enable = False  # type: ignore[misc]
+        parsed.resource_used_threshold_with_be.enable = False  # type: ignore[misc]
 
 
 def test_class_qos_lookup() -> None:

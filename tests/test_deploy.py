@@ -1,6 +1,7 @@
 """deploy/ stays consistent with the code: the DaemonSet's flags and mounts, RBAC, the NodeSLO CRD
-(generated from the agent's schema, and refusing what the agent refuses), the Dockerfile and the CI
-script that builds its wheel.  kubernetes-validate runs in .ci/check-deploy, not here."""
+(generated from the agent's schema, and accepting every object koordinator's CRD accepts), the
+Dockerfile and the CI script that builds its wheel.  kubernetes-validate runs in .ci/check-deploy,
+not here."""
 
 from __future__ import annotations
 
@@ -273,7 +274,7 @@ def test_generated_crd_is_the_committed_one(tmp_path: Path) -> None:
     assert gen_crd.render() == committed, "run: python deploy/gen_crd.py"
     assert gen_crd.main(["--check"]) == 0
     stale = tmp_path / "crd.yaml"
-    stale.write_text(committed.replace("maximum: 100", "maximum: 101", 1), encoding="utf-8")
+    stale.write_text(committed.replace("format: int32", "format: int64", 1), encoding="utf-8")
     assert gen_crd.main(["--check", "--output", str(stale)]) == 1
     fresh = tmp_path / "fresh.yaml"
     assert gen_crd.main(["--output", str(fresh)]) == 0
@@ -398,13 +399,13 @@ def crd_accepts(schema: dict[str, Any], obj: dict[str, Any]) -> bool:
     return not validate(schema, {k: v for k, v in obj.items() if k != "metadata"})
 
 
-def agent_accepts(obj: dict[str, Any]) -> bool:
-    try:
-        spec = nodeslo.parse_nodeslo(obj)
-    except nodeslo.NodeSLOError:
-        return False
-    assert not spec.warnings, spec.warnings  # every field set here is one the agent knows
-    return True
+def agent_applies(obj: dict[str, Any]) -> bool:
+    """The agent uses every value of ``obj``: it drops none (it never refuses a NodeSLO-shaped
+    object; a bad value costs that field only)."""
+    spec = nodeslo.parse_nodeslo(obj)
+    # every field set here is one the agent knows
+    assert not [w for w in spec.warnings if "unknown field" in w], spec.warnings
+    return spec.invalid_fields == ()
 
 
 def the_object(spec: dict[str, Any]) -> dict[str, Any]:
@@ -418,9 +419,10 @@ def test_validator_is_not_vacuous(schema: dict[str, Any]) -> None:
 
     assert crd_accepts(schema, threshold(cpuSuppressThresholdPercent=65))
     assert not crd_accepts(schema, threshold(cpuSupressThresholdPercent=65))  # a typo
-    assert not crd_accepts(schema, threshold(cpuSuppressThresholdPercent=101))
+    assert not crd_accepts(schema, threshold(cpuSuppressThresholdPercent="65"))
     assert not crd_accepts(schema, threshold(enable="yes"))
-    assert not crd_accepts(schema, the_object({"cpuBurstStrategy": {"policy": "always"}}))
+    assert not crd_accepts(schema, the_object({"cpuBurstStrategy": {"policy": 3}}))
+    assert not crd_accepts(schema, the_object({"systemStrategy": {"totalNetworkBandwidth": "lots"}}))
 
 
 def test_default_spec_and_example_match_the_crd(schema: dict[str, Any]) -> None:
@@ -428,20 +430,79 @@ def test_default_spec_and_example_match_the_crd(schema: dict[str, Any]) -> None:
     example = manifest("nodeslo-example.yaml")
     assert crd_accepts(schema, example), validate(schema, {**example, "metadata": {}})
     assert f"{example['apiVersion']}" == nodeslo.API_VERSION and example["kind"] == nodeslo.KIND
-    parsed = nodeslo.parse_nodeslo(example)
-    assert parsed.warnings == ()
-    assert parsed.resource_used_threshold_with_be.enable is True
+    assert agent_applies(example)
+    assert nodeslo.parse_nodeslo(example).resource_used_threshold_with_be.enable is True
+
+
+# koordinator's own NodeSLO CRD (config/crd/bases/slo.koordinator.sh_nodeslos.yaml of
+# koordinator-sh/koordinator), transcribed: typed fields, these minimum/maximum from its kubebuilder
+# markers, no enum, no required field, no list type, one pattern (the quantity below).
+KOORDINATOR_BOUNDS: dict[str, tuple[int | None, int | None]] = {
+    "cpuSuppressThresholdPercent": (0, 100), "cpuSuppressMinPercent": (0, 100),
+    "memoryEvictThresholdPercent": (0, 100), "memoryEvictLowerPercent": (0, 100),
+    "minLimitPercent": (0, None), "lowLimitPercent": (0, None), "throttlingPercent": (0, None),
+    "wmarkRatio": (0, 100), "wmarkScalePermill": (1, 1000), "wmarkMinAdj": (-25, 50),
+    "readIOPS": (0, None), "writeIOPS": (0, None), "readBPS": (0, None), "writeBPS": (0, None),
+    "ioWeightPercent": (1, 100), "readLatencyPercent": (0, 100), "writeLatencyPercent": (0, 100),
+    "modelReadBPS": (1, None), "modelWriteBPS": (1, None), "modelReadSeqIOPS": (1, None),
+    "modelWriteSeqIOPS": (1, None), "modelReadRandIOPS": (1, None), "modelWriteRandIOPS": (1, None),
+    "catRangeStartPercent": (0, 100), "catRangeEndPercent": (0, 100), "mbaPercent": (0, 100),
+    "cpuBurstPercent": (0, 10000),
+}
+KOORDINATOR_QUANTITY = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?"
+                        r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+# memoryQOS fields of koordinator's CRD the agent does not read (ignored with a warning)
+KOORDINATOR_ONLY_MEMORY_FIELDS = ("pageCacheLimitEnable", "pageCacheLimitSync")
+
+
+def koordinator_accepts(spec: Any, value: Any, bounds: bool = True) -> bool:
+    """Whether koordinator's CRD admits ``value`` for this field (``bounds=False``: its type)."""
+    kind = spec.kind
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        lo, hi = KOORDINATOR_BOUNDS.get(spec.json, (None, None)) if bounds else (None, None)
+        return (lo is None or value >= lo) and (hi is None or value <= hi)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind in ("str", "enum"):
+        return isinstance(value, str)
+    if kind == "boolmap":
+        return isinstance(value, dict) and all(isinstance(v, bool) for v in value.values())
+    if kind == "any":
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return False  # intstr and quantity: an integer or a string
+    if kind == "intstr" or not isinstance(value, str):
+        return True
+    return re.search(KOORDINATOR_QUANTITY, value) is not None
+
+
+def test_crd_carries_types_only_like_koordinators(schema: dict[str, Any]) -> None:
+    """No bound, enum, required field or list type koordinator's CRD lacks: ranges live in the agent."""
+    patterns = []
+    for path, node in _walk(schema, "$"):
+        for keyword in ("minimum", "maximum", "enum", "required", "minLength", "x-kubernetes-list-type"):
+            assert keyword not in node, f"{path}: {keyword}"
+        if "pattern" in node:
+            patterns.append((path, node["pattern"]))
+    assert patterns == [("$.spec.systemStrategy.totalNetworkBandwidth", KOORDINATOR_QUANTITY)]
+    klass = schema["properties"]["spec"]["properties"]["resourceQOSStrategy"]["properties"]["lsClass"]
+    memory = klass["properties"]["memoryQOS"]["properties"]
+    for name in KOORDINATOR_ONLY_MEMORY_FIELDS:
+        assert memory[name] == {"type": "integer", "format": "int64"}
 
 
 # Every field of every NodeSLO dataclass, reached through the spec, tried with boundary and
-# wrongly-typed values: the API server (the CRD) and the agent (parse_nodeslo) must agree.
+# wrongly-typed values: what koordinator's CRD accepts, ours accepts; what the agent uses, the
+# CRD accepts; a value of the wrong type both refuse (the agent drops it, that field only).
 
 SECTION_CLASSES = {name: cls for name, (cls, _) in gen_crd.SECTIONS.items()}
 
 
 def _field_paths() -> Iterator[tuple[list[str | int], Any]]:
-    """(JSON path from spec, field spec) of every leaf field, wherever its class is used (a class's
-    range must hold in each place: lsrClass and beClass alike); a list path uses index 0."""
+    """(JSON path from spec, field spec) of every leaf field, wherever its class is used (lsrClass
+    and beClass alike); a list path uses index 0."""
 
     def visit(cls: type, path: list[str | int]) -> Iterator[tuple[list[str | int], Any]]:
         for f in dataclasses.fields(cls):
@@ -458,33 +519,31 @@ def _field_paths() -> Iterator[tuple[list[str | int], Any]]:
     yield from visit(nodeslo.HostApplicationSpec, ["hostApplications", 0])
 
 
-def candidates(spec: Any) -> list[tuple[Any, bool]]:
-    """(value, must the two agree exactly) for one field spec."""
+def candidates(spec: Any) -> list[Any]:
+    """Values for one field spec: the agent's bounds and beyond, koordinator's examples, wrong types."""
     kind = spec.kind
     if kind == "int":
-        values: list[Any] = [spec.lo, spec.hi, "7", True, 1.5]
+        values: list[Any] = [spec.lo, spec.hi, -7, 0, 120, 500, 10001, 2**40, "7", True, 1.5]
         if spec.lo > -(2**63):
             values.append(spec.lo - 1)
         if spec.hi < 2**63 - 1:
             values.append(spec.hi + 1)
-        return [(v, True) for v in values]
+        return values
     if kind == "bool":
-        return [(True, True), (False, True), ("true", True), (1, True)]
+        return [True, False, "true", 1]
     if kind == "str":
-        return [("some-name", True), (3, True)]
+        return ["some-name", 3]
     if kind == "enum":
-        return [*((c, True) for c in spec.choices), ("bogus", True), (3, True)]
+        return [*spec.choices, "bogus", 3]
     if kind == "boolmap":
-        return [({"FEATURE": True}, True), ({"FEATURE": 1}, True), ("x", True)]
+        return [{"FEATURE": True}, {"FEATURE": 1}, "x"]
     if kind == "any":
-        return [({"free": {"form": 1}}, True), ("x", True)]
+        return [{"free": {"form": 1}}, "x"]
     if kind in ("quantity", "intstr"):
-        # the CRD's quantity pattern is a little stricter than the agent's parser (which also
-        # takes surrounding blanks): anything the API server admits must be usable by the agent
-        values = ["1Gi", "500m", "1e3", "0.5", "50M", 5, "abc", "1.2.3", "", True, 2.5]
+        values = ["1Gi", "500m", "1e3", "0.5", "50M", "1e1.5", 5, "abc", "1.2.3", "", True, 2.5]
         if kind == "intstr":
             values += [0, 100, 101, -1]
-        return [(v, False) for v in values]
+        return values
     raise AssertionError(f"no candidates for field kind {kind}")
 
 
@@ -508,20 +567,53 @@ def with_value(path: list[str | int], value: Any) -> dict[str, Any]:
     return spec
 
 
-def test_crd_refuses_what_the_agent_refuses(schema: dict[str, Any]) -> None:
+def test_crd_accepts_what_koordinators_accepts_and_what_the_agent_uses(schema: dict[str, Any]) -> None:
     tried = 0
     for path, spec in _field_paths():
-        for value, exact in candidates(spec):
+        for value in candidates(spec):
             obj = the_object(with_value(path, value))
-            crd, agent = crd_accepts(schema, obj), agent_accepts(obj)
+            crd = crd_accepts(schema, obj)
             where = ".".join(map(str, path))
-            if exact:
-                assert crd == agent, f"{where}={value!r}: CRD {'accepts' if crd else 'refuses'}, agent " \
-                                     f"{'accepts' if agent else 'refuses'}"
+            # "" is Go's omitempty: the agent keeps the default (and both CRDs refuse "" as a quantity)
+            used = value != "" and agent_applies(obj)
+            if koordinator_accepts(spec, value):
+                assert crd, f"{where}={value!r}: koordinator's CRD admits it, ours refuses"
+            if koordinator_accepts(spec, value, bounds=False):  # of the right type: bounds are the agent's
+                assert crd or not used, f"{where}={value!r}: the agent uses it, the CRD refuses"
             else:
-                assert agent or not crd, f"{where}={value!r}: the CRD admits what the agent refuses"
+                assert not crd, f"{where}={value!r}: of the wrong type, and the CRD admits it"
+                # (Go's Quantity decodes any JSON number, 2.5 too, and so does the agent)
+                assert not used or spec.kind == "quantity", f"{where}={value!r}: of the wrong type, used"
             tried += 1
     assert tried > 1500  # every field of every section, not a handful
+
+
+# The NodeSLOs of the issue: each valid but for one field, accepted by koordinator's CRD (the
+# cpuBurstPercent of -7 is below its minimum of 0: ours, with no bounds at all, takes it too).
+ISSUE_OBJECTS = {
+    "spec.systemStrategy.watermarkScaleFactor": {"systemStrategy": {"watermarkScaleFactor": 500}},
+    "spec.resourceUsedThresholdWithBE.cpuEvictBESatisfactionUpperPercent": {
+        "resourceUsedThresholdWithBE": {"cpuEvictBESatisfactionUpperPercent": 120,
+                                        "cpuEvictBESatisfactionLowerPercent": 40}},
+    "spec.cpuBurstStrategy.cpuBurstPercent": {"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}},
+    "": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}},  # read as cpuset: nothing dropped
+}
+
+
+def test_the_issue_objects_pass_the_crd_and_cost_the_agent_one_field(schema: dict[str, Any]) -> None:
+    for dropped, extra in ISSUE_OBJECTS.items():
+        spec = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}}
+        for section, fields in extra.items():
+            spec[section] = {**spec.get(section, {}), **fields}
+        obj = the_object(spec)
+        assert crd_accepts(schema, obj), validate(schema, {**obj, "metadata": {}})
+        parsed = nodeslo.parse_nodeslo(obj)
+        assert [p for p, _ in parsed.invalid_fields] == ([dropped] if dropped else [])
+        assert parsed.resource_used_threshold_with_be.enable is True
+    # and the fields only koordinator's CRD has are admitted (the agent ignores them)
+    legacy = the_object({"resourceQOSStrategy": {"lsClass": {"memoryQOS": {
+        name: 1 for name in KOORDINATOR_ONLY_MEMORY_FIELDS}}}})
+    assert crd_accepts(schema, legacy)
 
 
 def test_quantity_pattern_takes_the_usual_forms(schema: dict[str, Any]) -> None:
@@ -533,18 +625,19 @@ def test_quantity_pattern_takes_the_usual_forms(schema: dict[str, Any]) -> None:
         assert validate(bandwidth, bad) != [], bad
 
 
-def test_host_applications_need_unique_names(schema: dict[str, Any]) -> None:
+def test_host_applications_without_a_unique_name_pass_the_crd_and_are_ignored_by_the_agent(
+        schema: dict[str, Any]) -> None:
     app = {"name": "nginx", "qos": "LS"}
     cases = {
-        "ok": ([app, {**app, "name": "redis"}], True),
-        "duplicate": ([app, copy.deepcopy(app)], False),
-        "unnamed": ([{"qos": "LS"}], False),
-        "empty name": ([{**app, "name": ""}], False),
+        "ok": ([app, {**app, "name": "redis"}], []),
+        "duplicate": ([app, copy.deepcopy(app)], ["spec.hostApplications[1].name"]),
+        "unnamed": ([{"qos": "LS"}], ["spec.hostApplications[0].name"]),
+        "empty name": ([{**app, "name": ""}], ["spec.hostApplications[0].name"]),
     }
-    for label, (apps, ok) in cases.items():
+    for label, (apps, dropped) in cases.items():
         obj = the_object({"hostApplications": apps})
-        assert crd_accepts(schema, obj) is ok, label
-        assert agent_accepts(obj) is ok, label
+        assert crd_accepts(schema, obj), label  # koordinator's CRD requires no name either
+        assert [p for p, _ in nodeslo.parse_nodeslo(obj).invalid_fields] == dropped, label
 
 
 # ---------------------------------------------------------------------------------------------

@@ -178,10 +178,24 @@ def test_health_fails_when_a_state_file_cannot_be_read(running: Any, tmp_path: P
 def test_a_refused_nodeslo_is_named_but_not_fatal(running: Any, tmp_path: Path) -> None:
     agent, exporter, _ = running
     run(agent, "collect")
-    bad = {"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": "lots"}}}
+    bad = {"kind": "Node", "spec": {}}  # not a NodeSLO at all
     assert not agent.store.set_nodeslo(bad)
     code, report = health(exporter)
     assert code == 200 and "nodeslo: bad NodeSLO" in report["checks"]["state"]["detail"]
+    assert report["status"] == "degraded"
+    assert "the last good one stays" in report["degraded"]["nodeslo"]["detail"]
+
+
+def test_a_dropped_nodeslo_field_makes_health_degraded_naming_it(running: Any, tmp_path: Path) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    assert agent.store.set_nodeslo({"spec": {"systemStrategy": {"watermarkScaleFactor": 500}}})
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "degraded"
+    assert "spec.systemStrategy.watermarkScaleFactor" in report["degraded"]["nodeslo"]["detail"]
+    assert agent.store.set_nodeslo({"spec": {"systemStrategy": {"watermarkScaleFactor": 150}}})
+    code, report = health(exporter)
+    assert code == 200 and "nodeslo" not in report.get("degraded", {})
 
 
 def test_health_fails_when_kubernetes_sync_is_stale(tmp_path: Path) -> None:

@@ -173,6 +173,29 @@ def test_nodeslo_changed_through_the_api_changes_the_be_quota_on_the_next_tick(t
         assert "from -1 to 320000" in ev["message"]
 
 
+def test_a_nodeslo_with_a_bad_field_still_suppresses_and_is_one_event_per_change(tmp_path: Path) -> None:
+    slo = {**suppress_slo(65), "systemStrategy": {"watermarkScaleFactor": 500}}  # koordinator's CRD takes it
+    with scenario(tmp_path, PODS, slo=slo, strategies=["cpuSuppress"]) as sc:
+        sc.tick()
+        sc.tick("cpuSuppress")
+        assert sc.quota() == "320000"  # as with a clean NodeSLO (see above), not the defaults' "off"
+        [ev] = sc.events("InvalidNodeSLOFields")
+        assert ev["type"] == "Warning" and ev["involvedObject"]["kind"] == "Node"
+        assert "spec.systemStrategy.watermarkScaleFactor: must be an integer in [1, 400], got 500" \
+            in ev["message"]
+        # another change that keeps the bad field: one more Event; a relist of the same: none
+        sc.api.cluster.put(nodeslo_object({**slo, **suppress_slo(40)}, name=NODE))
+        sc.received()
+        sc.tick("cpuSuppress")
+        assert sc.quota() == "120000"
+        assert len(sc.events("InvalidNodeSLOFields")) == 2
+        sc.api.cluster.put(nodeslo_object(suppress_slo(40), name=NODE))  # fixed
+        sc.received()
+        sc.tick("cpuSuppress")
+        assert len(sc.events("InvalidNodeSLOFields")) == 2
+        assert sc.agent.store.conditions.get("nodeslo") is None
+
+
 def test_a_pod_created_through_the_api_is_collected(tmp_path: Path) -> None:
     with scenario(tmp_path, PODS, slo=None, strategies=[]) as sc:
         sc.tick()

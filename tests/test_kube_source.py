@@ -153,14 +153,26 @@ def test_nodeslo_created_changed_unchanged_and_deleted(source: KubeSource, api: 
     assert store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 65
 
 
-def test_a_bad_nodeslo_keeps_the_last_good_one(source: KubeSource, api: FakeAPIServer) -> None:
+def test_a_bad_nodeslo_field_costs_that_field_and_a_non_nodeslo_keeps_the_last_good_one(
+        source: KubeSource, api: FakeAPIServer) -> None:
     assert source.wait_synced(5)
     api.cluster.put(nodeslo(50))
     until(source, lambda: source.store.nodeslo_present)
-    api.cluster.put(nodeslo(150))
+    bad_field = nodeslo(150)
+    bad_field["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressPolicy"] = "cfsQuota"
+    api.cluster.put(bad_field)
+    until(source, lambda: source.store.nodeslo.invalid_fields != ())
+    thr = source.store.nodeslo.resource_used_threshold_with_be
+    # that field falls back to the default, the rest applies
+    assert (thr.cpu_suppress_threshold_percent, thr.cpu_suppress_policy) == (65, "cfsQuota")
+    condition = source.store.conditions.get("nodeslo")
+    assert condition is not None and "cpuSuppressThresholdPercent" in condition.message
+    not_a_nodeslo = nodeslo(30)
+    not_a_nodeslo["spec"] = ["not", "an", "object"]
+    api.cluster.put(not_a_nodeslo)
     until(source, lambda: "nodeslo" in source.store.errors)
-    assert "cpuSuppressThresholdPercent" in source.store.errors["nodeslo"]
-    assert source.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent == 50
+    assert "spec: must be an object" in source.store.errors["nodeslo"]
+    assert source.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_policy == "cfsQuota"
 
 
 def test_nodeslo_crd_not_installed_means_defaults_not_a_stall(api: FakeAPIServer, source: KubeSource) -> None:

@@ -165,8 +165,10 @@ BAD = {
                      "featureGates: unknown feature gate(s): NoSuchGate"),
     "gate-type": ("now: 1\nfeatureGates: {BEMemoryEvict: yes please}\n",
                   "featureGates.BEMemoryEvict: expected true or false"),
-    "bad-nodeslo": ("now: 1\nnodeSLO: {resourceUsedThresholdWithBE: {cpuSuppressThresholdPercent: 500}}\n",
-                    "nodeSLO: spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"),
+    # a nodeSLO that is not a NodeSLO at all (a bad field is dropped and listed, see below)
+    "nodeslo-kind": ("now: 1\nnodeSLO: {kind: Node, spec: {}}\n",
+                     'nodeSLO: kind: must be "NodeSLO", got "Node"'),
+    "nodeslo-spec": ("now: 1\nnodeSLO: {spec: [1]}\n", "nodeSLO: spec: must be an object, got [1]"),
     "bad-pod": ("now: 1\npods: [{metadata: {name: p}}]\n", "pods[0]: pod 'p': metadata.uid: required"),
     "duplicate-cpu": ("now: 1\ncpus: [{id: 0, core: 0, socket: 0, node: 0},\n"
                       "       {id: 0, core: 1, socket: 0, node: 0}]\n",
@@ -193,6 +195,31 @@ def test_bad_scenario_exits_2_with_one_line(tmp_path: Path, name: str) -> None:
     assert len(lines) == 1 and err.getvalue().endswith("\n"), err.getvalue()
     assert lines[0].startswith("qosmanager replay: ")
     assert fragment in lines[0]
+
+
+def test_a_nodeslo_with_bad_fields_runs_and_lists_them_under_refused(tmp_path: Path) -> None:
+    """koordlet's rule: a bad NodeSLO field affects that field only.  The cfs-quota scenario with
+    two more NodeSLO fields out of range writes the same BE quotas, and says what it dropped."""
+    path = SCENARIOS / "cfs-quota-v1.yaml"
+    _needs(path)
+    doc = yaml.safe_load(path.read_text())
+    doc["nodeSLO"]["spec"]["systemStrategy"] = {"watermarkScaleFactor": 500}
+    doc["nodeSLO"]["spec"]["resourceUsedThresholdWithBE"]["cpuEvictBESatisfactionUpperPercent"] = 120
+    bad = tmp_path / "bad-fields.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out, err = io.StringIO(), io.StringIO()
+    assert replay_main(str(bad), out, err) == 0, err.getvalue()
+    got = json.loads(out.getvalue())
+    want = yaml.safe_load((SCENARIOS / "cfs-quota-v1.expected.yaml").read_text())
+    assert [{k: w[k] for k in ("strategy", "file", "value")} for w in got["writes"]] == want["writes"]
+    refused = [r for r in got["refused"] if r.get("source") == "nodeSLO"]
+    assert [r["field"] for r in refused] == [
+        "spec.resourceUsedThresholdWithBE.cpuEvictBESatisfactionUpperPercent",
+        "spec.systemStrategy.watermarkScaleFactor",
+    ]
+    assert all("got 120" in r["reason"] or "got 500" in r["reason"] for r in refused)
+    # and a scenario without bad fields lists none
+    assert not [r for r in _replay(path)["refused"] if r.get("source") == "nodeSLO"]
 
 
 def test_bad_scenario_through_the_command_line(tmp_path: Path) -> None:

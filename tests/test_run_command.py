@@ -82,15 +82,25 @@ def test_agent_collects_and_follows_pod_file_changes(tmp_path) -> None:
         t[0] += 1
         agent.collect(t[0])
         assert agent.collector.stats.pods == 2
-        # a bad NodeSLO keeps the last good one and says why
+        # a bad NodeSLO field costs that field only, and says why
         files["slo"].write_text(json.dumps({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
                                             "spec": {"resourceUsedThresholdWithBE": {
-                                                "cpuSuppressThresholdPercent": 150}}}))
+                                                "enable": True, "cpuSuppressThresholdPercent": 150}}}))
+        t[0] += 1
+        agent.collect(t[0])
+        thr = agent.store.nodeslo.resource_used_threshold_with_be
+        assert (thr.enable, thr.cpu_suppress_threshold_percent) == (True, 65)
+        condition = agent.store.conditions.get("nodeslo")
+        assert condition is not None and "cpuSuppressThresholdPercent" in condition.message
+        # a file that is not a NodeSLO at all keeps the last good one and says why
+        files["slo"].write_text(json.dumps({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "Node"}))
+        os.utime(files["slo"], ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
         gen = agent.store.nodeslo_generation
         t[0] += 1
         agent.collect(t[0])
         assert agent.store.nodeslo_generation == gen
-        assert "cpuSuppressThresholdPercent" in agent.store.errors["nodeslo"]
+        assert agent.store.nodeslo.resource_used_threshold_with_be.enable is True
+        assert 'kind: must be "NodeSLO"' in agent.store.errors["nodeslo"]
     finally:
         agent.close()
 

@@ -141,6 +141,25 @@ def test_static_burst_percent_truncation_clamp_and_policy_off() -> None:
     assert get_burst(h, cdir(h, "ls-1", "a")) == 0 and get_burst(h, h.host.pod_dir("ls-2")) == 0
 
 
+def test_a_dropped_burst_percent_leaves_the_static_burst_files_as_they_are() -> None:
+    """koordlet computes a negative cfs_burst_us from cpuBurstPercent -7 and its validator skips the
+    write: the containers with a limit, and their pod, keep what they have; the rest still runs."""
+    ann = {"koordinator.sh/cpuBurst": json.dumps({"cpuBurstPercent": 300})}
+    p1 = pod("ls-1", [("a", "a", 1000), ("b", "b", None)])
+    p2 = pod("ls-2", [("a", "c", 1000)], annotations=ann)
+    h = make(burst={"policy": "auto", "cpuBurstPercent": 200}, pods=[p1, p2])
+    h.tick("cpuBurst", NOW)
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    h.write_file(h.cgroup_file("cpu", cdir(h, "ls-1", "b"), "cpu.cfs_burst_us"), "7\n")
+    h.set_nodeslo({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}})
+    assert [p for p, _ in h.store.nodeslo.invalid_fields] == ["spec.cpuBurstStrategy.cpuBurstPercent"]
+    h.tick("cpuBurst", NOW + 100)  # past the forced re-send
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000  # left as it is
+    assert get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "b")) == 0  # no CPU limit: 0, whatever the percentage
+    assert get_burst(h, cdir(h, "ls-2", "c")) == 300_000  # the pod's own percentage still applies
+
+
 def test_pod_annotation_overrides_node_config() -> None:
     ann = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 200})}
     p1 = pod("ls-1", [("a", "a", 1000)], annotations=ann)

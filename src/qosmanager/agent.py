@@ -195,7 +195,7 @@ class Agent:
         if self.kube_client is None or not cfg.kube_events or cfg.dry_run:
             return
         from qosmanager.host.cgroups import KubeQoS
-        from qosmanager.states.kube.events import BELimitEvents, EventRecorder, ObjectRef
+        from qosmanager.states.kube.events import BELimitEvents, EventRecorder, NodeSLOEvents, ObjectRef
 
         recorder = EventRecorder(self.kube_client, cfg.node_name, clock=clock)
         self.coordinator.on_decision.append(recorder.on_eviction)
@@ -209,6 +209,7 @@ class Agent:
         be_limit = BELimitEvents(recorder, node_ref, self.layout.qos_dir(KubeQoS.BESTEFFORT), clock=clock)
         self.executor.on_write.append(be_limit.on_write)
         recorder.add_periodic(be_limit.flush)
+        store.on_nodeslo.append(NodeSLOEvents(recorder, node_ref).on_nodeslo)
         self.events = recorder
 
     def wait_for_state(self, timeout: float | None = None) -> bool:

@@ -178,6 +178,10 @@ class AgentMetrics:
               "Degraded conditions the agent works around (1 while active): a bad NodeSLO field, a node "
               "counter that cannot be read, a missing kube QoS cgroup, ...; /healthz says what each means",
               ("condition",), r).pull(self._degraded)
+        Gauge("qosmanager_nodeslo_invalid_fields",
+              "NodeSLO fields the agent dropped (1 per field, by JSON path): out of range or of the wrong "
+              "type; koordlet's default applies there or what the field sets is left as it is, everything "
+              "else applies; /healthz says why", ("field",), r).pull(self._nodeslo_invalid)
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
         self._proc: Any = None
@@ -377,6 +381,11 @@ class AgentMetrics:
         if self.store is None:
             return None
         return {(key,): 1.0 for key in self.store.conditions.snapshot()}
+
+    def _nodeslo_invalid(self) -> Mapping[LabelValues, float] | None:
+        if self.store is None:
+            return None
+        return {(path,): 1.0 for path, _ in self.store.nodeslo.invalid_fields}
 
     def _last_success(self) -> Mapping[LabelValues, float]:
         return {(job,): t for job, t in self.jobs()[0].items()}

@@ -13,6 +13,11 @@ Two properties matter to the people who use it:
 * **Nothing is silently guessed.**  A scenario with an unknown key, a value of the wrong type,
   an unknown strategy, metric or feature gate, or a container series that names no container
   is refused with exit status 2 and a one-line message naming the field (``pods[2].metadata``).
+  The NodeSLO is the agent's input, read exactly as the agent reads it: a field the agent would
+  drop (out of range, of the wrong type) is dropped here too, the scenario runs, and the output
+  lists it under ``refused`` (``{"source": "nodeSLO", "field": <JSON path>, "reason": <why>}``,
+  before the refused eviction decisions); only a ``nodeSLO`` that is not a NodeSLO at all is
+  refused with exit status 2.
 * **Deterministic.**  The same scenario gives byte-identical output: time is the scenario's,
   randomness is seeded from the scenario's ``seed`` (default 0), and the output names files
   relative to their roots, never the temporary directory.
@@ -263,7 +268,8 @@ def _address(s: MetricSeries, pods: Mapping[str, PodMeta]) -> dict[str, str]:
 
 
 def _nodeslo(value: Any) -> dict[str, Any]:
-    """A whole NodeSLO object, or just its spec; validated and merged the way the agent does it."""
+    """A whole NodeSLO object, or just its spec; refused only when it is not a NodeSLO at all (the
+    agent drops a bad field and keeps the rest, and so does the replay)."""
     obj = _mapping(value, "nodeSLO")
     if "spec" not in obj:
         obj = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "node"},
@@ -482,6 +488,9 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
         h.set_nodeslo(sc.nodeslo)
     except ValueError as e:
         raise ScenarioError(f"nodeSLO: {e}") from None
+    # the NodeSLO values the agent dropped (that field only; the rest of the NodeSLO applies)
+    refused.extend({"source": "nodeSLO", "field": path, "reason": why}
+                   for path, why in h.store.nodeslo.invalid_fields)
     try:
         h.set_pods(sc.pods)
     except ValueError as e:

@@ -5,9 +5,10 @@ them into the precomputed views of :mod:`qosmanager.api` *once per change* and k
 generation counter per kind, so consumers (discovery, strategies) notice a change with
 one integer comparison per tick instead of re-reading anything.
 
-Bad input loses nothing: a NodeSLO that fails validation leaves the last good one in
-place and the reason in :attr:`StateStore.errors`; a pod that cannot be understood is
-skipped with its reason while every other pod is kept.
+Bad input loses nothing: a NodeSLO field with a bad value is dropped (that field only, as
+koordlet does; the ``nodeslo`` degraded condition names it), a document that is not a NodeSLO
+at all leaves the last good one in place and the reason in :attr:`StateStore.errors`; a pod
+that cannot be understood is skipped with its reason while every other pod is kept.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,8 @@ from qosmanager.api.pod import PodMeta, pod_meta
 from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
+
+NODESLO_CONDITION = "nodeslo"
 
 
 @dataclass
@@ -51,6 +54,9 @@ class StateStore:
     conditions: Conditions = field(default_factory=Conditions)
     health: dict[str, SourceHealth] = field(default_factory=lambda: {
         "node": SourceHealth(), "pods": SourceHealth(), "nodeslo": SourceHealth()})
+    # called (agent thread) with each NodeSLO spec that differs from the last one reported
+    on_nodeslo: list[Callable[[NodeSLOSpec], None]] = field(default_factory=list, repr=False)
+    _nodeslo_reported: Any = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # -- node ----------------------------------------------------------------
@@ -116,21 +122,50 @@ class StateStore:
 
     # -- NodeSLO -------------------------------------------------------------
     def set_nodeslo(self, obj: Mapping[str, Any] | None, now: float | None = None) -> bool:
-        """Validate and merge a NodeSLO; a bad one keeps the last good spec and says why."""
+        """Merge and validate a NodeSLO and put it in force.
+
+        A field with a bad value is dropped (that field only): the ``nodeslo`` condition names every
+        dropped field, and each problem is logged once per NodeSLO change, not on every re-read.  A
+        document that is not a NodeSLO at all keeps the last good spec, says why and returns False.
+        """
         now = time.time() if now is None else now
         try:
             spec = parse_nodeslo(obj)
         except ValueError as e:
             self._error("nodeslo", f"bad NodeSLO, keeping the last good one: {e}", now)
+            kept = "the last good one stays in force" if self.nodeslo_present else "koordlet's defaults stay"
+            standing = self.nodeslo.invalid_summary()
+            self.conditions.set(NODESLO_CONDITION, f"NodeSLO refused ({e}); {kept}"
+                                + (f"; in it, {standing}" if standing else ""))
             return False
         with self._lock:
             self.nodeslo = spec
             self.nodeslo_present = obj is not None
             self.nodeslo_generation += 1
             self._ok("nodeslo", now)
+        summary = spec.invalid_summary()
+        if summary:
+            self.conditions.set(NODESLO_CONDITION, summary)
+        else:
+            self.conditions.clear(NODESLO_CONDITION)
+        self._report_nodeslo(spec)
+        return True
+
+    def _report_nodeslo(self, spec: NodeSLOSpec) -> None:
+        """Log the problems of a NodeSLO and tell ``on_nodeslo``, once per distinct NodeSLO."""
+        key = (spec.invalid_fields, spec.warnings, spec.merged)
+        if key == self._nodeslo_reported:
+            return  # the same NodeSLO again (a file touched, a re-list): already said
+        self._nodeslo_reported = key
         for w in spec.warnings:
             log.warning("NodeSLO: %s", w)
-        return True
+        for path, why in spec.invalid_fields:
+            log.warning("NodeSLO: %s dropped: %s", path, why)
+        for fn in self.on_nodeslo:
+            try:
+                fn(spec)
+            except Exception:  # a listener must not cost the NodeSLO
+                log.exception("NodeSLO listener failed")
 
     # -- bookkeeping ---------------------------------------------------------
     def _error(self, kind: str, message: str, now: float) -> None:

@@ -7,6 +7,9 @@ Two mechanisms, chosen by ``cpuBurstStrategy.policy`` (``none`` | ``cpuBurstOnly
 * **static burst** -- ``cpu.cfs_burst_us`` (v2 ``cpu.max.burst``) of every container is
   ``limit x cpuBurstPercent% x period``, and the pod's is the sum; 0 when the policy does not
   include it or the container has no CPU limit (which is how turning it off restores the default).
+  Without a usable ``cpuBurstPercent`` (the NodeSLO's was dropped as invalid) the files of the
+  containers with a limit, and their pod's, are left as they are, as koordlet's validator leaves
+  them when it refuses the value a bad percentage gives.
 * **dynamic CFS quota burst** -- a throttled container's quota is raised 20 % per tick up to
   ``limit x cfsQuotaBurstPercent%`` and lowered 20 % per tick back towards its limit when it may
   not burst.  Whether it may is decided by
@@ -98,10 +101,13 @@ def gen_pod_burst_config(pod: PodMeta, node_cfg: CPUBurstStrategy) -> CPUBurstCo
     return overlay_config(node_cfg, pod.cpu_burst)
 
 
-def static_burst_us(cfg: CPUBurstConfig, limit_milli: int) -> int:
-    """``applyCPUBurst``'s value for one container, clamped to the knob's valid range."""
-    if cfg.policy not in (CPU_BURST_AUTO, CPU_BURST_ONLY) or limit_milli <= 0 or cfg.cpu_burst_percent is None:
+def static_burst_us(cfg: CPUBurstConfig, limit_milli: int) -> int | None:
+    """``applyCPUBurst``'s value for one container, clamped to the knob's valid range; None (leave the
+    file as it is) when the policy needs ``cpuBurstPercent`` and there is none."""
+    if cfg.policy not in (CPU_BURST_AUTO, CPU_BURST_ONLY) or limit_milli <= 0:
         return 0
+    if cfg.cpu_burst_percent is None:
+        return None
     value = int((limit_milli / 1000) * (cfg.cpu_burst_percent / 100) * CFS_PERIOD_US)
     return min(max(value, 0), CFS_BURST_US_MAX)
 
@@ -454,7 +460,7 @@ def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
         cfg = gen_pod_burst_config(pod, node_cfg)
         pod_index = len(pod_dirs)
         pod_dirs.append(pod_dir)
-        pod_sum = 0
+        pod_sum: int | None = 0
         cfs = cfg.policy in (CPU_BURST_AUTO, CFS_QUOTA_BURST_ONLY)
         m = limiter_mode(cfg)
         for c in pod.containers:
@@ -463,8 +469,12 @@ def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
                 continue  # not started (no container id) yet
             limit_milli = c.limits.get(RESOURCE_CPU, 0)
             value = static_burst_us(cfg, limit_milli)
-            pod_sum += value
-            static.append((cdir, value))
+            if value is None:
+                pod_sum = None  # the pod's sum is not known either
+            else:
+                static.append((cdir, value))
+                if pod_sum is not None:
+                    pod_sum += value
             b = milli_cpu_to_quota(limit_milli)
             if not c.running or b <= 0:
                 continue  # no CPU limit: nothing to burst from
@@ -479,7 +489,8 @@ def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
             mode.append(m)
             period.append(cfg.cfs_quota_burst_period_seconds or 0)
             pct.append(cfg.cfs_quota_burst_percent or 0)
-        static.append((pod_dir, min(pod_sum, CFS_BURST_US_MAX)))
+        if pod_sum is not None:
+            static.append((pod_dir, min(pod_sum, CFS_BURST_US_MAX)))
     return _Plan(
         generation=ctx.pods_generation, nodeslo=nodeslo, static=static, ids=ids, dirs=dirs, names=names,
         pod_of=np.array(pod_of, dtype=np.int64), base=np.array(base, dtype=np.int64),

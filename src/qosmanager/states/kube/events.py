@@ -19,7 +19,9 @@ What is recorded (wired by the agent):
   the numbers the coordinator gave;
 * cpuSuppress writes that change the BE limit on the Node (:class:`BELimitEvents`), reason
   ``AdjustBEByNodeCPUUsage``, at most one per minute per kind of change (quota, cpuset); changes
-  within the minute are folded into the next Event, "from <first old> to <latest new>".
+  within the minute are folded into the next Event, "from <first old> to <latest new>";
+* a NodeSLO with fields the agent dropped (:class:`NodeSLOEvents`): one Warning on the Node per
+  NodeSLO change, reason ``InvalidNodeSLOFields``, naming every dropped field and why.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from qosmanager.api.nodeslo import NodeSLOSpec
 from qosmanager.api.pod import PodMeta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.executor.executor import WriteResult
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 NORMAL, WARNING = "Normal", "Warning"
 EVICT_SUCCESS, EVICT_FAIL, EVICT_REFUSED = "EvictPodSuccess", "EvictPodFail", "EvictPodRefused"
 ADJUST_BE = "AdjustBEByNodeCPUUsage"
+INVALID_NODESLO = "InvalidNodeSLOFields"
 MAX_MESSAGE = 1024
 CHANNEL = "events"  # the recorder's own connection
 
@@ -364,3 +368,24 @@ class BELimitEvents:
             self.recorder.record(self.node_ref(), NORMAL, ADJUST_BE,
                                  f"BE cpu {kind} changed from {ch.old} to {ch.new}{folded}: {detail}",
                                  action="AdjustBE")
+
+
+@dataclass
+class NodeSLOEvents:
+    """A NodeSLO with dropped fields as a Warning Event on the Node.
+
+    ``on_nodeslo`` is the state store's ``on_nodeslo`` callback, which runs once per NodeSLO change
+    (not on every re-read), so every change that still has bad fields is one Event; the recorder
+    folds an identical repeat into the existing Event's count.
+    """
+
+    recorder: EventRecorder
+    node_ref: Callable[[], ObjectRef]
+
+    def on_nodeslo(self, spec: NodeSLOSpec) -> None:
+        summary = spec.invalid_summary()
+        if not summary:
+            return
+        version = f" (resourceVersion {spec.resource_version})" if spec.resource_version else ""
+        self.recorder.record(self.node_ref(), WARNING, INVALID_NODESLO, f"NodeSLO{version}: {summary}",
+                             action="ValidateNodeSLO")
