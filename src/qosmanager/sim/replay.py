@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from qosmanager.api.decode import load_object
 from qosmanager.api.node import node_meta
-from qosmanager.api.nodeslo import load_object, parse_nodeslo
+from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import PodMeta, pod_meta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.gates import FeatureGates

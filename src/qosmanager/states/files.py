@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from qosmanager.api.nodeslo import load_object
+from qosmanager.api.decode import read_document_file
 from qosmanager.states.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,7 @@ class WatchedFile:
             return False
         self._sig = sig
         try:
-            with open(self.path, encoding="utf-8") as f:
-                obj = load_object(f.read(), self.path)
+            obj = read_document_file(self.path)  # bounded in size and depth
         except (OSError, ValueError) as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
