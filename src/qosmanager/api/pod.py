@@ -107,6 +107,8 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # Go's strconv.ParseInt(s, 10, ...): optional sign, ASCII digits, nothing else (Python's int()
 # would also take spaces, underscores and non-ASCII digits).
 _DECIMAL_RE = re.compile(r"[+-]?[0-9]+")
+# what a pod's warning adds when a feature annotation cannot be decoded
+INVALID_ANNOTATION_NOTE = "; that feature leaves the pod's files as they are"
 # a Kubernetes uid, leniently (see the module docstring); fullmatch: no trailing newline either
 UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,63}")
 
@@ -520,8 +522,7 @@ def _annotation_config(
     try:
         config, unknown = from_dict(cls, _decode(annotations, key), f"annotation {key}")
     except ValueError as exc:  # DecodeError and NodeSLOError are both ValueErrors
-        warnings.append(f"annotation {key}: cannot be decoded ({exc}); the feature leaves the pod's files "
-                        "as they are")
+        warnings.append(f"annotation {key}: cannot be decoded ({exc}){INVALID_ANNOTATION_NOTE}")
         return None, True
     warnings.extend(unknown)
     return config, False
@@ -764,6 +765,7 @@ __all__ = [
     "RESOURCE_CPU",
     "RESOURCE_MEMORY",
     "UID_RE",
+    "INVALID_ANNOTATION_NOTE",
     "ContainerMeta",
     "PodMeta",
     "compute_kube_qos",
