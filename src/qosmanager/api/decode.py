@@ -114,8 +114,8 @@ def _as_bytes(text: str | bytes, what: str, limits: Limits) -> bytes:
 def _check_json_nesting(data: bytes, what: str, limits: Limits) -> None:
     """Refuse JSON text nested deeper than the limit or holding too many objects and lists.
 
-    Brackets inside string literals do not count.  Unbalanced text is let through: the parser that
-    runs next says what is wrong with it.
+    Brackets inside string literals do not count; in unbalanced text the brackets never closed do.
+    What passes is parsed next, and the parser says what else is wrong with it.
     """
     depth, containers = _nesting_small(data) if len(data) <= _SMALL else _nesting_large(data)
     if containers > limits.max_nodes:
@@ -125,7 +125,8 @@ def _check_json_nesting(data: bytes, what: str, limits: Limits) -> None:
 
 
 def _nesting_small(data: bytes) -> tuple[int, int]:
-    """(depth, containers): string literals cut out, then each pass removes the innermost pairs."""
+    """(depth, containers): string literals cut out, then each pass removes the innermost pairs
+    (one level each)."""
     brackets = _STRING.sub(b"", data).translate(_BRACKETS_ONLY, _NOT_BRACKETS)
     containers = brackets.count(b"[")
     depth = 0
@@ -135,7 +136,8 @@ def _nesting_small(data: bytes) -> tuple[int, int]:
             break
         depth += 1
         brackets = shorter
-    return depth, containers
+    # what is left is unbalanced ("]]][[["): the brackets never closed nest on top of the rest
+    return depth + brackets.count(b"["), containers
 
 
 def _nesting_large(data: bytes) -> tuple[int, int]:

@@ -95,7 +95,7 @@ class FileSource:
             if f.error:
                 h.last_error, h.last_error_ts = f.error, t
                 self.store.conditions.set(f"state/{kind}-file",
-                                          f"{f.error}; the last good {f.kind} stays in force")
+                                          f"{f.error}; the last good {f.kind} state stays in force")
             elif f._sig is not None:
                 h.last_sync = t
                 h.last_error = ""
