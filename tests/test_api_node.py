@@ -127,7 +127,10 @@ def test_missing_and_odd_amounts() -> None:
         ({"cpu": "0", "memory": "8Gi"}, r"^status.capacity.cpu: must be positive, got '0'$"),
         ({"cpu": "-2", "memory": "8Gi"}, r"^status.capacity.cpu: must be positive, got '-2'$"),
         ({"cpu": "8", "memory": 0}, r"^status.capacity.memory: must be positive, got 0$"),
-        ({"cpu": "0.0001m", "memory": "8Gi"}, None),  # rounds up to 1 milli-core: positive, accepted
+        ({"cpu": "8", "memory": "1"},
+         r"^status.capacity.memory: 1 bytes, less than 1Mi \(a unit left out\?\), got '1'$"),
+        ({"cpu": "8", "memory": "1023Ki"}, r"less than 1Mi"),
+        ({"cpu": "0.0001m", "memory": "1Mi"}, None),  # rounds up to 1 milli-core: positive, accepted
     ],
 )
 def test_a_node_without_a_positive_cpu_and_memory_capacity_is_refused(

@@ -18,10 +18,10 @@ from typing import Any
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.exporter import Exporter
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim.fakeapi import FakeCluster
+from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
-from test_kube_agent import NODE, PODS, fake_pod, scenario, suppress_slo
+from test_kube_agent import CPUS, GIB, NODE, PODS, Clock, Scenario, fake_pod, scenario, suppress_slo
 
 DEEP = "[" * 1000 + "]" * 1000
 
@@ -71,6 +71,50 @@ def test_kubernetes_mode_starts_and_runs_with_hostile_pods(tmp_path: Path) -> No
         assert healthy and body["status"] == "degraded", body
         assert "3 pod(s) skipped" in body["degraded"]["state/pods"]["detail"]
         assert "default/dotdot-uid-later" in body["degraded"]["state/pods"]["detail"]
+
+
+def test_kubernetes_mode_refuses_a_node_without_capacity(tmp_path: Path) -> None:
+    """No decisions on a Node with a zero (or missing) capacity: at start-up the agent waits and
+    /healthz fails saying why; later, the last good Node stays in force (cfsQuota would squeeze BE to
+    nothing on a 0-CPU node, memoryEvict would evict on a 1-byte one)."""
+    host = FakeHost(str(tmp_path / "host"), n_cpus=CPUS, memory_bytes=64 * GIB)
+    host.add_pods(PODS)
+    cluster = FakeCluster()
+    zero = node_object(host, NODE)
+    zero["status"]["capacity"]["cpu"] = "0"
+    cluster.put(zero)
+    for p in PODS:
+        cluster.put(pod_object(p))
+    cluster.put(nodeslo_object(suppress_slo(65), name=NODE))
+    with FakeAPIServer(cluster, bookmark_interval=0.2) as api:
+        clock = Clock()
+        cfg = AgentConfig(roots=host.roots, node_name=NODE, kubeconfig=api.kubeconfig(str(tmp_path / "kc")),
+                          metrics_addr="", strategies=["cpuSuppress"], kube_watch_timeout=(5.0, 5.0))
+        agent = Agent(cfg, clock=clock, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=0)
+        try:
+            exporter = Exporter.for_agent(agent, "127.0.0.1:0")
+            assert not agent.wait_for_state(1.5)  # the pods came, but no usable Node
+            healthy, body = exporter.health.check()
+            detail = body["checks"]["state"]["detail"]
+            assert not healthy and "status.capacity.cpu: must be positive" in detail, body
+            cluster.put(node_object(host, NODE))
+            assert agent.wait_for_state(10)
+            sc = Scenario(host, api, agent, clock)
+            sc.received()
+            sc.tick()
+            sc.tick("cpuSuppress")
+            assert sc.quota() == "320000"
+            tiny = node_object(host, NODE)
+            tiny["status"]["capacity"].update(memory="1")  # a unit left out: a refused Node too
+            cluster.put(tiny)
+            sc.received()
+            sc.tick("cpuSuppress")
+            assert sc.quota() == "320000"  # decided on the last good Node
+            assert agent.store.node is not None and agent.store.node.memory_capacity == 64 * GIB
+            healthy, body = exporter.health.check()
+            assert healthy and "keeping the last good one" in body["degraded"]["state/node"]["detail"], body
+        finally:
+            agent.close()
 
 
 def write_pods(path: Path, items: list[Any]) -> None:

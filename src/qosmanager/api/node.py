@@ -16,9 +16,10 @@ a whole (as koordlet does), and the reason is kept in :attr:`NodeMeta.warnings`.
 Go decodes it (keys match ignoring case) and within the annotation limits of
 :mod:`qosmanager.api.decode`.
 
-A Node whose ``status.capacity`` lacks a positive ``cpu`` or ``memory`` is refused
-(``ValueError``): every threshold of the QoS strategies is a share of the capacity, and with a
-capacity of 0 or "1" cpuSuppress would squeeze BE to nothing and memoryEvict would evict pods.
+A Node whose ``status.capacity`` lacks a positive ``cpu`` or a ``memory`` of at least 1 MiB is
+refused (``ValueError``): every threshold of the QoS strategies is a share of the capacity, and
+with a CPU capacity of 0 cpuSuppress would squeeze BE to nothing, with a memory capacity of "1"
+(a unit left out) memoryEvict would evict pods.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from qosmanager.api.quantity import milli_value, value
 from qosmanager.host.cpuset import parse_cpu_list
 
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+MIN_MEMORY_CAPACITY = 1 << 20  # less is a unit left out ("1" for "1Gi"), not a node
 # NodeResourceTopology annotations (the same wire formats are read from the NRT object).
 ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
@@ -123,9 +125,12 @@ def node_meta(obj: Mapping[str, Any]) -> NodeMeta:
         if resource not in capacity:
             raise ValueError(f"status.capacity.{resource}: required (the strategies' thresholds are shares "
                              "of the node's capacity)")
+        given = status["capacity"][resource]
         if capacity[resource] <= 0:
-            given = status["capacity"][resource]
             raise ValueError(f"status.capacity.{resource}: must be positive, got {given!r}")
+    if capacity["memory"] < MIN_MEMORY_CAPACITY:
+        raise ValueError(f"status.capacity.memory: {capacity['memory']} bytes, less than 1Mi (a unit left "
+                         f"out?), got {status['capacity']['memory']!r}")
 
     try:
         reservation = parse_reservation(annotations.get(ANNOTATION_NODE_RESERVATION))
@@ -164,6 +169,7 @@ __all__ = [
     "ANNOTATION_CPU_MANAGER_POLICY",
     "ANNOTATION_NODE_RESERVATION",
     "ANNOTATION_SYSTEM_QOS_RESOURCE",
+    "MIN_MEMORY_CAPACITY",
     "NodeMeta",
     "NodeReservation",
     "node_meta",

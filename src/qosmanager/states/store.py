@@ -15,9 +15,9 @@ names it when it first fails (and again only when the reason changes), every oth
 and ``errors["pods"]`` and the degraded condition ``state/pods`` list the skipped ones until they
 are fixed or gone.  A pod view's warnings (an annotation that cannot be decoded, an odd label) are
 logged in one line naming the pod when they first appear or change.  A Node that cannot be used
-(no positive cpu or memory capacity) is refused: the last good Node stays in force (condition
-``state/node``); with none, nothing that needs the node runs and ``/healthz`` fails its state
-check saying why.
+(no positive cpu capacity, or less than 1 MiB of memory) is refused: the last good Node stays in
+force (condition ``state/node``); with none, nothing that needs the node runs and ``/healthz``
+fails its state check saying why.
 """
 
 from __future__ import annotations
