@@ -167,3 +167,29 @@ def test_pods_file_mode_applies_every_other_pod_of_an_update(tmp_path: Path) -> 
         assert healthy and body["status"] == "ok", body
     finally:
         agent.close()
+
+
+def test_a_deeply_nested_nodeslo_file_keeps_the_last_nodeslo(tmp_path: Path) -> None:
+    """500 levels parse in Python's JSON decoder but broke the NodeSLO merge's deepcopy; now the
+    file is refused at decode time, the last NodeSLO stays and /healthz says why."""
+    host = FakeHost(str(tmp_path / "host"), n_cpus=4)
+    slo_file = tmp_path / "slo.json"
+    slo_file.write_text(json.dumps(nodeslo_object(suppress_slo(65))))
+    agent = Agent(AgentConfig(roots=host.roots, node_slo_file=str(slo_file), metrics_addr=""),
+                  clock=lambda: 1000.0)
+    exporter = Exporter.for_agent(agent, "127.0.0.1:0")
+    try:
+        agent.collect(1000.0)
+        gen = agent.store.nodeslo_generation
+        deep = nodeslo_object(suppress_slo(40))
+        deep["spec"]["extensions"] = json.loads('{"a": ' * 500 + "1" + "}" * 500)
+        slo_file.write_text(json.dumps(deep))
+        os.utime(slo_file, ns=(time.time_ns() + 10**10, time.time_ns() + 10**10))
+        agent.collect(1001.0)
+        assert agent.store.nodeslo_generation == gen
+        threshold = agent.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_threshold_percent
+        assert threshold == 65
+        _, body = exporter.health.check()
+        assert "nested deeper than 100 levels" in body["degraded"]["state/nodeslo-file"]["detail"], body
+    finally:
+        agent.close()
