@@ -298,6 +298,24 @@ def test_a_pod_whose_annotation_becomes_garbled_keeps_its_io_limit() -> None:
                for r in h.audit.recent if r["action"] == "skip")
 
 
+def test_koordinators_lowercase_iocfg_keeps_and_gets_the_limit() -> None:
+    """Go's encoding/json matches keys ignoring case, and koordinator's own fixtures write ``iocfg``:
+    read so, the pod keeps its 2048-IOPS throttle (read strictly, the unknown key left an empty
+    ioCfg and the throttle was reset to unlimited)."""
+    h = harness()
+    h.set_nodeslo(be_slo([]))
+    h.set_pods([pod("a", iops_ann())])
+    h.tick(NAME, 1000.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    h.recorded.writes.clear()
+    h.set_pods([pod("a", iops_ann("iocfg")), pod("c", iops_ann("IOCFG"))])
+    h.tick(NAME, 1001.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    assert pod_file(h, "c", "blkio.throttle.read_iops_device") == "8:16 2048"
+    assert not [w for w in h.recorded.writes if "/poda/" in w["file"] or w["file"].endswith("poda")]
+    assert not [r for r in h.audit.recent if r["action"] == "skip"]
+
+
 def test_pod_volume_resolves_through_its_csi_mount() -> None:
     h = harness()
     h.set_nodeslo(be_slo([]))
