@@ -108,15 +108,40 @@ def test_missing_and_odd_amounts() -> None:
     assert (node.reserved_cpu_milli, node.reserved_memory) == (4000, 8 * GI)
     assert (node.batch_cpu_allocatable, node.batch_memory_allocatable) == (-1, -1)
     # Allocatable above capacity never makes the reservation negative.
-    node = node_meta(make_node(capacity={"cpu": "4"}, allocatable={"cpu": "5", "memory": "1Gi"}))
+    node = node_meta(make_node(capacity={"cpu": "4", "memory": "1Gi"},
+                               allocatable={"cpu": "5", "memory": "2Gi"}))
     assert (node.reserved_cpu_milli, node.reserved_memory) == (0, 0)
     # Fractional cores: Value() rounds up.
     node = node_meta(make_node(capacity={"cpu": "7.5", "memory": "1Gi"}))
     assert (node.cpu_capacity_milli, node.cpu_capacity_cores) == (7500, 8)
-    node = node_meta(make_node(capacity={"cpu": "8001m"}))
+    node = node_meta(make_node(capacity={"cpu": "8001m", "memory": "1Gi"}))
     assert node.cpu_capacity_cores == 9
-    empty = node_meta({"metadata": {"name": "bare"}})
-    assert (empty.cpu_capacity_milli, empty.cpu_capacity_cores, empty.reserved_cpu_milli) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "message"),
+    [
+        (None, r"^status.capacity.cpu: required"),
+        ({"memory": "8Gi"}, r"^status.capacity.cpu: required"),
+        ({"cpu": "8"}, r"^status.capacity.memory: required"),
+        ({"cpu": "0", "memory": "8Gi"}, r"^status.capacity.cpu: must be positive, got '0'$"),
+        ({"cpu": "-2", "memory": "8Gi"}, r"^status.capacity.cpu: must be positive, got '-2'$"),
+        ({"cpu": "8", "memory": 0}, r"^status.capacity.memory: must be positive, got 0$"),
+        ({"cpu": "8", "memory": "1"},
+         r"^status.capacity.memory: 1 bytes, less than 1Mi \(a unit left out\?\), got '1'$"),
+        ({"cpu": "8", "memory": "1023Ki"}, r"less than 1Mi"),
+        ({"cpu": "0.0001m", "memory": "1Mi"}, None),  # rounds up to 1 milli-core: positive, accepted
+    ],
+)
+def test_a_node_without_a_positive_cpu_and_memory_capacity_is_refused(
+    capacity: dict[str, Any] | None, message: str | None
+) -> None:
+    obj = {"metadata": {"name": "bare"}, "status": {} if capacity is None else {"capacity": capacity}}
+    if message is None:
+        assert node_meta(obj).cpu_capacity_milli == 1
+        return
+    with pytest.raises(ValueError, match=message):
+        node_meta(obj)
 
 
 def test_parse_reservation_directly() -> None:

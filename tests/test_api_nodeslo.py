@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +28,6 @@ from qosmanager.api.nodeslo import (
     default_spec_dict,
     from_dict,
     json_overlay,
-    load_object,
     merge_spec,
     overlay_config,
     parse_nodeslo,
@@ -800,24 +798,3 @@ def test_default_memory_qos_templates() -> None:
     assert be is not None and (be.wmark_ratio, be.wmark_scale_permill, be.wmark_min_adj) == (95, 20, 50)
     assert lse is not None and lse.wmark_min_adj == -25
     assert default_memory_qos("") is None
-
-
-def test_load_object_reads_yaml_and_json() -> None:
-    yaml_text = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\n"
-    yaml_text += "spec:\n  cpuBurstStrategy:\n    policy: auto\n"
-    assert parse_nodeslo(load_object(yaml_text)).cpu_burst_strategy.policy == "auto"
-    json_text = json.dumps(nodeslo({"resourceUsedThresholdWithBE": {"enable": True}}))
-    assert load_object(json_text, "slo.json")["metadata"]["resourceVersion"] == "42"
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("spec: [unclosed", r"^/etc/slo.yaml: not valid YAML/JSON"),
-        ("", r"^/etc/slo.yaml: empty document$"),
-        ("- a\n- b\n", r"^/etc/slo.yaml: expected an object at the top level, got list$"),
-    ],
-)
-def test_load_object_errors_name_the_path(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        load_object(text, "/etc/slo.yaml")

@@ -456,6 +456,10 @@ def test_label_priority_and_eviction_labels() -> None:
         ("not json", False, False, True),
         ('{"BECPUEvict": true}', False, False, True),
         ("[1, 2]", False, False, True),
+        # as Go decodes a []string: null is an empty list, a null element an empty string
+        ("null", False, False, False),
+        ('["BECPUEvict", null]', True, False, False),
+        ("[" * 1000 + "]" * 1000, False, False, True),
     ],
 )
 def test_eviction_policy(annotation: str | None, allowed_be: bool, allowed_cpu: bool, invalid: bool) -> None:
@@ -465,7 +469,9 @@ def test_eviction_policy(annotation: str | None, allowed_be: bool, allowed_cpu: 
     assert pod.eviction_allowed("CPUEvict") is allowed_cpu
     assert pod.eviction_policy_invalid is invalid
     assert pod.eviction_policy == (
-        None if annotation is None else (() if invalid else tuple(json.loads(annotation)))
+        None
+        if annotation is None
+        else (() if invalid else tuple(x or "" for x in json.loads(annotation) or ()))
     )
 
 
@@ -478,6 +484,16 @@ def test_eviction_policy(annotation: str | None, allowed_be: bool, allowed_cpu: 
         ("{bad", "", False),
         ('{"cpuset": 5}', "", False),
         ("", "", False),
+        # keys match ignoring case, unknown keys are ignored, null leaves a field unset (Go)
+        ('{"CPUSet": "0-3", "NUMANodeResources": [{"Node": 0, "Resources": {"cpu": 4}}], "x": 1}', "0-3",
+         True),
+        ('{"cpuset": null, "numaNodeResources": null}', "", False),
+        ("null", "", False),
+        # a value of the wrong type fails the whole annotation, as Go's Unmarshal does
+        ('{"cpuset": "0-3", "numaNodeResources": [{"node": "zero"}]}', "", False),
+        ('{"cpuset": "0-3", "numaNodeResources": [{"node": 0, "resources": {"cpu": "lots"}}]}', "", False),
+        ('{"cpuset": "0-3", "numaNodeResources": {"node": 0}}', "", False),
+        ('{"cpuset": "0-3", "x": ' + "[" * 1000 + "]" * 1000 + "}", "", False),
     ],
 )
 def test_resource_status(annotation: str, cpuset: str, numa: bool) -> None:
@@ -527,6 +543,55 @@ def test_nodeslo_shaped_annotations_are_parsed_once() -> None:
         None,
         False,
     )
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["koordinator.sh/cpuBurst", "koordinator.sh/memoryQOS", "koordinator.sh/blkioQOS",
+     "koordinator.sh/eviction-policy", "scheduling.koordinator.sh/resource-status"],
+)
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 1000 + "]" * 1000, '{"a": ' * 3000 + "1" + "}" * 3000, "[" * 200_000,
+     '"' + "x" * (300 << 10) + '"'],
+)
+def test_no_annotation_can_break_the_pod_view(key: str, text: str) -> None:
+    """Deep, unclosed or oversized JSON in an annotation: that feature of the pod only, never an
+    exception out of the view (a RecursionError here used to stop the agent)."""
+    pod = pod_meta(make_pod([ctr("a", {"cpu": "1"})], annotations={key: text}))
+    assert pod.cpu_request_milli == 1000
+    assert any(w.startswith(f"annotation {key}: ") for w in pod.warnings)
+    invalid = {
+        "koordinator.sh/cpuBurst": pod.cpu_burst_invalid,
+        "koordinator.sh/memoryQOS": pod.memory_qos_invalid,
+        "koordinator.sh/blkioQOS": pod.blkio_qos_invalid,
+        "koordinator.sh/eviction-policy": pod.eviction_policy_invalid,
+    }
+    assert invalid.get(key, True)
+    assert (pod.resource_status_cpuset, pod.resource_status_numa) == ("", False)
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["x/y", "..", "../../etc", "a\x00b", "a\nb", "caf\u00e9", "\u0661\u0662", "-ab", "a" * 65, "a b", "a_b",
+     "a.b"],
+)
+def test_a_uid_that_is_not_a_kubernetes_uid_is_refused(uid: str) -> None:
+    uid = uid.encode().decode("unicode_escape")
+    obj = make_pod([ctr("a")])
+    obj["metadata"]["uid"] = uid
+    with pytest.raises(ValueError, match=r"^pod default/p: metadata.uid .* is not a Kubernetes uid"):
+        pod_meta(obj)
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["6c1e0b34-2f0d-4c1e-9a67-0d3b9e7e1a11", "3cb1c6e1b3b0a1f5c3c0d7d0b3f2b9c4", "uid-p", "A", "a" * 64],
+)
+def test_kubernetes_and_static_pod_uids_are_accepted(uid: str) -> None:
+    obj = make_pod([ctr("a")])
+    obj["metadata"]["uid"] = uid
+    assert pod_meta(obj).uid == uid
 
 
 def test_non_string_label_values_from_yaml_are_read_as_json_text() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qosmanager.api.decode import load_object
 from qosmanager.api.node import node_meta
-from qosmanager.api.nodeslo import load_object, parse_nodeslo
+from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import pod_list
 from qosmanager.sim.harness import Harness
 

@@ -273,6 +273,49 @@ def test_a_removed_annotation_resets_the_pods_disks() -> None:
     assert writes(h2) == [("blkio.throttle.read_iops_device", "8:16 0")]
 
 
+def iops_ann(key: str = "ioCfg", **extra: Any) -> str:
+    return json.dumps({"blocks": [{"name": "/dev/sdb", "type": "device", key: {"readIOPS": 2048, **extra}}]})
+
+
+def test_a_pod_whose_annotation_becomes_garbled_keeps_its_io_limit() -> None:
+    h = harness()
+    h.set_nodeslo(be_slo([]))
+    h.set_pods([pod("a", iops_ann()), pod("b", iops_ann())])
+    h.tick(NAME, 1000.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    h.recorded.writes.clear()
+    # garbled (and a wrong type): the pod's throttle stays, the other pod is still handled
+    h.set_pods([pod("a", "{" * 500 + "}" * 500), pod("b", iops_ann(writeIOPS=10))])
+    h.tick(NAME, 1001.0)
+    h.set_pods([pod("a", iops_ann(readBPS="lots")), pod("b", iops_ann(writeIOPS=10))])
+    h.tick(NAME, 1002.0)
+    h.tick(NAME, 1003.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    assert writes(h) == [("blkio.throttle.write_iops_device", "8:16 10")]  # pod b only
+    skips = [(r["target"], r["uid"]) for r in h.audit.recent if r["action"] == "skip"]
+    assert skips == [("ns/a", "a"), ("ns/a", "a")]  # once per change of the annotation
+    assert all(r["strategy"] == NAME and "koordinator.sh/blkioQOS" in r["reason"] and not r["executed"]
+               for r in h.audit.recent if r["action"] == "skip")
+
+
+def test_koordinators_lowercase_iocfg_keeps_and_gets_the_limit() -> None:
+    """Go's encoding/json matches keys ignoring case, and koordinator's own fixtures write ``iocfg``:
+    read so, the pod keeps its 2048-IOPS throttle (read strictly, the unknown key left an empty
+    ioCfg and the throttle was reset to unlimited)."""
+    h = harness()
+    h.set_nodeslo(be_slo([]))
+    h.set_pods([pod("a", iops_ann())])
+    h.tick(NAME, 1000.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    h.recorded.writes.clear()
+    h.set_pods([pod("a", iops_ann("iocfg")), pod("c", iops_ann("IOCFG"))])
+    h.tick(NAME, 1001.0)
+    assert pod_file(h, "a", "blkio.throttle.read_iops_device") == "8:16 2048"
+    assert pod_file(h, "c", "blkio.throttle.read_iops_device") == "8:16 2048"
+    assert not [w for w in h.recorded.writes if "/poda/" in w["file"] or w["file"].endswith("poda")]
+    assert not [r for r in h.audit.recent if r["action"] == "skip"]
+
+
 def test_pod_volume_resolves_through_its_csi_mount() -> None:
     h = harness()
     h.set_nodeslo(be_slo([]))

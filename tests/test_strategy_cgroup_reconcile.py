@@ -351,11 +351,40 @@ def test_pod_annotation_policy_none_and_auto() -> None:
     # auto: LS template (min 0) + throttling 50: high = 1Gi + 1Gi*50//100 = 1610612736
     assert (mem(h, cdir("ls-auto", 12), "memory.min"), mem(h, cdir("ls-auto", 12), "memory.high")) == (
         "0", "1610612736")
-    # unparsable annotation: ignored -> class config (min 40% = 429496729, high 1932734464)
-    assert (mem(h, cdir("ls-bad", 13), "memory.min"), mem(h, cdir("ls-bad", 13), "memory.high")) == (
-        "429496729", "1932734464")
-    # Burstable QoS min = 0 + 0 + 429496729 (pod memReq 1Gi at 40% each: the none/auto pods add 0)
+    # unparsable annotation (koordlet fix): the pod's files are left as they are (the kernel's
+    # defaults here; koordlet would write the class config: min 40% = 429496729, high 1932734464)
+    bad_dir = cdir("ls-bad", 13)
+    assert (mem(h, bad_dir, "memory.min"), mem(h, bad_dir, "memory.high")) == ("0", "max")
+    assert not [w for w in h.recorded.writes if "ls-bad" in w["file"]]
+    skips = [r for r in h.audit.recent if r["action"] == "skip"]
+    assert [(r["strategy"], r["target"], r["uid"]) for r in skips] == [(NAME, "default/ls-bad", "ls-bad")]
+    # ... and it counts in its class's sum by the class config: Burstable QoS min = 0 + 0 + 429496729
+    # (pod memReq 1Gi at 40% each: the none/auto pods add 0)
     assert mem(h, L.qos_dir("Burstable"), "memory.min") == "429496729"
+
+
+def test_a_garbled_annotation_leaves_the_pods_memory_files_as_they_are() -> None:
+    """koordlet fix: koordlet resets such a pod to the class config; its files stay as its last good
+    annotation left them, and the skip is audited once."""
+    def ls(ann: str) -> dict[str, Any]:
+        return pod("ls-x", "Burstable", [("c", 21, {"memory": "1Gi"}, {"memory": "2Gi"})],
+                   labels={"koordinator.sh/qosClass": "LS"}, annotations={"koordinator.sh/memoryQOS": ann})
+
+    h = harness(2, pods=[ls('{"minLimitPercent": 100, "throttlingPercent": 50}'), LSR_C])
+    L = h.layout
+    cdir = L.container_dir(L.pod_dir("Burstable", "ls-x"), cid(21))
+    h.tick(NAME, 1000.0)
+    # min 100% of 1Gi; high = 1Gi + (2Gi - 1Gi) * 50 // 100
+    assert (mem(h, cdir, "memory.min"), mem(h, cdir, "memory.high")) == (str(GiB), "1610612736")
+    h.set_pods([ls('{"minLimitPercent": 100, "throttlingPercent": "half"}'), LSR_C])
+    h.recorded.writes.clear()
+    for k in range(1, 90):  # past force_update_seconds: nothing re-asserts the class config either
+        h.tick(NAME, 1000.0 + k)
+    assert (mem(h, cdir, "memory.min"), mem(h, cdir, "memory.high")) == (str(GiB), "1610612736")
+    assert not [w for w in h.recorded.writes if "ls-x" in w["file"]]
+    skips = [r for r in h.audit.recent if r["action"] == "skip"]
+    assert [(r["strategy"], r["target"], r["uid"]) for r in skips] == [(NAME, "default/ls-x", "ls-x")]
+    assert "throttlingPercent" in skips[0]["reason"]
 
 
 def test_nil_class_config_is_skipped_instead_of_panicking() -> None:

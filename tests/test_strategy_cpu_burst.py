@@ -169,7 +169,30 @@ def test_pod_annotation_overrides_node_config() -> None:
     h.tick("cpuBurst", NOW)
     assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000  # 1 x 200% x 100000
     assert get_burst(h, cdir(h, "ls-2", "b")) == 0  # node policy none
-    assert get_burst(h, cdir(h, "ls-3", "c")) == 0  # invalid annotation: the node's config
+    assert get_burst(h, cdir(h, "ls-3", "c")) == 0  # invalid annotation: left as it is (the default)
+
+
+def test_a_garbled_annotation_leaves_the_pods_burst_and_quota_as_they_are() -> None:
+    """koordlet fix: koordlet would give the pod the node's config (policy none: burst 0, quota back
+    to the limit); the pod's files stay as its last good annotation left them."""
+    good = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 200})}
+    h = make(burst={"policy": "none"}, pods=[pod("ls-1", [("a", "a", 1000)], annotations=good),
+                                             pod("ls-2", [("a", "b", 1000)], annotations=good)])
+    h.tick("cpuBurst", NOW)
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000
+    set_quota(h, cdir(h, "ls-1", "a"), 120_000)  # burst up earlier
+    garbled = {"koordinator.sh/cpuBurst": "[" * 1000 + "]" * 1000}
+    h.set_pods([pod("ls-1", [("a", "a", 1000)], annotations=garbled),
+                pod("ls-2", [("a", "b", 1000)], annotations={"koordinator.sh/cpuBurst": "{}"})])
+    h.recorded.writes.clear()
+    for k in range(1, 4):
+        h.tick("cpuBurst", NOW + k)
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_quota(h, cdir(h, "ls-1", "a")) == 120_000
+    assert not [w for w in h.recorded.writes if "ls-1" in w["file"]]
+    assert get_burst(h, cdir(h, "ls-2", "b")) == 0  # the other pod follows its (now empty) annotation
+    skips = [r for r in h.audit.recent if r["action"] == "skip"]
+    assert [(r["strategy"], r["target"], r["uid"]) for r in skips] == [("cpuBurst", "default/ls-1", "ls-1")]
+    assert "koordinator.sh/cpuBurst" in skips[0]["reason"] and "nested deeper" in skips[0]["reason"]
 
 
 def test_only_ls_system_and_unlabelled_pending_or_running_pods_burst() -> None:

@@ -332,11 +332,23 @@ def test_static_cpu_manager_narrows_only_containers(how: str) -> None:
     assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
 
 
-def test_unreadable_cpu_manager_annotation_writes_no_cpuset() -> None:
-    h = pools_scenario(1, node_annotations={"kubelet.koordinator.sh/cpu-manager-policy": "{not json"})
+@pytest.mark.parametrize("text", ["{not json", "[" * 1000 + "]" * 1000])
+def test_unreadable_cpu_manager_annotation_writes_no_cpuset(text: str) -> None:
+    h = pools_scenario(1, node_annotations={"kubelet.koordinator.sh/cpu-manager-policy": text})
     h.tick("cpuSuppress", NOW)
     assert files_written(h, "cpuset.cpus") == []
     assert h.manager.stats["cpuSuppress"].errors == 0
+
+
+def test_topology_annotations_are_read_like_go_and_bounded() -> None:
+    from qosmanager.strategies._helpers import cpu_manager_policy, system_qos_exclusive_cpus
+
+    key = "node.koordinator.sh/system-qos-resource"
+    assert system_qos_exclusive_cpus({key: '{"CPUSet": "0-1", "cpusetexclusive": true}'}) == {0, 1}
+    assert system_qos_exclusive_cpus({key: '{"cpuset": "0-1", "CpusetExclusive": false}'}) == frozenset()
+    assert system_qos_exclusive_cpus({key: "[" * 1000 + "]" * 1000}) == frozenset()
+    policy = {"kubelet.koordinator.sh/cpu-manager-policy": '{"Policy": "static"}'}
+    assert cpu_manager_policy(policy, "none") == "static"
 
 
 def test_no_cpu_left_for_be_does_not_crash() -> None:

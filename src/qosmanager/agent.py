@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from qosmanager.api.decode import load_object
 from qosmanager.api.node import node_meta
-from qosmanager.api.nodeslo import load_object, parse_nodeslo
+from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor

@@ -5,6 +5,7 @@ annotation keys, the PodList/Node/NodeSLO JSON) lives here.  The views are built
 change and are immutable; the strategies read their precomputed attributes every tick and never
 re-parse JSON, labels or quantities.
 
+* :mod:`.decode` -- bounded JSON/YAML decoding (size and depth limits) and Go's key matching.
 * :mod:`.quantity` -- ``resource.Quantity`` parsing (exact, ``Value()``/``MilliValue()`` rounding).
 * :mod:`.pod` -- :class:`PodMeta`: QoS, priority, eviction annotations, pod requests/limits and
   batch/mid resources by the upstream Kubernetes and koordlet rules.
@@ -14,6 +15,7 @@ re-parse JSON, labels or quantities.
 
 from __future__ import annotations
 
+from qosmanager.api.decode import DecodeError, load_object
 from qosmanager.api.node import NodeMeta, node_meta
 from qosmanager.api.nodeslo import (
     NodeSLOError,
@@ -21,7 +23,6 @@ from qosmanager.api.nodeslo import (
     ResourceQOS,
     default_spec_dict,
     json_overlay,
-    load_object,
     merge_spec,
     parse_nodeslo,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "QOS_NONE",
     "QOS_SYSTEM",
     "ContainerMeta",
+    "DecodeError",
     "NodeMeta",
     "NodeSLOError",
     "NodeSLOSpec",

@@ -12,22 +12,30 @@ Reservation (``GetNodeResourceReserved``, koordlet-qos §2.10) is the element-wi
   ``reservedCPUs`` list overrides ``resources.cpu`` with (number of listed CPUs) cores.
 
 An annotation that is not valid JSON, holds a bad quantity or an unparsable CPU list is ignored as
-a whole (as koordlet does), and the reason is kept in :attr:`NodeMeta.warnings`.
+a whole (as koordlet does), and the reason is kept in :attr:`NodeMeta.warnings`.  It is decoded as
+Go decodes it (keys match ignoring case) and within the annotation limits of
+:mod:`qosmanager.api.decode`.
+
+A Node whose ``status.capacity`` lacks a positive ``cpu`` or a ``memory`` of at least 1 MiB is
+refused (``ValueError``): every threshold of the QoS strategies is a share of the capacity, and
+with a CPU capacity of 0 cpuSuppress would squeeze BE to nothing, with a memory capacity of "1"
+(a unit left out) memoryEvict would evict pods.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from qosmanager.api.decode import ANNOTATION_LIMITS, decode_json, fold_get
 from qosmanager.api.pod import BATCH_CPU, BATCH_MEMORY, _mapping, _string_map
 from qosmanager.api.quantity import milli_value, value
 from qosmanager.host.cpuset import parse_cpu_list
 
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+MIN_MEMORY_CAPACITY = 1 << 20  # less is a unit left out ("1" for "1Gi"), not a node
 # NodeResourceTopology annotations (the same wire formats are read from the NRT object).
 ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
@@ -82,15 +90,12 @@ def parse_reservation(text: str | None) -> NodeReservation:
     """Parse the reservation annotation; ``ValueError`` saying why when it is unusable."""
     if not text:
         return NodeReservation(0, 0, "", ())
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        raise ValueError("not valid JSON") from None
+    obj = decode_json(text, ANNOTATION_LIMITS)
     if not isinstance(obj, Mapping):
         raise ValueError("not a JSON object")
-    resources = _resource_list(obj.get("resources"), "resources")
+    resources = _resource_list(fold_get(obj, "resources"), "resources")
     cpu_milli = resources.get("cpu", 0)
-    reserved_cpus = obj.get("reservedCPUs") or ""
+    reserved_cpus = fold_get(obj, "reservedCPUs") or ""
     if not isinstance(reserved_cpus, str):
         raise ValueError("reservedCPUs: must be a string")
     cpu_ids = tuple(parse_cpu_list(reserved_cpus))  # the kernel's list format, strictly
@@ -116,6 +121,16 @@ def node_meta(obj: Mapping[str, Any]) -> NodeMeta:
     status = _mapping(obj.get("status"), "status")
     capacity = _resource_list(status.get("capacity"), "status.capacity")
     allocatable = _resource_list(status.get("allocatable"), "status.allocatable")
+    for resource in ("cpu", "memory"):
+        if resource not in capacity:
+            raise ValueError(f"status.capacity.{resource}: required (the strategies' thresholds are shares "
+                             "of the node's capacity)")
+        given = status["capacity"][resource]
+        if capacity[resource] <= 0:
+            raise ValueError(f"status.capacity.{resource}: must be positive, got {given!r}")
+    if capacity["memory"] < MIN_MEMORY_CAPACITY:
+        raise ValueError(f"status.capacity.memory: {capacity['memory']} bytes, less than 1Mi (a unit left "
+                         f"out?), got {status['capacity']['memory']!r}")
 
     try:
         reservation = parse_reservation(annotations.get(ANNOTATION_NODE_RESERVATION))
@@ -154,6 +169,7 @@ __all__ = [
     "ANNOTATION_CPU_MANAGER_POLICY",
     "ANNOTATION_NODE_RESERVATION",
     "ANNOTATION_SYSTEM_QOS_RESOURCE",
+    "MIN_MEMORY_CAPACITY",
     "NodeMeta",
     "NodeReservation",
     "node_meta",

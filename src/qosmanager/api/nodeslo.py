@@ -62,8 +62,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-import yaml
-
 from qosmanager.api.quantity import parse_quantity, value
 
 API_VERSION = "slo.koordinator.sh/v1alpha1"
@@ -1020,29 +1018,6 @@ def parse_nodeslo(obj: Mapping[str, Any] | None) -> NodeSLOSpec:
     return _build_spec(merge_spec(obj.get("spec")), str(resource_version))
 
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def load_object(text: str, path: str = "") -> dict[str, Any]:
-    """Parse a YAML or JSON document (JSON is YAML) into a dict; ``ValueError`` names ``path``."""
-    where = path or "<text>"
-    obj: Any
-    try:
-        # JSON first: the kubelet's /pods of a 1,000-pod node is megabytes, and the pure-Python
-        # YAML parser takes seconds on it; the C JSON parser milliseconds.
-        obj = json.loads(text)
-    except ValueError:
-        try:
-            obj = yaml.load(text, Loader=_YAML_LOADER)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{where}: not valid YAML/JSON: {exc}") from None
-    if obj is None:
-        raise ValueError(f"{where}: empty document")
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object at the top level, got {type(obj).__name__}")
-    return obj
-
-
 __all__ = [
     "API_VERSION",
     "KIND",
@@ -1074,7 +1049,6 @@ __all__ = [
     "default_spec_dict",
     "from_dict",
     "json_overlay",
-    "load_object",
     "merge_spec",
     "overlay_config",
     "parse_nodeslo",

@@ -29,6 +29,18 @@ Rules implemented here (koordlet-qos §1, §2.8; koordlet-infra §7):
 
 Requests default to limits for resources that only have a limit, as the API server's defaulting
 does; hand-written pod files then mean what they would mean in a cluster.
+
+**Annotations** are decoded as koordlet's Go code decodes them (``encoding/json``): object keys
+match field names exactly or ignoring case (koordinator's own fixtures write ``iocfg`` for
+``ioCfg``), unknown keys are ignored, ``null`` leaves a field unset, and every decode is bounded
+(:data:`~qosmanager.api.decode.ANNOTATION_LIMITS`: 256 KiB, 64 levels).  An annotation that cannot
+be decoded affects that pod's feature only: its ``*_invalid`` flag is set, the reason is in
+:attr:`PodMeta.warnings`, and the strategy of that feature leaves the pod's files as they are.
+
+**The uid** names the pod's cgroup directory, so it must look like a Kubernetes uid: 1 to 64 ASCII
+letters, digits and ``-``, starting with a letter or digit.  That accepts the RFC 4122 form the API
+server assigns and the 32-hex-digit hash the kubelet gives static pods, and refuses anything that
+could name another directory (``x/y``, ``..``) or break a log line (NUL, newline, non-ASCII).
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from qosmanager.api.decode import ANNOTATION_LIMITS, decode_json, fold_get
 from qosmanager.api.nodeslo import (
     BlkIOQOS,
     CPUBurstConfig,
@@ -94,6 +107,10 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # Go's strconv.ParseInt(s, 10, ...): optional sign, ASCII digits, nothing else (Python's int()
 # would also take spaces, underscores and non-ASCII digits).
 _DECIMAL_RE = re.compile(r"[+-]?[0-9]+")
+# what a pod's warning adds when a feature annotation cannot be decoded
+INVALID_ANNOTATION_NOTE = "; that feature leaves the pod's files as they are"
+# a Kubernetes uid, leniently (see the module docstring); fullmatch: no trailing newline either
+UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,63}")
 
 ResourceList = dict[str, Fraction]
 
@@ -232,6 +249,12 @@ def _string_map(obj: Any, path: str, warnings: list[str]) -> Mapping[str, str]:
             item = rendered
         out[str(key)] = item
     return MappingProxyType(out)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``repr`` of a value for a message, cut to ``limit`` characters (NUL and newlines escaped)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
 
 
 def _is_int32(number: Any) -> bool:
@@ -415,36 +438,75 @@ def _default_priority_class(qos: str) -> str:
 # Annotations
 
 
-def _eviction_policy(text: str | None, warnings: list[str]) -> tuple[tuple[str, ...] | None, bool]:
-    if text is None:
+def _decode(annotations: Mapping[str, str], key: str) -> Any:
+    """An annotation's JSON, bounded; ``ValueError`` saying why it cannot be decoded."""
+    return decode_json(annotations[key], ANNOTATION_LIMITS)
+
+
+def _eviction_policy(
+    annotations: Mapping[str, str], warnings: list[str]
+) -> tuple[tuple[str, ...] | None, bool]:
+    """``[]string``: ``null`` is an empty list and a ``null`` element an empty string, as in Go."""
+    if ANNOTATION_EVICTION_POLICY not in annotations:
         return None, False
     try:
-        policy = json.loads(text)
-    except ValueError:
-        policy = None
-    if not isinstance(policy, list) or not all(isinstance(item, str) for item in policy):
-        warnings.append(
-            f"annotation {ANNOTATION_EVICTION_POLICY}: not a JSON list of strings; no feature may evict"
-        )
+        policy = _decode(annotations, ANNOTATION_EVICTION_POLICY)
+        if policy is None:
+            return (), False
+        if not isinstance(policy, list) or not all(item is None or isinstance(item, str) for item in policy):
+            raise ValueError("not a JSON list of strings")
+    except ValueError as exc:
+        warnings.append(f"annotation {ANNOTATION_EVICTION_POLICY}: {exc}; no feature may evict the pod")
         return (), True
-    return tuple(policy), False
+    return tuple(item or "" for item in policy), False
 
 
-def _resource_status(text: str | None, warnings: list[str]) -> tuple[str, bool]:
-    if not text:
+def _int32_value(raw: Any) -> bool:
+    return raw is None or _is_int32(raw)
+
+
+def _numa_resources(raw: Any) -> bool:
+    """``[]NUMANodeResource``: whether the list decodes (``node`` int32, ``resources`` quantities)."""
+    if raw is None:
+        return True
+    if not isinstance(raw, list):
+        return False
+    for item in raw:
+        if item is None:
+            continue
+        if not isinstance(item, Mapping) or not _int32_value(fold_get(item, "node")):
+            return False
+        resources = fold_get(item, "resources")
+        if resources is None:
+            continue
+        if not isinstance(resources, Mapping):
+            return False
+        for amount in resources.values():
+            if amount is not None:
+                parse_quantity(amount)  # ValueError: the annotation does not decode
+    return True
+
+
+def _resource_status(annotations: Mapping[str, str], warnings: list[str]) -> tuple[str, bool]:
+    """``ResourceStatus``: cpuset and NUMA resources; a value of the wrong type fails the whole
+    annotation (Go's ``Unmarshal`` returns an error, and koordlet then ignores it)."""
+    if not annotations.get(ANNOTATION_RESOURCE_STATUS):
         return "", False
     try:
-        status = json.loads(text)
-    except ValueError:
-        status = None
-    if not isinstance(status, Mapping):
-        warnings.append(f"annotation {ANNOTATION_RESOURCE_STATUS}: not a JSON object; ignored")
+        status = _decode(annotations, ANNOTATION_RESOURCE_STATUS)
+        if status is None:
+            return "", False
+        if not isinstance(status, Mapping):
+            raise ValueError("not a JSON object")
+        cpuset = fold_get(status, "cpuset")
+        if cpuset is not None and not isinstance(cpuset, str):
+            raise ValueError("cpuset is not a string")
+        numa = fold_get(status, "numaNodeResources")
+        if not _numa_resources(numa):
+            raise ValueError("numaNodeResources is not a list of {node, resources}")
+    except ValueError as exc:
+        warnings.append(f"annotation {ANNOTATION_RESOURCE_STATUS}: {exc}; ignored")
         return "", False
-    cpuset = status.get("cpuset")
-    if cpuset is not None and not isinstance(cpuset, str):
-        warnings.append(f"annotation {ANNOTATION_RESOURCE_STATUS}: cpuset is not a string; ignored")
-        cpuset = ""
-    numa = status.get("numaNodeResources")
     return cpuset or "", isinstance(numa, list) and len(numa) > 0
 
 
@@ -458,9 +520,9 @@ def _annotation_config(
     if text == "" and empty is not None:
         return empty, False
     try:
-        config, unknown = from_dict(cls, json.loads(text), f"annotation {key}")
-    except ValueError as exc:  # json.JSONDecodeError and NodeSLOError are both ValueErrors
-        warnings.append(f"annotation {key}: invalid ({exc}); ignored")
+        config, unknown = from_dict(cls, _decode(annotations, key), f"annotation {key}")
+    except ValueError as exc:  # DecodeError and NodeSLOError are both ValueErrors
+        warnings.append(f"annotation {key}: cannot be decoded ({exc}){INVALID_ANNOTATION_NOTE}")
         return None, True
     warnings.extend(unknown)
     return config, False
@@ -490,6 +552,11 @@ def pod_meta(obj: Mapping[str, Any]) -> PodMeta:
     if not isinstance(namespace, str):
         raise ValueError(f"pod {name!r}: metadata.namespace: must be a string")
     key = f"{namespace}/{name}"
+    if UID_RE.fullmatch(uid) is None:
+        raise ValueError(
+            f"pod {key}: metadata.uid {_short(uid)} is not a Kubernetes uid "
+            "(1 to 64 ASCII letters, digits and '-', starting with a letter or digit)"
+        )
     try:
         return _pod_meta(obj, metadata, uid, namespace, name, key, warnings)
     except ValueError as exc:
@@ -567,10 +634,8 @@ def _pod_meta(
     eviction_priority = parse_int32(annotations.get(ANNOTATION_EVICTION_PRIORITY))
     if eviction_priority is None and ANNOTATION_EVICTION_PRIORITY in annotations:
         warnings.append(f"annotation {ANNOTATION_EVICTION_PRIORITY} is not a decimal int32; read as 0")
-    eviction_policy, eviction_policy_invalid = _eviction_policy(
-        annotations.get(ANNOTATION_EVICTION_POLICY), warnings
-    )
-    cpuset, numa = _resource_status(annotations.get(ANNOTATION_RESOURCE_STATUS), warnings)
+    eviction_policy, eviction_policy_invalid = _eviction_policy(annotations, warnings)
+    cpuset, numa = _resource_status(annotations, warnings)
     cpu_burst, cpu_burst_invalid = _annotation_config(
         annotations, ANNOTATION_CPU_BURST, CPUBurstConfig, warnings
     )
@@ -699,6 +764,8 @@ __all__ = [
     "QOS_SYSTEM",
     "RESOURCE_CPU",
     "RESOURCE_MEMORY",
+    "UID_RE",
+    "INVALID_ANNOTATION_NOTE",
     "ContainerMeta",
     "PodMeta",
     "compute_kube_qos",

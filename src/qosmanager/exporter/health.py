@@ -9,7 +9,8 @@ Three checks, each answering with ``ok`` and a sentence that says what is wrong 
 * **state**: with the Kubernetes source, each kind of state (node, pods, nodeslo) synced
   successfully within ``kube_sync_seconds``; in standalone mode every configured file can be read.
   A refused object (a bad NodeSLO keeps the last good one) is named but does not fail the check:
-  the agent works on with the last good state.
+  the agent works on with the last good state.  A refused Node with no good one before it fails
+  the check: without the node's capacity nothing protects the node.
 * **strategies**: no strategy failed ``strategy_failures`` times in a row.
 
 Beside the checks, every active degraded condition (:mod:`qosmanager.framework.conditions`: a bad
@@ -126,7 +127,11 @@ class Health:
             except OSError as e:
                 problems.append(f"{kind} file {path} cannot be read: {e.strerror or e}")
         if self.store is not None:
-            for kind, message in sorted(dict(self.store.errors).items()):
+            errors = dict(self.store.errors)
+            if "node" in errors and getattr(self.store, "node", None) is None:
+                # a refused Node and none in force: nothing that needs its capacity protects the node
+                problems.append(f"node: {errors.pop('node')}")
+            for kind, message in sorted(errors.items()):
                 notes.append(f"{kind}: {message}")
         if src is None and not self.files:
             notes.append("no state source configured")

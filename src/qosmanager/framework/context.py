@@ -184,6 +184,11 @@ class Context:
     def evict(self, strategy: str, tasks: Sequence[EvictTask]) -> EvictResult:
         return self._s.evictor(strategy, tasks, self.now)
 
+    def audit_skip(self, strategy: str, target: str, reason: str, *, uid: str | None = None) -> None:
+        """Audit a decision to leave something as it is (``action: "skip"``, nothing executed)."""
+        self._s.executor.audit.record(strategy=strategy, action="skip", target=target, reason=reason,
+                                      executed=False, uid=uid, ts=self.now)
+
     def __repr__(self) -> str:
         return f"Context(now={self.now}, pods={len(self.pods)})"
 

@@ -109,6 +109,7 @@ class Collector:
         self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
         self._node_errors = RepeatLimiter(300.0, clock=clock)  # a bad /proc/stat: said once, then counted
         self._pods: dict[str, TrackedPod] = {}
+        self._failed: dict[str, str] = {}  # pods that could not be tracked: uid -> why (logged once)
         self._apps: dict[str, Tracked] = {}
         self._pending: dict[tuple[str, str], Tracked] = {}
         self._pods_gen = -1
@@ -194,6 +195,8 @@ class Collector:
 
     def _sync_pods(self, pods: dict[str, PodMeta], now: float) -> None:
         removed = [uid for uid in self._pods if uid not in pods]
+        for uid in [u for u in self._failed if u not in pods]:
+            del self._failed[uid]
         gone_dirs: list[str] = []
         for uid in removed:
             gone_dirs.append(self._untrack_pod(uid))
@@ -203,10 +206,16 @@ class Collector:
                 if tp is not None:
                     gone_dirs.append(self._untrack_pod(uid))
                 continue
-            if tp is None:
-                self._track_pod(meta, now)
-            elif tp.meta is not meta:
-                self._update_pod(tp, meta, now)
+            if tp is not None and tp.meta is meta:
+                continue
+            try:
+                if tp is None:
+                    self._track_pod(meta, now)
+                else:
+                    self._update_pod(tp, meta, now)
+                self._failed.pop(uid, None)
+            except Exception as e:  # one pod's slots must never freeze the discovery of the others
+                self._skip_pod(meta, e)
         self._be_cpu_request = float(sum(p.batch_cpu_request for p in pods.values()
                                          if p.is_be() and p.phase not in TERMINAL_PHASES))
         self._refresh_be_mask()
@@ -215,6 +224,19 @@ class Collector:
         if gone_dirs:
             for cb in self.on_pod_removed:
                 cb(gone_dirs)
+
+    def _skip_pod(self, meta: PodMeta, e: Exception) -> None:
+        """Leave a pod untracked (it is tried again when it changes); logged once per reason."""
+        why = f"{type(e).__name__}: {e}"
+        if self._failed.get(meta.uid) != why:
+            self._failed[meta.uid] = why
+            log.error("collector: pod %s is not sampled: %s", meta.key, why)
+        if meta.uid in self._pods:
+            try:
+                self._untrack_pod(meta.uid)
+            except Exception:  # what was opened stays until the pod is gone; the loop goes on
+                self._pods.pop(meta.uid, None)
+                log.exception("collector: cleaning up pod %s failed", meta.key)
 
     def _track_pod(self, meta: PodMeta, now: float) -> None:
         rel = self.layout.pod_dir(meta.kube_qos, meta.uid)

@@ -21,23 +21,34 @@ Two properties matter to the people who use it:
 * **Deterministic.**  The same scenario gives byte-identical output: time is the scenario's,
   randomness is seeded from the scenario's ``seed`` (default 0), and the output names files
   relative to their roots, never the temporary directory.
+* **Bounded.**  A scenario is refused (exit 2, one line) before anything is built when it is
+  larger than the fake host can sensibly be: the file over 64 MiB or nested deeper than 100
+  levels, more than :data:`MAX_CPUS` CPUs (listed, or from the Node's capacity), :data:`MAX_PODS`
+  pods, :data:`MAX_CONTAINERS` containers, :data:`MAX_SERIES` metric series, :data:`MAX_SAMPLES`
+  samples or :data:`MAX_FILES` files.  The temporary tree is removed on every way out: success,
+  a bad scenario, an error, Ctrl-C or SIGTERM (the signals wait while it is created and removed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, TextIO
 
+from qosmanager.api.decode import MIB, Limits, load_object
 from qosmanager.api.node import node_meta
-from qosmanager.api.nodeslo import load_object, parse_nodeslo
+from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import PodMeta, pod_meta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.gates import FeatureGates
@@ -74,6 +85,18 @@ PINNED_METRICS = (
 MAX_TICKS = 100_000
 DEFAULT_CPUS = 8
 DEFAULT_MEMORY = 64 << 30
+# The fake host is built in full (every CPU's sysfs files, every pod's cgroups, every series'
+# columns): beyond these a scenario is refused before anything is allocated.  A 4,096-CPU host takes
+# about ten seconds to lay out, 2,000 pods with 10,000 containers a few more.
+MAX_CPUS = 4096
+MAX_PODS = 2000
+MAX_CONTAINERS = 10_000
+MAX_SERIES = 20_000
+MAX_APPS = 256  # host-application series keep 30 minutes of samples each
+MAX_SAMPLES = 1_000_000
+MAX_FILES = 100_000
+MAX_PATH = 4096
+SCENARIO_LIMITS = Limits(max_bytes=64 * MIB, max_depth=100, max_nodes=2_000_000)
 
 
 class ScenarioError(ValueError):
@@ -177,9 +200,13 @@ def _choice(value: Any, path: str, choices: Sequence[Any]) -> Any:
 def _files(value: Any, path: str) -> dict[str, str]:
     """``{relative path: content}``; contents are strings (integers are accepted and printed)."""
     out: dict[str, str] = {}
-    for rel, content in _mapping(value, path).items():
+    files = _mapping(value, path)
+    _at_most(len(files), MAX_FILES, path, "files")
+    for rel, content in files.items():
         where = f"{path}[{rel!r}]"
         _expect(isinstance(rel, str) and bool(rel), f"{path} key", "a non-empty string", rel)
+        if len(rel) > MAX_PATH:
+            raise ScenarioError(f"{path}: a path of {len(rel)} characters (at most {MAX_PATH})")
         parts = rel.split("/")
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise ScenarioError(f"{where}: must be a relative path without '.', '..' or empty parts")
@@ -188,9 +215,15 @@ def _files(value: Any, path: str) -> dict[str, str]:
     return out
 
 
+def _at_most(count: int, limit: int, path: str, what: str) -> None:
+    if count > limit:
+        raise ScenarioError(f"{path}: {count} {what}, more than replay builds (at most {limit})")
+
+
 def _cpus(value: Any) -> list[Processor]:
     procs: list[Processor] = []
     seen: set[int] = set()
+    _at_most(len(_list(value, "cpus")), MAX_CPUS, "cpus", "CPUs")
     for i, entry in enumerate(_list(value, "cpus")):
         where = f"cpus[{i}]"
         entry = _mapping(entry, where)
@@ -198,7 +231,9 @@ def _cpus(value: Any) -> list[Processor]:
         for k in ("id", "core", "socket", "node"):
             if k not in entry:
                 raise ScenarioError(f"{where}: {k} is required")
-        nums = {k: _int_in(entry[k], f"{where}.{k}", 0, 1 << 20) for k in CPU_KEYS if k in entry}
+        # ids size the fake host (every id below the highest gets its sysfs files)
+        nums = {k: _int_in(entry[k], f"{where}.{k}", 0, MAX_CPUS - 1 if k == "id" else 1 << 20)
+                for k in CPU_KEYS if k in entry}
         if nums["id"] in seen:
             raise ScenarioError(f"{where}.id: CPU {nums['id']} is listed twice")
         seen.add(nums["id"])
@@ -222,6 +257,9 @@ def _samples(value: Any, path: str) -> list[tuple[float, float]]:
 
 def _metrics(value: Any) -> list[MetricSeries]:
     out: list[MetricSeries] = []
+    _at_most(len(_list(value, "metrics")), MAX_SERIES, "metrics", "series")
+    samples = 0
+    apps: set[str] = set()
     for i, entry in enumerate(_list(value, "metrics")):
         where = f"metrics[{i}]"
         entry = _mapping(entry, where)
@@ -243,6 +281,11 @@ def _metrics(value: Any) -> list[MetricSeries]:
                         entry[k])
         if "samples" not in entry:
             raise ScenarioError(f"{where}: samples is required")
+        samples += len(_list(entry["samples"], f"{where}.samples"))
+        _at_most(samples, MAX_SAMPLES, f"{where}.samples", "samples in all")
+        if "app" in entry:
+            apps.add(entry["app"])
+            _at_most(len(apps), MAX_APPS, f"{where}.app", "host applications")
         out.append(MetricSeries(name, _samples(entry["samples"], f"{where}.samples"), entry.get("pod"),
                                 entry.get("container"), entry.get("app"), where))
     return out
@@ -337,14 +380,19 @@ def parse_scenario(obj: Any, known_strategies: Sequence[str] | None = None) -> S
     if obj.get("node") is not None:
         sc.node = _mapping(obj["node"], "node")
         try:
-            node_meta(sc.node)
+            node = node_meta(sc.node)
         except ValueError as e:
             raise ScenarioError(f"node: {e}") from None
+        if node.cpu_capacity_cores > MAX_CPUS:
+            raise ScenarioError(f"node: status.capacity.cpu: {node.cpu_capacity_cores} cores, more than "
+                                f"replay builds (at most {MAX_CPUS})")
     if obj.get("nodeSLO") is not None:
         sc.nodeslo = _nodeslo(obj["nodeSLO"])
     metas: dict[str, PodMeta] = {}
     if "pods" in obj:
         uids: dict[str, int] = {}
+        _at_most(len(_list(obj["pods"], "pods")), MAX_PODS, "pods", "pods")
+        containers = 0
         for i, pod in enumerate(_list(obj["pods"], "pods")):
             _mapping(pod, f"pods[{i}]")
             try:
@@ -353,6 +401,8 @@ def parse_scenario(obj: Any, known_strategies: Sequence[str] | None = None) -> S
                 raise ScenarioError(f"pods[{i}]: {e}") from None
             if meta.uid in uids:
                 raise ScenarioError(f"pods[{i}]: uid {meta.uid} is also the uid of pods[{uids[meta.uid]}]")
+            containers += len(meta.containers) + len(meta.init_containers)
+            _at_most(containers, MAX_CONTAINERS, f"pods[{i}]", "containers in all")
             uids[meta.uid] = i
             metas[meta.uid] = meta
             sc.pods.append(pod)
@@ -405,19 +455,24 @@ def _check_enabled(sc: Scenario, known: Sequence[str]) -> None:
 
 
 def load_scenario(path: str) -> Scenario:
-    """Read and validate a scenario file (``-`` reads standard input)."""
+    """Read and validate a scenario file (``-`` reads standard input); at most 64 MiB are read."""
+    limit = SCENARIO_LIMITS.max_bytes
     try:
         if path == "-":
-            text = sys.stdin.read()
+            data = sys.stdin.buffer.read(limit + 1)
         else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
     except OSError as e:
         raise ScenarioError(f"{path}: {e.strerror}") from None
+    if len(data) > limit:
+        raise ScenarioError(f"{path}: larger than replay reads (at most {limit >> 20} MiB)")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ScenarioError(f"{path}: not UTF-8 text ({e.reason})") from None
     try:
-        obj = load_object(text, path)
+        obj = load_object(text, path, SCENARIO_LIMITS)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
     return parse_scenario(obj)
@@ -457,8 +512,10 @@ def run_scenario(sc: Scenario, *, workdir: str | None = None) -> dict[str, Any]:
     from qosmanager.sim.harness import Harness  # the fake host and the whole agent
 
     random.seed(sc.seed)  # any strategy randomness not seeded on its own is still reproducible
-    root = tempfile.mkdtemp(prefix="qosm-replay-", dir=workdir or _fast_tmp())
+    root: str | None = None
     try:
+        with _signals_deferred():  # a Ctrl-C cannot fall between creating the tree and owning it
+            root = tempfile.mkdtemp(prefix="qosm-replay-", dir=workdir or _fast_tmp())
         n_cpus, threads, memory = _host_size(sc)
         try:
             h = Harness(version=sc.cgroup_version, driver=sc.cgroup_driver, root=root, n_cpus=n_cpus,
@@ -472,7 +529,22 @@ def run_scenario(sc: Scenario, *, workdir: str | None = None) -> dict[str, Any]:
         finally:
             h.close()
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            with _signals_deferred():  # a second Ctrl-C waits until the tree is gone
+                shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (pending) until the block is done; then they act as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
@@ -499,7 +571,11 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
     named: list[str] = []
     for prefix, contents in (("", sc.cgroups), ("proc/", sc.proc), ("sys/", sc.sys)):
         for rel, text in contents.items():
-            h.write_file(prefix + rel, _content(text))
+            try:
+                h.write_file(prefix + rel, _content(text))
+            except OSError as e:
+                key = {"": "cgroups", "proc/": "proc", "sys/": "sys"}[prefix]
+                raise ScenarioError(f"{key}[{rel!r}]: cannot be laid out: {e.strerror}") from None
             named.append(prefix + rel)
     _inject_metrics(h, sc)
     # the ticks
@@ -539,6 +615,23 @@ def _inject_metrics(h: Any, sc: Scenario) -> None:
             raise ScenarioError(f"{series.where}: {e}") from None
 
 
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143), so every ``finally`` (the temporary tree's) runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def render(doc: Mapping[str, Any]) -> str:
     """The output document as text: stable key order, two-space indent, a final newline."""
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
@@ -550,11 +643,15 @@ def replay_main(path: str, out: TextIO | None = None, err: TextIO | None = None,
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        sc = load_scenario(path)
-        doc = run_scenario(sc)
+        with _sigterm_exits():
+            sc = load_scenario(path)
+            doc = run_scenario(sc)
     except ScenarioError as e:
         err.write(f"qosmanager replay: {e}\n")
         return 2
+    except KeyboardInterrupt:
+        err.write("qosmanager replay: interrupted\n")
+        return 130
     if compact:
         doc = {k: doc[k] for k in ("writes", "evictions", "files")}
     out.write(render(doc))

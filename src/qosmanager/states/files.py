@@ -3,7 +3,10 @@
 
 A change is noticed with one ``stat`` per file per poll (mtime, size and inode), so an
 idle node costs three syscalls per tick.  A file that cannot be read or parsed keeps
-the last good state and the reason is logged once.
+the last good state, the reason is logged once and ``/healthz`` lists it as the degraded
+condition ``state/<kind>-file`` until the file is good again.  Files are decoded within the
+document limits of :mod:`qosmanager.api.decode` (64 MiB, 100 levels); a pods file with one pod
+that cannot be read applies every other pod.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from qosmanager.api.nodeslo import load_object
+from qosmanager.api.decode import read_document_file
 from qosmanager.states.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -45,14 +48,13 @@ class WatchedFile:
             return False
         self._sig = sig
         try:
-            with open(self.path, encoding="utf-8") as f:
-                obj = load_object(f.read(), self.path)
+            obj = read_document_file(self.path)  # bounded in size and depth
+            self.apply(obj)
         except (OSError, ValueError) as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
             return False
         self.error = ""
-        self.apply(obj)
         return True
 
 
@@ -72,12 +74,13 @@ class FileSource:
         self.connected = True
 
     def _set_pods(self, obj: Any) -> None:
+        """A PodList: every pod that can be read is applied; one that cannot is skipped by the store."""
         if isinstance(obj, dict) and isinstance(obj.get("items"), list):
             self.store.set_pods(obj["items"])
         elif isinstance(obj, list):
             self.store.set_pods(obj)
         else:
-            log.error("pods file is not a PodList (no items list); keeping the last pods")
+            raise ValueError("not a PodList (no items list)")
 
     def poll(self, now: float | None = None) -> bool:
         """Re-read changed files; True when anything changed."""
@@ -91,7 +94,10 @@ class FileSource:
             h = self.store.health[kind]
             if f.error:
                 h.last_error, h.last_error_ts = f.error, t
+                self.store.conditions.set(f"state/{kind}-file",
+                                          f"{f.error}; the last good {f.kind} state stays in force")
             elif f._sig is not None:
                 h.last_sync = t
                 h.last_error = ""
+                self.store.conditions.clear(f"state/{kind}-file")
         return changed

@@ -9,6 +9,16 @@ Bad input loses nothing: a NodeSLO field with a bad value is dropped (that field
 koordlet does; the ``nodeslo`` degraded condition names it), a document that is not a NodeSLO
 at all leaves the last good one in place and the reason in :attr:`StateStore.errors`; a pod
 that cannot be understood is skipped with its reason while every other pod is kept.
+
+No object can stop the agent: building a view never lets an exception out of the store.  A pod
+that cannot be read (a bad uid, a bad quantity, or a bug in reading it) is skipped: one log line
+names it when it first fails (and again only when the reason changes), every other pod is kept,
+and ``errors["pods"]`` and the degraded condition ``state/pods`` list the skipped ones until they
+are fixed or gone.  A pod view's warnings (an annotation that cannot be decoded, an odd label) are
+logged in one line naming the pod when they first appear or change.  A Node that cannot be used
+(no positive cpu capacity, or less than 1 MiB of memory) is refused: the last good Node stays in
+force (condition ``state/node``); with none, nothing that needs the node runs and ``/healthz``
+fails its state check saying why.
 """
 
 from __future__ import annotations
@@ -58,38 +68,51 @@ class StateStore:
     on_nodeslo: list[Callable[[NodeSLOSpec], None]] = field(default_factory=list, repr=False)
     _nodeslo_reported: Any = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # pods skipped because they could not be read: pod label -> (uid or "", why); logged once each
+    _bad_pods: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
 
     # -- node ----------------------------------------------------------------
     def set_node(self, obj: Mapping[str, Any] | None, now: float | None = None) -> bool:
         now = time.time() if now is None else now
         try:
             meta = None if obj is None else node_meta(obj)
-        except (ValueError, TypeError, KeyError) as e:
-            self._error("node", f"bad Node object, keeping the last good one: {e}", now)
+        except Exception as e:  # a bad object (or a bug reading it) must not stop the agent
+            kept = ("keeping the last good one" if self.node is not None else
+                    "no Node is in force: nothing that needs the node's capacity runs")
+            message = f"bad Node object, {kept}: {_reason(e)}"
+            self._error("node", message, now)
+            self.conditions.set("state/node", message)
             return False
         with self._lock:
             self.node = meta
             self.node_generation += 1
             self._ok("node", now)
+        self.conditions.clear("state/node")
+        if meta is not None and meta.warnings:
+            log.warning("Node %s: %s", meta.name, "; ".join(meta.warnings))
         return True
 
     # -- pods ----------------------------------------------------------------
     def set_pods(self, objs: Sequence[Mapping[str, Any]], now: float | None = None) -> bool:
-        """Replace the pod set.  Pods whose object did not change keep their view (no re-parse)."""
+        """Replace the pod set.  Pods whose object did not change keep their view (no re-parse);
+        a pod that cannot be read is skipped (see the module docstring), never the whole set."""
         now = time.time() if now is None else now
         new: dict[str, PodMeta] = {}
-        problems: list[str] = []
+        bad: dict[str, tuple[str, str]] = {}
         old = self.pods
-        for obj in objs:
+        for i, obj in enumerate(objs):
             try:
-                uid = obj["metadata"]["uid"]
-                prev = old.get(uid)
+                prev = old.get(_pod_uid(obj))
                 if prev is not None and prev.raw == obj:
-                    new[uid] = prev
-                    continue
-                meta = pod_meta(obj)
-            except (ValueError, TypeError, KeyError) as e:
-                problems.append(str(e))
+                    meta = prev
+                else:
+                    meta = self._pod_view(obj, prev)
+                if meta.uid in new:
+                    raise ValueError(f"uid {meta.uid} is also the uid of pod {new[meta.uid].key}; "
+                                     "kept the first")
+            except Exception as e:  # one pod's input must never drop the others
+                label = _pod_label(obj, i)
+                bad[label] = (_pod_uid(obj), _reason(e, label))
                 continue
             new[meta.uid] = meta
         with self._lock:
@@ -98,18 +121,43 @@ class StateStore:
                 self.pods = new
                 self.pods_generation += 1
             self._ok("pods", now)
-        if problems:
-            self._error("pods", f"{len(problems)} pod(s) skipped: " + "; ".join(problems[:5]), now)
+            self._set_bad_pods(bad, now)
         return changed
 
-    def upsert_pod(self, obj: Mapping[str, Any], now: float | None = None) -> None:
-        meta = pod_meta(obj)
+    def upsert_pod(self, obj: Mapping[str, Any], now: float | None = None) -> bool:
+        """Add or replace one pod (a watch event); True when the pod set changed.
+
+        A pod that cannot be read is skipped like in :meth:`set_pods`: its previous view (if any)
+        leaves the set, nothing is raised.
+        """
+        now = time.time() if now is None else now
+        uid = _pod_uid(obj)
         with self._lock:
+            prev = self.pods.get(uid) if uid else None
+            bad = dict(self._bad_pods)
+            label = _pod_label(obj)
+            for key in [k for k, (u, _) in bad.items() if k == label or (uid and u == uid)]:
+                del bad[key]
+            try:
+                meta = self._pod_view(obj, prev)
+            except Exception as e:  # the watch goes on with every other pod
+                bad[label] = (uid, _reason(e, label))
+                changed = prev is not None
+                if changed:
+                    pods = dict(self.pods)
+                    del pods[uid]
+                    self.pods = pods
+                    self.pods_generation += 1
+                self._ok("pods", now)
+                self._set_bad_pods(bad, now)
+                return changed
             pods = dict(self.pods)
             pods[meta.uid] = meta
             self.pods = pods
             self.pods_generation += 1
-            self._ok("pods", time.time() if now is None else now)
+            self._ok("pods", now)
+            self._set_bad_pods(bad, now)
+        return True
 
     def delete_pod(self, uid: str, now: float | None = None) -> None:
         with self._lock:
@@ -119,6 +167,33 @@ class StateStore:
                 self.pods = pods
                 self.pods_generation += 1
             self._ok("pods", time.time() if now is None else now)
+            bad = {k: v for k, v in self._bad_pods.items() if v[0] != uid}
+            self._set_bad_pods(bad, time.time() if now is None else now)
+
+    @staticmethod
+    def _pod_view(obj: Mapping[str, Any], prev: PodMeta | None) -> PodMeta:
+        """Build a pod's view; its warnings are logged when they are new for this pod."""
+        meta = pod_meta(obj)
+        if meta.warnings and (prev is None or prev.warnings != meta.warnings):
+            log.warning("pod %s: %s", _pod_label(obj), "; ".join(meta.warnings))
+        return meta
+
+    def _set_bad_pods(self, bad: dict[str, tuple[str, str]], now: float) -> None:
+        """Log each newly skipped pod once and publish the list (errors, health, condition)."""
+        for label, (_, why) in bad.items():
+            if self._bad_pods.get(label, ("", ""))[1] != why:
+                log.error("pod %s skipped: %s", label, why)
+        self._bad_pods = bad
+        if not bad:
+            self.conditions.clear("state/pods")
+            return
+        reasons = [f"{label}: {why}" for label, (_, why) in bad.items()]
+        more = f"; and {len(reasons) - 5} more" if len(reasons) > 5 else ""
+        message = f"{len(reasons)} pod(s) skipped: " + "; ".join(reasons[:5]) + more
+        self.errors["pods"] = message
+        h = self.health["pods"]
+        h.last_error, h.last_error_ts = message, now
+        self.conditions.set("state/pods", message)
 
     # -- NodeSLO -------------------------------------------------------------
     def set_nodeslo(self, obj: Mapping[str, Any] | None, now: float | None = None) -> bool:
@@ -178,3 +253,36 @@ class StateStore:
     def _ok(self, kind: str, now: float) -> None:
         self.health[kind].last_sync = now
         self.errors.pop(kind, None)
+
+
+def _reason(e: BaseException, label: str = "") -> str:
+    """A ValueError's own sentence (without the pod's name when the log line already says it);
+    anything else (a bug) with its type, so it can be told apart."""
+    if not isinstance(e, ValueError):
+        return f"{type(e).__name__}: {e}"
+    text = str(e)
+    prefix = f"pod {label}: "
+    return text[len(prefix):] if label and text.startswith(prefix) else text
+
+
+def _meta_of(obj: Any) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _pod_uid(obj: Any) -> str:
+    uid = _meta_of(obj).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
+def _pod_label(obj: Any, index: int | None = None) -> str:
+    """How a log line names a pod that may not even be readable: namespace/name, else its uid,
+    else its place in the list."""
+    meta = _meta_of(obj)
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
+    if isinstance(name, str) and name and isinstance(namespace, str):
+        return repr(f"{namespace}/{name}")[1:-1][:200]  # escaped: a name cannot forge a log line
+    uid = _pod_uid(obj)
+    if uid:
+        return f"with uid {uid!r}"[:200]
+    return "without a name or uid" if index is None else f"#{index} (without a name or uid)"

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from qosmanager.api.decode import ANNOTATION_LIMITS, decode_json, fold_get
 from qosmanager.api.node import (
     ANNOTATION_CPU_MANAGER_POLICY,
     ANNOTATION_NODE_RESERVATION,
@@ -168,11 +168,11 @@ def system_qos_exclusive_cpus(annotations: Mapping[str, str]) -> frozenset[int]:
     if not text:
         return frozenset()
     try:
-        obj = json.loads(text)
+        obj = decode_json(text, ANNOTATION_LIMITS)
         if not isinstance(obj, Mapping):
             raise ValueError("not a JSON object")
-        cpuset = obj.get("cpuset") or ""
-        exclusive = obj.get("cpusetExclusive", True)
+        cpuset = fold_get(obj, "cpuset") or ""
+        exclusive = fold_get(obj, "cpusetExclusive", True)
         if not isinstance(cpuset, str) or not isinstance(exclusive, (bool, type(None))):
             raise ValueError("cpuset must be a string and cpusetExclusive a bool")
         if exclusive is False or not cpuset:
@@ -198,12 +198,12 @@ def cpu_manager_policy(annotations: Mapping[str, str], default: str) -> str:
     if text is None:
         return default
     try:
-        obj = json.loads(text)
+        obj = decode_json(text, ANNOTATION_LIMITS)
     except ValueError as e:
-        raise AnnotationError(f"annotation {ANNOTATION_CPU_MANAGER_POLICY}: not valid JSON: {e}") from None
+        raise AnnotationError(f"annotation {ANNOTATION_CPU_MANAGER_POLICY}: {e}") from None
     if not isinstance(obj, Mapping):
         raise AnnotationError(f"annotation {ANNOTATION_CPU_MANAGER_POLICY}: not a JSON object")
-    policy = obj.get("policy") or ""
+    policy = fold_get(obj, "policy") or ""
     if not isinstance(policy, str):
         raise AnnotationError(f"annotation {ANNOTATION_CPU_MANAGER_POLICY}: policy must be a string")
     return policy

@@ -12,7 +12,8 @@ Three kinds of target, each with a list of blocks (a block names a disk: ``devic
 A disk that appears in a target's files but in none of its blocks is reset ("removed"); a target that is
 switched off (``enable: false``) has no blocks, so every disk it configured is reset: this is koordlet's
 own restore path.  One thing koordlet does not do: when a pod's annotation is removed, the disks this
-strategy configured for it are reset too.
+strategy configured for it are reset too.  A pod whose annotation cannot be decoded is left as it is
+(koordlet skips it too), audited once per pod change (``action: "skip"``).
 
 **Files.**  cgroup v1 as koordlet: per disk ``blkio.throttle.{read,write}_{iops,bps}_device`` ("MAJ:MIN N",
 0 = unlimited) and ``blkio.cost.weight`` ("MAJ:MIN percent", 100 by default).  koordlet has nothing on
@@ -48,12 +49,13 @@ from qosmanager.api.nodeslo import (
     IOCfg,
     ResourceQOSStrategy,
 )
-from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, PHASE_RUNNING, QOS_NONE, PodMeta
+from qosmanager.api.pod import ANNOTATION_BLKIO_QOS, KUBE_QOS_BESTEFFORT, PHASE_RUNNING, QOS_NONE, PodMeta
 from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host import blockdev
+from qosmanager.strategies._annotations import InvalidAnnotations
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,7 @@ class BlkIOReconcile(Strategy):
         self._storage: list[blockdev.StorageInfo | None] = []
         self._mounts: dict[str, str] | None = None
         self._warned: set[str] = set()
+        self._invalid = InvalidAnnotations(self.name, ANNOTATION_BLKIO_QOS, "blkio files")
 
     def tick(self, ctx: Context) -> list[Write]:
         strategy = ctx.nodeslo.resource_qos_strategy if ctx.nodeslo_present else None
@@ -236,7 +239,8 @@ class BlkIOReconcile(Strategy):
             if pod.blkio_qos is not None:
                 blocks = tuple(pod.blkio_qos.blocks)
             elif pod.blkio_qos_invalid:
-                continue  # koordlet skips a pod whose annotation does not parse
+                self._invalid.skip(ctx, pod)  # koordlet too skips a pod whose annotation does not parse
+                continue
             else:
                 blocks = ()  # the annotation was removed: reset what we configured
             try:
@@ -253,6 +257,7 @@ class BlkIOReconcile(Strategy):
         if gen != ctx.pods_generation:
             pods = [p for p in ctx.pods.values() if p.blkio_qos is not None or p.blkio_qos_invalid]
             self._annotated = (ctx.pods_generation, pods)
+            self._invalid.forget_gone(ctx.pods)
         extra = [ctx.pods[u] for u in self._configured_pods if u in ctx.pods and ctx.pods[u].blkio_qos is None
                  and not ctx.pods[u].blkio_qos_invalid]
         return pods + extra if extra else pods

@@ -26,6 +26,11 @@ allocatable memory), and only values not yet confirmed by the executor are sent.
 re-asserted once per ``force_update_seconds`` (koordlet's forced re-check that corrects outside
 changes), spread over the ticks of that period so no single tick carries them all.
 
+**A pod whose annotation cannot be decoded** (a koordlet fix): koordlet gives it the class config,
+which resets what its annotation had set; here its pod and container files are left as they are
+(audited once per pod change, ``action: "skip"``) and it counts in its class's sums by the class
+config.
+
 **Support checks.**  On cgroup v1 the Anolis files are checked once, in the kubepods dir (koordlet's
 ``WithCheckOnce``); on cgroup v2 memory.min/low/high are native and the others are used wherever the
 file exists in that very directory: a file the executor reports missing in an existing directory is
@@ -47,6 +52,7 @@ from qosmanager.api.nodeslo import (
     overlay_config,
 )
 from qosmanager.api.pod import (
+    ANNOTATION_MEMORY_QOS,
     BATCH_MEMORY,
     KUBE_QOS_BESTEFFORT,
     KUBE_QOS_BURSTABLE,
@@ -60,6 +66,7 @@ from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host import resources as res
+from qosmanager.strategies._annotations import InvalidAnnotations
 from qosmanager.strategies._helpers import go_div
 
 log = logging.getLogger(__name__)
@@ -181,7 +188,8 @@ def throttling_high(req: int, limit: int, node_allocatable: int, throttling_perc
 def merged_memory_qos(pod: PodMeta, cfg: ResourceQOS) -> MemoryQOS:
     """``mergePodResourceQoSForMemoryQoS``: the pod's memory QoS after its annotation.
 
-    No (or an unparsable) annotation: the class config.  Policy ``none``: koordlet's None values.
+    No annotation: the class config (a pod whose annotation cannot be decoded is not written at all:
+    see the strategy).  Policy ``none``: koordlet's None values.
     Policy ``auto``: the built-in template of the pod's QoS class, overlaid with the pod's fields.
     Policy ``default`` (or empty): the class config, overlaid with the pod's fields.
     """
@@ -343,6 +351,7 @@ class CgroupReconcile(Strategy):
         self._ticks = 0
         self._v1_support: dict[str, bool] = {}
         self._warned: set[str] = set()
+        self._invalid = InvalidAnnotations(self.name, ANNOTATION_MEMORY_QOS, "memory files")
 
     # -- tick ----------------------------------------------------------------------------------
     def tick(self, ctx: Context) -> list[Write]:
@@ -433,6 +442,7 @@ class CgroupReconcile(Strategy):
             if uid not in plans:  # gone, or no longer Pending/Running
                 self._replace(plan.entries, {})
         self._plans = plans
+        self._invalid.forget_gone(ctx.pods)
         for kq in KUBE_QOS_ORDER:
             # koordlet fix: a class whose last pod left has an undefined sum and koordlet leaves its QoS
             # dir's old protection in place; the sum over no pods is 0, so we write that.
@@ -496,10 +506,17 @@ class CgroupReconcile(Strategy):
                        "pods are skipped", pod.qos)
             return _PodPlan(pod, None, None, {})
         try:
-            return plan_pod(ctx, pod, cfg, allocatable, usable)
+            plan = plan_pod(ctx, pod, cfg, allocatable, usable)
         except ValueError as e:  # one odd pod (e.g. an unusable cgroup name) never stops the others
             self._warn(f"pod:{pod.uid}", "cgroupReconcile: pod %s skipped: %s", pod.key, e)
             return _PodPlan(pod, None, None, {})
+        if pod.memory_qos_invalid:
+            # koordlet fix: koordlet gives a pod whose annotation does not parse the class config,
+            # resetting what the annotation had set; we leave the pod's and its containers' files as
+            # they are and count it in its class's sums by the class config
+            self._invalid.skip(ctx, pod)
+            return _PodPlan(pod, plan.summary_min, plan.summary_low, {})
+        return plan
 
     def _warn(self, key: str, msg: str, *args: object) -> None:
         if key not in self._warned:

@@ -24,7 +24,8 @@ Two mechanisms, chosen by ``cpuBurstStrategy.policy`` (``none`` | ``cpuBurstOnly
   Policies without the quota burst reset quotas to the limit.
 
 Only pods whose raw QoS label is LS, SYSTEM or none burst (LSE, LSR and BE never do), and only
-Pending or Running ones.
+Pending or Running ones.  A pod whose annotation cannot be decoded is left as it is (a koordlet fix:
+koordlet gives it the node's config), audited once per pod change (``action: "skip"``).
 
 Cost on a dense node: the per-pod plan (which containers, their base and ceiling quotas, the static
 burst values) is built once per pod-set or NodeSLO change; a tick reads every candidate quota in one
@@ -51,6 +52,7 @@ from qosmanager.api.nodeslo import (
     overlay_config,
 )
 from qosmanager.api.pod import (
+    ANNOTATION_CPU_BURST,
     PHASE_PENDING,
     PHASE_RUNNING,
     QOS_BE,
@@ -64,6 +66,7 @@ from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota
+from qosmanager.strategies._annotations import InvalidAnnotations
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +97,8 @@ def pod_burstable(pod: PodMeta) -> bool:
 
 
 def gen_pod_burst_config(pod: PodMeta, node_cfg: CPUBurstStrategy) -> CPUBurstConfig:
-    """``genPodBurstConfig``: the pod annotation's fields over the node's (an invalid annotation is
-    ignored, the node's config applies)."""
+    """``genPodBurstConfig``: the pod annotation's fields over the node's (a pod whose annotation
+    cannot be decoded is not planned at all: see :func:`build_plan`)."""
     if pod.cpu_burst is None:
         return node_cfg
     return overlay_config(node_cfg, pod.cpu_burst)
@@ -275,6 +278,7 @@ class CPUBurst(Strategy):
         self._static_sent: _Plan | None = None
         self._static_at = -math.inf
         self._static_writes: list[Write] = []
+        self._invalid = InvalidAnnotations(self.name, ANNOTATION_CPU_BURST, "CPU burst and quota files")
 
     # ------------------------------------------------------------------ the tick (start)
     def tick(self, ctx: Context) -> list[Write]:
@@ -412,7 +416,11 @@ class CPUBurst(Strategy):
         plan = self._plan
         if plan is not None and plan.generation == ctx.pods_generation and plan.nodeslo is ctx.nodeslo:
             return plan
-        plan = build_plan(ctx, ctx.nodeslo)
+        skipped: list[PodMeta] = []
+        plan = build_plan(ctx, ctx.nodeslo, skipped)
+        self._invalid.forget_gone(ctx.pods)
+        for pod in skipped:
+            self._invalid.skip(ctx, pod)
         self._plan = plan
         return plan
 
@@ -427,8 +435,13 @@ def change_operation_by_node(state: str, ops: np.ndarray) -> np.ndarray:
     return out
 
 
-def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
-    """Per-pod data for the ticks until the pods or the NodeSLO change."""
+def build_plan(ctx: Context, nodeslo: NodeSLOSpec, skipped: list[PodMeta] | None = None) -> _Plan:
+    """Per-pod data for the ticks until the pods or the NodeSLO change.
+
+    A burstable pod whose ``koordinator.sh/cpuBurst`` cannot be decoded is left out (koordlet fix:
+    koordlet applies the node's config to it, resetting what its annotation set): its burst and
+    quota files stay as they are.  Such pods are appended to ``skipped``.
+    """
     node_cfg = nodeslo.cpu_burst_strategy
     static: list[tuple[str, int]] = []
     ids: list[str] = []
@@ -451,6 +464,10 @@ def build_plan(ctx: Context, nodeslo: NodeSLOSpec) -> _Plan:
         if pod.qos_raw in (QOS_LSE, QOS_LSR, QOS_BE):
             excluded.append(pod.uid)
         if not pod_burstable(pod):
+            continue
+        if pod.cpu_burst_invalid:
+            if skipped is not None:
+                skipped.append(pod)
             continue
         try:
             pod_dir = ctx.pod_dir(pod)

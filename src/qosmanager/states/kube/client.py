@@ -15,7 +15,11 @@ library's HTTP, TLS and JSON about 6 MiB), so this module speaks the protocol di
   and yields ``(type, object)``; an ``ERROR`` event raises :class:`KubeError` with its code;
 * a 401 re-reads a rotated token file and retries once;
 * every error is a :class:`KubeError` with the HTTP status (0 when there was no answer), the
-  API's Status reason and message, and ``Retry-After`` when the server sent one.
+  API's Status reason and message, and ``Retry-After`` when the server sent one;
+* answers are bounded: a body is read up to 128 MiB and a watch event up to 64 MiB, and both are
+  decoded within :data:`~qosmanager.api.decode.RESPONSE_LIMITS` (100 levels of nesting), so a
+  broken server or proxy gets a clear :class:`KubeError`, never an unbounded allocation or a
+  ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from qosmanager import __version__
+from qosmanager.api.decode import RESPONSE_LIMITS, decode_json
 from qosmanager.states.kube.config import KubeConfig
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = f"qosmanager/{__version__}"
 MAX_EVENT_LINE = 64 << 20  # one watch event (one object) per line
+MAX_RESPONSE = RESPONSE_LIMITS.max_bytes  # one answer (a list page)
 WATCH_READ_MARGIN = 30.0  # seconds of silence beyond timeoutSeconds before a watch counts as dead
 SHARED = "shared"
 
@@ -76,7 +82,7 @@ class KubeError(Exception):
         message, reason = body.decode("utf-8", "replace").strip()[:500], ""
         details: dict[str, Any] = {}
         try:
-            obj = json.loads(body)
+            obj = decode_json(body, RESPONSE_LIMITS)
         except ValueError:
             obj = None
         if isinstance(obj, dict) and obj.get("kind") == "Status":
@@ -243,12 +249,21 @@ class KubeClient:
         raise KubeError(0, f"{method} {target}: no answer after retries")
 
     def _finish(self, ch: _Channel, resp: http.client.HTTPResponse) -> bytes:
+        """The body, at most :data:`MAX_RESPONSE` bytes (a longer one is refused before it is read)."""
+        length = resp.getheader("Content-Length") or ""
+        if length.isdigit() and int(length) > MAX_RESPONSE:
+            ch.drop()
+            raise KubeError(resp.status, f"the answer is {length} bytes, more than the limit of "
+                                         f"{MAX_RESPONSE}")
         try:
-            data = resp.read()
+            data = resp.read(MAX_RESPONSE + 1)
         except (OSError, http.client.HTTPException) as e:
             ch.drop()
             raise KubeError(0, f"reading the answer failed: {e}") from None
-        if resp.will_close:
+        if len(data) > MAX_RESPONSE:
+            ch.drop()  # the rest is unread: the connection cannot carry another request
+            raise KubeError(resp.status, f"the answer is longer than the limit of {MAX_RESPONSE} bytes")
+        if resp.will_close or not resp.isclosed():
             ch.drop()
         return data
 
@@ -267,9 +282,9 @@ class KubeClient:
         if resp.status >= 400:
             raise KubeError.from_response(resp.status, resp.headers, data)
         try:
-            return json.loads(data) if data else {}
+            return decode_json(data, RESPONSE_LIMITS) if data else {}
         except ValueError as e:
-            raise KubeError(resp.status, f"{method} {path}: the answer is not JSON: {e}") from None
+            raise KubeError(resp.status, f"{method} {path}: the answer cannot be decoded: {e}") from None
 
     # ------------------------------------------------------------------ verbs
     def get(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
@@ -346,9 +361,11 @@ class KubeClient:
                         finished = True
                         return
                     try:
-                        ev = json.loads(line)
+                        ev = decode_json(line, RESPONSE_LIMITS)
                         type_, obj = ev["type"], ev["object"]
-                    except (ValueError, KeyError, TypeError):
+                    except ValueError as e:
+                        raise KubeError(0, f"watch {path}: an event that cannot be decoded: {e}") from None
+                    except (KeyError, TypeError):
                         raise KubeError(0, f"watch {path}: not a watch event: {line[:200]!r}") from None
                     if type_ == "ERROR":
                         raise KubeError.from_status(obj)

@@ -143,12 +143,8 @@ class _PodBuffer:
         for uid, obj in events.items():
             if obj is None:
                 store.delete_pod(uid, now)
-                continue
-            try:
-                store.upsert_pod(obj, now)
-            except (ValueError, TypeError, KeyError):
-                # let set_pods skip the bad pod, keep every other one and record why
-                return store.set_pods(list(self.objects.values()), now)
+            else:
+                store.upsert_pod(obj, now)  # a pod that cannot be read is skipped there, never raised
         return True
 
 
@@ -457,9 +453,12 @@ class KubeSource:
     def poll(self, now: float | None = None) -> bool:
         """Apply what the reflectors received since the last call; True when the state changed."""
         now = self.clock() if now is None else now
-        changed = self.node.apply(self.store, now)
-        changed |= self.pods.apply(self.store, now)
-        changed |= self.nodeslo.apply(self.store, now)
+        changed = False
+        for kind, buffer in ((NODE, self.node), (PODS, self.pods), (NODESLO, self.nodeslo)):
+            try:
+                changed |= buffer.apply(self.store, now)
+            except Exception:  # the store skips bad objects itself; this is the last guard of the loop
+                log.exception("kube %s: applying the received state failed", kind)
         for kind, r in self.reflectors.items():
             h = self.store.health[kind]
             if r.connected and r.synced:

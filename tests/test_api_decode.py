@@ -1,0 +1,165 @@
+"""Bounded decoding: no text, however nested or large, gets past the decoder as anything but a
+DecodeError (a ValueError) naming what was wrong; Go's key matching."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qosmanager.api.decode import (
+    ANNOTATION_LIMITS,
+    DOCUMENT_LIMITS,
+    DecodeError,
+    Limits,
+    _nesting_large,
+    _nesting_small,
+    decode_json,
+    fold_get,
+    go_fold,
+    load_document,
+    load_object,
+    read_document_file,
+)
+from qosmanager.api.nodeslo import parse_nodeslo
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_the_annotation_that_killed_the_agent_is_a_clear_error() -> None:
+    with pytest.raises(DecodeError, match=r"^nested deeper than 64 levels$"):
+        decode_json(nested(1000))
+    with pytest.raises(DecodeError, match="nested deeper than 64 levels"):
+        decode_json('{"a": ' * 5000 + "1" + "}" * 5000)
+
+
+def test_depth_limit_is_exact_and_brackets_in_strings_do_not_count() -> None:
+    assert decode_json(nested(64)) is not None
+    with pytest.raises(DecodeError, match="deeper than 64"):
+        decode_json(nested(65))
+    inner = json.dumps("[" * 500 + "{" * 500 + '\\"]')
+    assert decode_json(f"[{inner}]") == [json.loads(inner)]
+    # unbalanced or unclosed text is the parser's business, and never a RecursionError
+    for text in ("[" * 100_000, "[" * 3000 + "]", '{"a": [' * 2000):
+        with pytest.raises(DecodeError):
+            decode_json(text, Limits(1 << 20, 64, 1 << 20))
+
+
+def test_go_json_grammar_and_the_size_limit() -> None:
+    for text in ('{"a": NaN}', "[Infinity]", "[-Infinity]", "[1e400]", "{'a': 1}", "", "[1,]"):
+        with pytest.raises(DecodeError, match="not valid JSON"):
+            decode_json(text)
+    assert decode_json('{"a": 1.5, "b": null}') == {"a": 1.5, "b": None}
+    big = json.dumps(["x" * 1000] * 300)  # 300 KB > 256 KiB
+    with pytest.raises(DecodeError, match=r"^\d+ bytes, more than the limit of 256 KiB$"):
+        decode_json(big)
+    assert decode_json(big, DOCUMENT_LIMITS) == ["x" * 1000] * 300
+    with pytest.raises(DecodeError, match="more than 65536 objects and lists"):
+        decode_json("[" + ",".join(["[]"] * 70_000) + "]")
+
+
+def test_small_and_large_nesting_checks_agree_with_the_parsed_data() -> None:
+    rng = random.Random(7)
+
+    def gen(d: int) -> Any:
+        if d == 0:
+            return rng.choice([1, "a[b{", 'x\\"]]', None, "\\\\", "'['"])
+        items = [gen(d - 1) for _ in range(rng.randrange(0, 4))]
+        return items if rng.random() < 0.5 else {f'k{i}"[': v for i, v in enumerate(items)}
+
+    def measure(o: Any) -> tuple[int, int]:
+        if isinstance(o, (dict, list)):
+            kids = [measure(v) for v in (o.values() if isinstance(o, dict) else o)]
+            return 1 + max((k[0] for k in kids), default=0), 1 + sum(k[1] for k in kids)
+        return 0, 0
+
+    for _ in range(300):
+        obj = gen(rng.randrange(0, 8))
+        data = json.dumps(obj).encode()
+        assert _nesting_small(data) == _nesting_large(data) == measure(obj)
+
+
+def test_large_documents_are_checked_too() -> None:
+    filler = json.dumps({"pad": "x" * (1 << 20)})  # beyond the small path
+    deep = "[" + filler + "," + nested(101) + "]"
+    with pytest.raises(DecodeError, match="doc: nested deeper than 100 levels"):
+        load_document(deep, "doc")
+    ok = "[" + filler + "," + nested(99) + "]"
+    assert load_document(ok, "doc")[0] == json.loads(filler)
+    with pytest.raises(DecodeError, match="more than 10 objects and lists"):
+        load_document("[" + ",".join(["[]"] * 11) + "]", "doc", Limits(1 << 20, 10, 10))
+
+
+def test_load_object_reads_yaml_and_json() -> None:
+    yaml_text = "apiVersion: slo.koordinator.sh/v1alpha1\nkind: NodeSLO\n"
+    yaml_text += "spec:\n  cpuBurstStrategy:\n    policy: auto\n"
+    assert parse_nodeslo(load_object(yaml_text)).cpu_burst_strategy.policy == "auto"
+    doc = load_object('{"metadata": {"resourceVersion": "42"}}', "slo.json")
+    assert doc["metadata"]["resourceVersion"] == "42"
+    assert load_object(b'  {"a": [1, {"b": "]"}]}') == {"a": [1, {"b": "]"}]}
+    assert load_object("{a: '[[[', b: [x, y]}") == {"a": "[[[", "b": ["x", "y"]}  # YAML flow style
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("spec: [unclosed", r"^/etc/slo.yaml: not valid YAML/JSON: [^\n]*$"),
+        ("", r"^/etc/slo.yaml: empty document$"),
+        ("- a\n- b\n", r"^/etc/slo.yaml: expected an object at the top level, got list$"),
+        (nested(1000), r"^/etc/slo.yaml: nested deeper than 100 levels$"),
+        ("{" + '"a": {' * 300 + "}" * 301, r"^/etc/slo.yaml: nested deeper than 100 levels$"),
+        ("a:\n" + "".join("  " * i + "b:\n" for i in range(1, 150)), r"nested deeper than 100 levels$"),
+        ("a:\n" + "- " * 500 + "x\n", r"nested deeper than 100 levels$"),
+        ("a: &a [*a]\n", r"nested deeper than 100 levels$"),  # a cycle
+        ("[" * 100_000, r"^/etc/slo.yaml: nested deeper than 100 levels$"),  # never closed
+        ("a: [" + "[" * 2000, r"^/etc/slo.yaml: not valid YAML/JSON: [^\n]*$"),  # libyaml's own limit
+        ("a: " + "1" * 5000 + "\n", r"^/etc/slo.yaml: not valid YAML/JSON"),  # int() of 5000 digits
+    ],
+)
+def test_load_object_errors_name_the_path(text: str, message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        load_object(text, "/etc/slo.yaml")
+
+
+def test_yaml_aliases_count_with_what_they_stand_for() -> None:
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for i, name in enumerate("bcdefg"):
+        prev = "abcdefg"[i]
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    bomb = "\n".join(levels) + "\n"  # 10**7 scalars once expanded
+    with pytest.raises(DecodeError, match=r"^bomb: more than 8000000 values \(aliases expanded\)$"):
+        load_object(bomb, "bomb")
+    small = "base: &b {cpu: 1}\nx: *b\ny: *b\n"
+    assert load_object(small) == {"base": {"cpu": 1}, "x": {"cpu": 1}, "y": {"cpu": 1}}
+    with pytest.raises(DecodeError, match="more than 6 values"):
+        load_object(small, "f", Limits(1 << 20, 10, 6))  # 1 + 3 x (key + {cpu: 1} of 3) = 10 nodes
+
+
+def test_read_document_file_never_reads_more_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"items": [{"x": "y" * 100}] * 20}))
+    assert len(read_document_file(str(path))["items"]) == 20
+    with pytest.raises(DecodeError, match=rf"^{path}: larger than the limit of 1 KiB$"):
+        read_document_file(str(path), Limits(1024, 10, 100))
+    path.write_bytes(b"a: \xff\xfe\n")
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        read_document_file(str(path))
+    with pytest.raises(OSError):
+        read_document_file(str(tmp_path / "missing.json"))
+
+
+def test_keys_match_as_go_matches_struct_fields() -> None:
+    assert go_fold("ioCfg") == go_fold("iocfg") == go_fold("IOCFG")
+    assert go_fold("\u212aey") == go_fold("key")  # the Kelvin sign folds to K, as in Go
+    assert go_fold("\u017fet") == go_fold("set")  # the long s folds to S
+    assert go_fold("\u0130d") != go_fold("id")  # Go does not fold the dotted capital I to i
+    status = {"CPUSet": "0-1", "other": 1, "cpuset": "2-3"}
+    assert fold_get(status, "cpuset") == "2-3"  # each match is assigned in turn: the last wins
+    assert fold_get({"cpuset": "0", "CPUSET": "1"}, "cpuset") == "1"
+    assert fold_get({"cpusets": "0"}, "cpuset", "none") == "none"
+    assert ANNOTATION_LIMITS.max_bytes == 256 * 1024
