@@ -35,6 +35,7 @@ import errno
 import json
 import logging
 import os
+import select
 import selectors
 import socket
 import threading
@@ -103,6 +104,13 @@ class _Conn:
     head: bytearray = field(default_factory=bytearray)
     out: memoryview | None = None
     closed: bool = False
+
+
+def _waiting(listener: socket.socket) -> bool:
+    """Whether a connection waits to be accepted (``poll`` needs no descriptor, unlike epoll)."""
+    p = select.poll()
+    p.register(listener, select.POLLIN)
+    return bool(p.poll(0))
 
 
 def _response(code: int, ctype: str, body: bytes, *, head_only: bool = False,
@@ -297,6 +305,10 @@ class MetricsServer:
                 return
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE):
+                    # accept wants a descriptor before it looks at the queue: give one up only for a
+                    # connection that is really waiting
+                    if not _waiting(listener):
+                        return
                     if self._free_a_descriptor():
                         continue
                     # nothing of ours to give up: look again shortly instead of spinning
