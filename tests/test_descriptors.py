@@ -127,9 +127,11 @@ def test_an_emfile_on_a_one_shot_closes_cached_descriptors_and_tries_again(
 def test_a_path_twice_in_one_lookup_gets_one_descriptor(tmp_path: Path) -> None:
     ex, layout = executor(tmp_path, DescriptorBudget(8))
     path = layout.file("cpu", quota_dirs(layout, 1)[0], "cpu.cfs_quota_us")
-    a, b = ex.files.lookup([path, path])
+    before = len(os.listdir("/proc/self/fd"))
+    a, b = ex.files.lookup([path, path])  # two entries of one file (devices, schemata lines)
     assert a == b and not isinstance(a, int) and a[0] != ONE_SHOT and len(ex.files) == 1
     ex.files.close()
+    assert len(os.listdir("/proc/self/fd")) == before  # it used to open it twice and leak one
     assert ex.files.lookup([str(tmp_path / "nothing")]) == [-errno.ENOENT]
 
 
