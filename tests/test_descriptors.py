@@ -248,7 +248,8 @@ def get(url: str, path: str) -> tuple[int, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_an_agent_at_ulimit_256_with_200_containers_writes_reads_and_answers(tmp_path: Path, version: int) -> None:
+def test_an_agent_at_ulimit_256_with_200_containers_writes_reads_and_answers(tmp_path: Path,
+                                                                              version: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), "256", str(version), "200"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     idle: list[socket.socket] = []
@@ -308,8 +309,8 @@ server.stop()
 
 
 def test_the_server_accepts_a_probe_with_no_descriptor_left_in_the_process() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SERVER_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_CHILD], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdin is not None
         line = proc.stdout.readline()

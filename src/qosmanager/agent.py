@@ -120,14 +120,15 @@ class Agent:
         self.audit = AuditLog(cfg.audit_log, clock=clock)
         # the collector's readers and the executor's writes share one descriptor budget, below the
         # reserves of the process and of the health server (qosmanager.host.descriptors)
-        self.fd_budget = DescriptorBudget(cfg.max_fds) if cfg.max_fds >= 0 else DescriptorBudget.for_process()
+        fds = self.fd_budget = (DescriptorBudget(cfg.max_fds) if cfg.max_fds >= 0
+                                else DescriptorBudget.for_process())
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
-                                 force_seconds=cfg.force_update_seconds, budget=self.fd_budget, clock=clock)
+                                 force_seconds=cfg.force_update_seconds, budget=fds, clock=clock)
         if monotonic_ns is None:
-            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=self.fd_budget)
+            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds)
         else:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, mono=monotonic_ns,
-                                       budget=self.fd_budget)
+                                       budget=fds)
         self.collector.on_pod_removed.append(self.executor.forget)
         evict_mode = cfg.evict_mode or ("api" if self.kube_client is not None else "none")
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
