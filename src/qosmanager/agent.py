@@ -45,6 +45,7 @@ from qosmanager.framework.manager import QoSManager, load_strategies
 from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
+from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.logfmt import RepeatLimiter
@@ -137,13 +138,17 @@ class Agent:
             self.audit = AuditLog(cfg.audit_log, clock=clock, conditions=self.store.conditions)
         except OSError as e:
             raise StartupError("--audit-log", f"cannot open {cfg.audit_log}: {e.strerror or e}") from None
+        # the collector's readers and the executor's writes share one descriptor budget, below the
+        # reserves of the process and of the health server (qosmanager.host.descriptors)
+        fds = self.fd_budget = (DescriptorBudget(cfg.max_fds) if cfg.max_fds >= 0
+                                else DescriptorBudget.for_process())
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
-                                 force_seconds=cfg.force_update_seconds, clock=clock)
+                                 force_seconds=cfg.force_update_seconds, budget=fds, clock=clock)
         if monotonic_ns is None:
-            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, max_fds=cfg.max_fds)
+            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds)
         else:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, mono=monotonic_ns,
-                                       max_fds=cfg.max_fds)
+                                       budget=fds)
         self.collector.on_pod_removed.append(self.executor.forget)
         evict_mode = cfg.evict_mode or ("api" if self.kube_client is not None else "none")
         self.evict_mode = evict_mode

@@ -21,6 +21,10 @@ Strategies never touch files; they hand the executor :class:`Write` requests.  O
    one errno per file), caches what succeeded (failures never), and **audits** every
    write with its old and new value.
 
+Cached descriptors count in the process's descriptor budget, shared with the collector
+(:mod:`qosmanager.host.descriptors`); a file that gets no descriptor within it is read and
+written with open, pread or pwrite, close (one-shot), in the same order.
+
 A missing file is not an error: the cgroup is gone (or the knob does not exist on this
 kernel); it is skipped, counted and retried next time.  A write that fails the same way every
 tick (the kernel refuses the value, the file is read-only) is logged and audited the first time,
@@ -41,10 +45,11 @@ import numpy as np
 
 from qosmanager._native import sysio
 from qosmanager.executor.audit import AuditLog
-from qosmanager.executor.files import FileTable
+from qosmanager.executor.files import ONE_SHOT, FileTable
 from qosmanager.host import resources as res
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.logfmt import Repeat, RepeatLimiter
 
 log = logging.getLogger(__name__)
@@ -122,6 +127,7 @@ class _Item:
     audited: bool = False
     fd: int = -1
     truncate: bool = False
+    one_shot: bool = False  # no descriptor kept: opened for the write
 
 
 @dataclass
@@ -143,7 +149,9 @@ class Executor:
 
     def __init__(self, layout: CgroupLayout, audit: AuditLog, *, dry_run: bool = False,
                  force_seconds: float = 60.0, cache_ttl: float = 120.0, max_open_files: int = 4096,
-                 clock: Callable[[], float] = time.time, repeat_seconds: float = 300.0) -> None:
+                 budget: DescriptorBudget | None = None, clock: Callable[[], float] = time.time,
+                 repeat_seconds: float = 300.0) -> None:
+        """``budget``: the descriptor budget shared with the collector (None: ``max_open_files`` only)."""
         self.layout = layout
         self.version = layout.version
         self.audit = audit
@@ -151,7 +159,7 @@ class Executor:
         self.force_seconds = force_seconds
         self.cache_ttl = cache_ttl
         self.clock = clock
-        self.files = FileTable(max_open_files)
+        self.files = FileTable(max_open_files, budget)
         self.stats = ExecutorStats()
         self._cache: dict[str, _CacheEntry] = {}
         self._claims: dict[str, _Claim] = {}
@@ -248,6 +256,8 @@ class Executor:
                 out[i] = f
             elif not f[2]:
                 out[i] = -errno.EACCES  # write-only file
+            elif f[0] == ONE_SHOT:
+                out[i] = self._read_once(paths[i])
             else:
                 idx.append(i)
         if idx:
@@ -263,6 +273,14 @@ class Executor:
             for i, d in zip(idx, data):
                 out[i] = d.decode(errors="replace") if isinstance(d, bytes) else d
         return out
+
+    def _read_once(self, path: str) -> str | int:
+        d = self.files.read_once(path, READ_CHUNK)
+        self.stats.read_syscalls += 1
+        if isinstance(d, bytes) and len(d) == READ_CHUNK:
+            d = self.files.read_once(path, 1 << 22)
+            self.stats.read_syscalls += 1
+        return d.decode(errors="replace") if isinstance(d, bytes) else d
 
     # ------------------------------------------------------------------
     # the batch
@@ -403,7 +421,7 @@ class Executor:
                 it.result.error = os.strerror(-f)
                 it.result.status = "missing" if -f in IGNORABLE else "failed"
                 continue
-            it.fd, it.truncate = f[0], f[1]
+            it.fd, it.truncate, it.one_shot = f[0], f[1], f[0] == ONE_SHOT
             if not it.write.compare:
                 continue
             entry = self._cache.get(it.key)
@@ -484,19 +502,18 @@ class Executor:
         """Write ``(item, entry, payload)`` in order; the audit names the entry written."""
         # descriptors were looked up when the current values were read (an LRU eviction in
         # between would only close descriptors of files not in this batch)
-        todo = [k for k, (it, _, _) in enumerate(batch) if it.result.status != "failed" and it.fd >= 0]
+        todo = [k for k, (it, _, _) in enumerate(batch)
+                if it.result.status != "failed" and (it.fd >= 0 or it.one_shot)]
         if self.dry_run:
             for k in todo:
                 batch[k][0].result.status = "dry-run"
             return
         if not todo:
             return
-        fd_arr = np.fromiter((batch[k][0].fd for k in todo), dtype=np.int32, count=len(todo))
-        trunc = np.fromiter((batch[k][0].truncate for k in todo), dtype=np.uint8, count=len(todo))
         payloads = [batch[k][2].encode() for k in todo]
-        errs = sysio.pwrite_batch(fd_arr, payloads, trunc)
+        errs = self._pwrite([batch[k][0] for k in todo], payloads)
         self.stats.write_syscalls += len(todo)
-        for k, e in zip(todo, errs.tolist()):
+        for k, e in zip(todo, errs):
             it, content, _ = batch[k]
             if e == 0:
                 it.result.status = "written"
@@ -510,6 +527,25 @@ class Executor:
                     self.files.drop(it.path)
                 else:
                     self._failed(it, content, now)
+
+    def _pwrite(self, items: list[_Item], payloads: list[bytes]) -> list[int]:
+        """Write in order: runs of kept descriptors in one native batch, one-shot files one by one."""
+        errs: list[int] = []
+        k = 0
+        while k < len(items):
+            one_shot = items[k].one_shot
+            j = k
+            while j < len(items) and items[j].one_shot == one_shot:
+                j += 1
+            if one_shot:
+                errs.extend(self.files.write_once(it.path, p) for it, p in zip(items[k:j], payloads[k:j]))
+            else:
+                run = items[k:j]
+                fd_arr = np.fromiter((it.fd for it in run), dtype=np.int32, count=len(run))
+                trunc = np.fromiter((it.truncate for it in run), dtype=np.uint8, count=len(run))
+                errs.extend(sysio.pwrite_batch(fd_arr, payloads[k:j], trunc).tolist())
+            k = j
+        return errs
 
     def _audit(self, it: _Item, content: str, executed: bool) -> None:
         w = it.write

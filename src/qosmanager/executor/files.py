@@ -1,10 +1,17 @@
-"""Descriptors of the files the executor writes, kept open across ticks.
+"""Descriptors of the files the executor writes, kept open across ticks while the budget allows.
 
-An LRU of ``path -> descriptor`` bounded by ``capacity`` (the collector holds most of
-the process's descriptor budget).  Misses are opened in one native batch call.  Each
-descriptor remembers whether a write must truncate the file: kernel control files
-(cgroupfs, procfs, sysfs, resctrl) take a write as a command and must not be
-truncated; plain files of a fake tree need truncating after ``pwrite`` at offset 0.
+An LRU of ``path -> descriptor`` bounded by ``capacity`` and by the process's
+:class:`~qosmanager.host.descriptors.DescriptorBudget`, which it shares with the collector's readers
+(they come first: :meth:`FileTable.shed` closes the oldest descriptors when they need room).
+Misses are opened in one native batch call.  A path that gets no descriptor (the budget is spent,
+or the process is out of descriptors) is looked up as :data:`ONE_SHOT`: read with
+:meth:`FileTable.read_once` and written with :meth:`FileTable.write_once` (open, pread or pwrite,
+close), so a write never fails for want of a descriptor a one-shot open could get; a one-shot open
+failing with EMFILE closes cached descriptors and tries once more.
+
+Each descriptor remembers whether a write must truncate the file: kernel control files
+(cgroupfs, procfs, sysfs, resctrl) take a write as a command and must not be truncated; plain
+files of a fake tree need truncating after ``pwrite`` at offset 0.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from qosmanager._native import sysio
+from qosmanager.host.descriptors import DescriptorBudget
 
 # Filesystems whose files are kernel interfaces (no truncation on write).
 KERNEL_FS_MAGIC = frozenset({
@@ -30,44 +38,78 @@ KERNEL_FS_MAGIC = frozenset({
     0x74726163,  # tracefs
 })
 
+ONE_SHOT = -1  # the descriptor of a looked-up path that is opened for each read or write
+OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+SHED_ON_EMFILE = 16  # cached descriptors closed before a one-shot open is tried again
+
+Entry = tuple[int, bool, bool]  # (fd or ONE_SHOT, truncate, readable)
+
 
 class FileTable:
-    """``path -> (fd, truncate)`` with LRU eviction."""
+    """``path -> (fd, truncate, readable)`` with LRU eviction, within a descriptor budget."""
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, budget: DescriptorBudget | None = None) -> None:
         self.capacity = capacity
-        self._fds: OrderedDict[str, tuple[int, bool, bool]] = OrderedDict()  # path -> (fd, trunc, readable)
+        self.budget = budget
+        self._fds: OrderedDict[str, Entry] = OrderedDict()
+        self.one_shot_reads = 0
+        self.one_shot_writes = 0
+        if budget is not None:
+            budget.add_holder(self.__len__, self.shed)
 
     def __len__(self) -> int:
         return len(self._fds)
 
-    def lookup(self, paths: Sequence[str]) -> list[tuple[int, bool, bool] | int]:
-        """Descriptors for ``paths``: ``(fd, truncate, readable)``, or ``-errno`` where open failed."""
-        out: list[tuple[int, bool, bool] | int] = [0] * len(paths)
-        missing: list[int] = []
+    def lookup(self, paths: Sequence[str]) -> list[Entry | int]:
+        """Entries for ``paths``: ``(fd, truncate, readable)`` with ``fd`` :data:`ONE_SHOT` where no
+        descriptor is kept, or ``-errno`` where the file cannot be opened."""
+        out: list[Entry | int] = [0] * len(paths)
+        missing: dict[str, list[int]] = {}  # a path may come twice (entries of one file)
+        hits: set[str] = set()
         for i, p in enumerate(paths):
             entry = self._fds.get(p)
             if entry is None:
-                missing.append(i)
+                missing.setdefault(p, []).append(i)
             else:
                 self._fds.move_to_end(p)
+                hits.add(p)
                 out[i] = entry
-        if missing:
-            mpaths = [paths[i] for i in missing]
-            fds = sysio.open_batch(mpaths, os.O_RDWR)
+        if not missing:
+            return out
+        limit = self.capacity
+        if self.budget is not None:
+            limit = min(limit, len(self._fds) + self.budget.available())
+        # this batch's descriptors stay; older ones are closed to make room for the new
+        n_new = max(0, min(len(missing), limit - len(hits)))
+        self._close_oldest(min(len(self._fds) + n_new - limit, len(self._fds) - len(hits)))
+        mpaths = list(missing)
+        held, rest = mpaths[:n_new], mpaths[n_new:]
+        opened: list[int] = []
+        writeonly: set[int] = set()
+        if held:
+            fds = sysio.open_batch(held, os.O_RDWR)
             retry = [k for k, fd in enumerate(fds.tolist()) if fd in (-errno.EACCES, -errno.EPERM)]
             if retry:  # write-only control files
-                wfds = sysio.open_batch([mpaths[k] for k in retry], os.O_WRONLY)
+                wfds = sysio.open_batch([held[k] for k in retry], os.O_WRONLY)
                 for k, fd in zip(retry, wfds.tolist()):
                     fds[k] = fd
-            for k, (i, fd) in enumerate(zip(missing, fds.tolist())):
-                if fd < 0:
-                    out[i] = fd
-                    continue
-                entry = (fd, self._needs_truncate(fd), k not in retry)
-                self._fds[paths[i]] = entry
-                out[i] = entry
-            self._evict(protect=len(paths))
+                writeonly = set(retry)
+            opened = fds.tolist()
+        for k, p in enumerate(held):
+            fd = opened[k]
+            res: Entry | int
+            if fd >= 0:
+                res = (fd, self._needs_truncate(fd), k not in writeonly)
+                self._fds[p] = res
+            elif -fd in OUT_OF_FDS:
+                res = (ONE_SHOT, False, True)
+            else:
+                res = fd
+            for i in missing[p]:
+                out[i] = res
+        for p in rest:
+            for i in missing[p]:
+                out[i] = (ONE_SHOT, False, True)
         return out
 
     @staticmethod
@@ -80,18 +122,64 @@ class FileTable:
         st = os.fstat(fd)
         return stat.S_ISREG(st.st_mode) and st.st_size not in (0, 4096)
 
-    def _evict(self, protect: int = 0) -> None:
-        """Close least recently used descriptors beyond capacity, never one of the ``protect`` most
-        recent (those were just handed out for the current batch, which may exceed capacity)."""
-        over = min(len(self._fds) - self.capacity, len(self._fds) - protect)
-        if over <= 0:
-            return
-        victims = []
-        for _ in range(over):
-            _, (fd, _, _) = self._fds.popitem(last=False)
-            victims.append(fd)
+    def _close_oldest(self, n: int) -> int:
+        n = min(n, len(self._fds))
+        if n <= 0:
+            return 0
+        victims = [self._fds.popitem(last=False)[1][0] for _ in range(n)]
         sysio.close_batch(np.asarray(victims, dtype=np.int32))
+        return n
 
+    def shed(self, n: int) -> int:
+        """Close up to ``n`` least recently used descriptors (the readers need room)."""
+        return self._close_oldest(n)
+
+    # ------------------------------------------------------------------ one-shot
+    def _open_once(self, path: str, flags: int) -> int:
+        """A descriptor for one operation, or ``-errno``; out of descriptors, cached ones are closed
+        and the open is tried once more."""
+        for attempt in (0, 1):
+            try:
+                return os.open(path, flags | os.O_CLOEXEC)
+            except OSError as e:
+                err = e.errno or errno.EIO
+                if err not in OUT_OF_FDS or attempt:
+                    return -err
+                self.shed(SHED_ON_EMFILE)
+        return -errno.EMFILE  # not reached
+
+    def read_once(self, path: str, maxlen: int) -> bytes | int:
+        """Up to ``maxlen`` bytes from offset 0 of ``path`` with a descriptor of its own, or ``-errno``."""
+        self.one_shot_reads += 1
+        fd = self._open_once(path, os.O_RDONLY)
+        if fd < 0:
+            return fd
+        try:
+            return os.pread(fd, maxlen, 0)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+        finally:
+            os.close(fd)
+
+    def write_once(self, path: str, payload: bytes) -> int:
+        """Write ``payload`` at offset 0 of ``path`` with a descriptor of its own (a plain file is
+        truncated after it, as with a kept descriptor); the errno, 0 when it was written."""
+        self.one_shot_writes += 1
+        fd = self._open_once(path, os.O_WRONLY)
+        if fd < 0:
+            return -fd
+        try:
+            if os.pwrite(fd, payload, 0) != len(payload):
+                return errno.EIO
+            if self._needs_truncate(fd):
+                os.ftruncate(fd, len(payload))
+            return 0
+        except OSError as e:
+            return e.errno or errno.EIO
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------
     def forget(self, prefixes: Sequence[str]) -> int:
         """Close descriptors of files under any of ``prefixes`` (a pod went away)."""
         doomed = [p for p in self._fds if p.startswith(tuple(prefixes))]

@@ -5,7 +5,7 @@
 * :mod:`~qosmanager.exporter.agent_metrics`: the agent's families (koordlet's names where koordlet
   has the metric, ``qosmanager_`` for the rest) and the O(1) hooks that feed them;
 * :mod:`~qosmanager.exporter.health`: the ``/healthz`` checks;
-* :mod:`~qosmanager.exporter.server`: the HTTP server thread.
+* :mod:`~qosmanager.exporter.server`: the HTTP server (one non-blocking thread no client can hold).
 
 :class:`Exporter` puts them together for one :class:`~qosmanager.agent.Agent`.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from qosmanager.exporter.agent_metrics import AgentMetrics
 from qosmanager.exporter.health import Health, HealthBounds
 from qosmanager.exporter.registry import Counter, Gauge, Histogram, Registry
-from qosmanager.exporter.server import MetricsServer, parse_addr
+from qosmanager.exporter.server import MAX_CLIENTS, MetricsServer, descriptor_reserve, parse_addr
 
 if TYPE_CHECKING:
     from qosmanager.agent import Agent
@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 class Exporter:
     """The metrics, the health checks and the server of one agent."""
 
-    def __init__(self, addr: str, metrics: AgentMetrics, health: Health, *, max_clients: int = 4) -> None:
+    def __init__(self, addr: str, metrics: AgentMetrics, health: Health, *,
+                 max_clients: int = MAX_CLIENTS) -> None:
         self.metrics = metrics
         self.health = health
         self.server = MetricsServer(addr, metrics.registry.render, health.check, max_clients=max_clients)
@@ -76,4 +77,4 @@ class Exporter:
 
 
 __all__ = ["AgentMetrics", "Counter", "Exporter", "Gauge", "Health", "HealthBounds", "Histogram",
-           "MetricsServer", "Registry", "parse_addr"]
+           "MetricsServer", "Registry", "descriptor_reserve", "parse_addr"]

@@ -33,6 +33,7 @@ import numpy as np
 from qosmanager._native import STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
 from qosmanager.api.pod import PodMeta
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.procfs import clock_ticks
 from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics import cache as mc
@@ -85,7 +86,10 @@ class Collector:
 
     def __init__(self, layout: CgroupLayout, cache: mc.MetricCache, store: StateStore, *,
                  clock: Callable[[], float] = time.time, mono: Callable[[], int] = monotonic_ns,
-                 max_fds: int = -1, max_gap_seconds: float = 20.0) -> None:
+                 max_fds: int = -1, max_gap_seconds: float = 20.0,
+                 budget: DescriptorBudget | None = None) -> None:
+        """``budget``: the descriptor budget shared with the executor; without one, ``max_fds``
+        (when >= 0) or the process's limit less the reserves (:mod:`qosmanager.host.descriptors`)."""
         self.layout = layout
         self.cache = cache
         self.store = store
@@ -98,12 +102,16 @@ class Collector:
         self.on_pod_removed: list[Callable[[list[str]], None]] = []
         self._files = self._probe_controllers()
         gap = int(max_gap_seconds * 1e9)
-        # one descriptor budget shared by the readers; files beyond it are read in reopen mode
-        self.fd_budget = max_fds if max_fds >= 0 else _descriptor_budget()
-        self.pod_reader = StatReader(cache.pods.cols, self.version, gap, self.fd_budget)
-        self.ctr_reader = StatReader(cache.containers.cols, self.version, gap, self.fd_budget)
+        # one descriptor budget for the readers and the executor; files beyond it are read in reopen
+        # mode (the three kube QoS dirs are few and always kept open: the budget's base reserve)
+        if budget is None:
+            budget = DescriptorBudget(max_fds) if max_fds >= 0 else DescriptorBudget.for_process()
+        self.budget = budget
+        self.pod_reader = StatReader(cache.pods.cols, self.version, gap, budget.total)
+        self.ctr_reader = StatReader(cache.containers.cols, self.version, gap, budget.total)
         self.qos_reader = StatReader(len(QOS_DIRS), self.version, gap)
-        self.app_reader = StatReader(cache.hostapps.cols, self.version, gap, self.fd_budget)
+        self.app_reader = StatReader(cache.hostapps.cols, self.version, gap, budget.total)
+        budget.add_holder(self._held_fds)
         self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
         self._clk_tck = clock_ticks()
         self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
@@ -316,9 +324,18 @@ class Collector:
     def _reader_for(self, kind: str) -> StatReader:
         return {"pod": self.pod_reader, "container": self.ctr_reader, "app": self.app_reader}[kind]
 
+    @property
+    def fd_budget(self) -> int:
+        return self.budget.total
+
+    def _held_fds(self) -> int:
+        return self.pod_reader.open_fds + self.ctr_reader.open_fds + self.app_reader.open_fds
+
     def _open(self, reader: StatReader, tr: Tracked, kind: str, now: float) -> None:
-        held = self.pod_reader.open_fds + self.ctr_reader.open_fds + self.app_reader.open_fds
-        reader.max_fds = reader.open_fds + max(0, self.fd_budget - held)
+        need = sum(1 for p in tr.files.values() if p is not None)
+        if self.budget.available() < need:
+            self.budget.reclaim(need)  # the executor's cached descriptors give way to the readers
+        reader.max_fds = reader.open_fds + self.budget.available()
         err = reader.open(tr.col, **tr.files)
         if err == 0:
             tr.open = True
@@ -508,19 +525,4 @@ class Collector:
         if self._quota_fds is not None:
             sysio.close_batch(self._quota_fds)
             self._quota_fds = None
-
-
-def _descriptor_budget() -> int:
-    """Descriptors the readers may hold: the soft limit, raised to the hard one, minus headroom."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard != resource.RLIM_INFINITY and soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        # leave room for the executor's descriptors, sockets and logs
-        return max(64, soft - 4096 - 256)
-    except (ImportError, ValueError, OSError):
-        return 1024
 
