@@ -71,5 +71,6 @@ def test_dry_run_mkdir_is_decided_once_and_files_in_it_are_decided_not_skipped(t
     assert [r.status for r in res] == ["dry-run", "dry-run", "missing"]  # a file of no would-be dir: missing
     writes = records(audit, "write")
     assert [(r["target"], r["value"], r["old"], r["executed"]) for r in writes] == [
-        ("sys/fs/resctrl/BE/schemata", "L3:0=f;", None, False), ("sys/fs/resctrl/BE/tasks", "42", None, False)]
+        ("sys/fs/resctrl/BE/schemata", "L3:0=f;", None, False),
+        ("sys/fs/resctrl/BE/tasks", "42", None, False)]
     assert not os.path.exists(host.roots.sys_path("fs/resctrl/BE"))

@@ -253,9 +253,9 @@ class Executor:
     def _mkdir_error(self, d: MakeDir, path: str, target: str, value: str, now: float, err: int) -> str:
         if self._mkdir_failed.get(path) != err:
             self._mkdir_failed[path] = err
-            self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value, reason=d.reason,
-                              executed=False, error=f"{errno.errorcode.get(err, str(err))}: {os.strerror(err)}",
-                              ts=now)
+            error = f"{errno.errorcode.get(err, str(err))}: {os.strerror(err)}"
+            self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value,
+                              reason=d.reason, executed=False, error=error, ts=now)
             self.audit.flush()
         return "failed"
 

@@ -145,8 +145,9 @@ class ResctrlReconcile(Strategy):
             return []
         ready = ensure_resctrl_groups(ctx, self.name)
         if len(ready) < len(resctrl.GROUPS):
-            self._warn("mkdir", "resctrlReconcile: cannot create the resctrl groups %s (see the audit); their "
-                       "schemata and tasks are left alone", ", ".join(g for g in resctrl.GROUPS if g not in ready))
+            missing = ", ".join(g for g in resctrl.GROUPS if g not in ready)
+            self._warn(f"mkdir:{missing}", "resctrlReconcile: cannot create the resctrl groups %s (see the "
+                       "audit); their schemata and tasks are left alone", missing)
         return self._policy(ctx, strategy, cbm, ready) + self._tasks(ctx, strategy, ready)
 
     # -- support -------------------------------------------------------------------------------
