@@ -175,6 +175,9 @@ class Executor:
         self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
         self._virtual_dirs: set[str] = set()  # dry run: directories decided but not created (absolute)
         self._mkdir_failed: dict[str, int] = {}  # directory -> errno of its last audited failure
+        # dry run: uncacheable writes (thread ids into a tasks file) already decided -> (value, when), so
+        # the same decision is audited once per force interval, as a cacheable one is
+        self._dry_decided: dict[str, tuple[str, float]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
         # after every apply(): its results and how long it took (seconds), for the metrics
         self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
@@ -364,6 +367,12 @@ class Executor:
                 self.stats.cache_hits += 1
                 results.append(WriteResult(w, target, "cached", w.value))
                 continue
+            if self.dry_run and not w.cacheable:
+                seen = self._dry_decided.get(key)
+                if seen is not None and seen[0] == w.value and now - seen[1] < force:
+                    self.stats.cache_hits += 1
+                    results.append(WriteResult(w, target, "cached", w.value))
+                    continue
             result = WriteResult(w, target, "cached")
             results.append(result)
             if not w.raw:
@@ -611,6 +620,8 @@ class Executor:
                               old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
             if w.cacheable:
                 self._cache[it.key] = _CacheEntry(w.value, now)
+            else:
+                self._dry_decided[it.key] = (w.value, now)
         elif st == "missing":
             self.stats.missing += 1
             log.debug("skip %s: %s", it.target, it.result.error)
@@ -655,7 +666,7 @@ class Executor:
         dirs = tuple(cg + "/" for cg in cgroups)
         for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
             del self._where[mk]
-        for d in (self._cache, self._claims, self._conflicts, self._originals):
+        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]
         self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
@@ -666,6 +677,8 @@ class Executor:
             del self._cache[key]
         for key in [k for k, c in self._claims.items() if now - c.ts > max(c.lease, self.cache_ttl)]:
             del self._claims[key]
+        for key in [k for k, (_, ts) in self._dry_decided.items() if now - ts > self.force_seconds]:
+            del self._dry_decided[key]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
         loc = self.resolve(resource, cgroup)
