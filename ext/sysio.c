@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -81,25 +80,6 @@ int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t
             failures++;
         } else {
             lens[i] = (int64_t)r;
-        }
-    }
-    return failures;
-}
-
-int qm_kill_batch(int n, const int32_t *pids, int sig, int32_t *err)
-{
-    int failures = 0;
-    for (int i = 0; i < n; i++) {
-        if (pids[i] <= 0) { /* never signal a process group or every process */
-            err[i] = EINVAL;
-            failures++;
-            continue;
-        }
-        if (kill((pid_t)pids[i], sig) != 0) {
-            err[i] = errno;
-            failures++;
-        } else {
-            err[i] = 0;
         }
     }
     return failures;

@@ -23,8 +23,5 @@ int qm_pwrite_batch(int n, const int32_t *fds, const char *data, const int64_t *
  * count or -errno.  Returns the number of failures. */
 int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t *lens);
 
-/* kill(pids[i], sig) for each i; err[i] is 0 or the errno.  Returns the number of failures. */
-int qm_kill_batch(int n, const int32_t *pids, int sig, int32_t *err);
-
 /* Close n descriptors (negative entries are skipped). */
 void qm_close_batch(int n, const int32_t *fds);

@@ -18,7 +18,6 @@ ffibuilder.cdef(
     int qm_pwrite_batch(int n, const int32_t *fds, const char *data, const int64_t *off,
                         const int64_t *len, const uint8_t *trunc, int32_t *err);
     int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t *lens);
-    int qm_kill_batch(int n, const int32_t *pids, int sig, int32_t *err);
     void qm_close_batch(int n, const int32_t *fds);
     """
 )

@@ -5,6 +5,8 @@ Tasks are built by hand here, so every expected release is a sum or max written 
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import time
@@ -13,13 +15,18 @@ from typing import Any
 
 import pytest
 
+import kernelcg
 from qosmanager.api.pod import PodMeta
+from qosmanager.eviction import coordinator as coord_mod
 from qosmanager.eviction.coordinator import ApiOutcome, EvictionCoordinator
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
-from qosmanager.host.cgroups import KubeQoS
+from qosmanager.executor.audit import AuditLog
+from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.roots import HostRoots
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
+from qosmanager.states.store import StateStore
 
 GiB = 1 << 30
 
@@ -238,31 +245,209 @@ def test_api_mode_failure_is_audited_and_backs_off() -> None:
     assert calls == ["be-0", "be-0"]
 
 
+def container_rel(h: Harness, i: int) -> str:
+    pod = meta(h, i)
+    return h.layout.container_dir(h.layout.pod_dir(pod.kube_qos, pod.uid), pod.containers[0].container_id)
+
+
+def list_pid(h: Harness, i: int, line: str) -> None:
+    """Append a line to the cgroup.procs the kill mode reads for pod ``i`` (v1: the cpu hierarchy)."""
+    sub = "cpu" if h.layout.version == 1 else ""
+    with open(h.layout.file(sub, container_rel(h, i), "cgroup.procs"), "a") as f:
+        f.write(f"{line}\n")
+
+
+def proc_cgroup(h: Harness, pid: int, rel: str, *, cpu_rel: str | None = None) -> None:
+    """The fake ``<proc>/<pid>/cgroup``: v1 one line per hierarchy (``cpu_rel`` for the cpu line when it
+    differs), v2 the unified line."""
+    if h.layout.version == 1:
+        text = (f"12:memory:/{rel}\n7:blkio:/{rel}\n3:cpu,cpuacct:/{cpu_rel or rel}\n"
+                f"1:name=systemd:/{rel}\n0::/\n")
+    else:
+        text = f"0::/{rel}\n"
+    h.write_file(f"proc/{pid}/cgroup", text)
+
+
+def place(h: Harness, i: int, pid: int) -> None:
+    """A process of pod ``i``: listed in its cgroup.procs, and /proc says so."""
+    list_pid(h, i, str(pid))
+    proc_cgroup(h, pid, container_rel(h, i))
+
+
+def sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", "60"])
+
+
+def reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def alive(proc: subprocess.Popen[bytes]) -> bool:
+    time.sleep(0.05)
+    return proc.poll() is None
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_kill_mode_kills_the_processes_in_the_pods_cgroups(version: int) -> None:
     h = harness([be_pod(0), be_pod(1)], version=version, evict_mode="kill")
-    victim, bystander = meta(h, 0), meta(h, 1)
-    sub = "cpu" if version == 1 else ""
-    procs = []
+    procs = [sleeper(), sleeper()]
     try:
-        for pod in (victim, bystander):
-            proc = subprocess.Popen(["sleep", "30"])
-            procs.append(proc)
-            cdir = h.layout.container_dir(h.layout.pod_dir(pod.kube_qos, pod.uid), pod.containers[0].container_id)
-            with open(h.layout.file(sub, cdir, "cgroup.procs"), "w") as f:
-                f.write(f"{proc.pid}\n")
+        for i, proc in enumerate(procs):
+            place(h, i, proc.pid)
         t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
         res = h.coordinator.execute("memoryEvict", [t], 1000.0)
         assert [(d.pod.name, d.action, d.executed) for d in res.decisions] == [("be-0", "evicted", True)]
         assert procs[0].wait(timeout=10) == -signal.SIGKILL
-        time.sleep(0.05)
-        assert procs[1].poll() is None  # the other pod's process lives
+        assert alive(procs[1])  # the other pod's process lives
         assert h.recorded.evictions[0]["executed"] is True
+        # the kill record (the pids) comes before the eviction's outcome
+        recs = [(r["action"], r["target"], r["value"]) for r in h.audit.recent
+                if r["action"] in ("kill", "evict")]
+        assert recs == [("kill", "default/be-0", str(procs[0].pid)), ("evict", "default/be-0", None)]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        reap(procs)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_kill_mode_spares_a_bystander_listed_in_the_victims_cgroup_procs(version: int) -> None:
+    h = harness([be_pod(0), be_pod(1)], version=version, evict_mode="kill")
+    victim, bystander = sleeper(), sleeper()
+    try:
+        place(h, 0, victim.pid)
+        # listed in the victim's cgroup.procs (a stale or forged line), but /proc places it in pod 1
+        list_pid(h, 0, str(bystander.pid))
+        if version == 1:  # v1: every other hierarchy says "pod 0"; the cpu line (where pids are read) decides
+            proc_cgroup(h, bystander.pid, container_rel(h, 0), cpu_rel=container_rel(h, 1))
+        else:
+            proc_cgroup(h, bystander.pid, container_rel(h, 1))
+        t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
+        res = h.coordinator.execute("memoryEvict", [t], 1000.0)
+        assert [(d.action, d.executed) for d in res.decisions] == [("evicted", True)]
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        assert alive(bystander)
+        assert h.coordinator.refused_pids == 1
+        [kill] = [r for r in h.audit.recent if r["action"] == "kill"]
+        assert kill["value"] == str(victim.pid)
+    finally:
+        reap([victim, bystander])
+
+
+def test_kill_mode_spares_a_process_that_left_or_cannot_be_checked() -> None:
+    h = harness([be_pod(0)], evict_mode="kill")
+    left, unchecked = sleeper(), sleeper()
+    try:
+        list_pid(h, 0, str(left.pid))  # no /proc/<pid>/cgroup under the proc root: gone, nothing to do
+        t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
+        assert [d.action for d in h.coordinator.execute("memoryEvict", [t], 1000.0).decisions] == ["evicted"]
+        h2 = harness([be_pod(0)], evict_mode="kill")
+        list_pid(h2, 0, str(unchecked.pid))
+        h2.write_file(f"proc/{unchecked.pid}/cgroup", "12:memory:/somewhere\n")  # no cpu line to check
+        t2 = task(h2, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
+        res = h2.coordinator.execute("memoryEvict", [t2], 1000.0)
+        assert [(d.action, d.executed) for d in res.decisions] == [("failed", False)]
+        assert "no line for the cpu hierarchy" in (res.decisions[0].error or "")
+        assert not h2.coordinator.is_pending(uid(0), 1000.0)  # tried again next round
+        assert alive(left) and alive(unchecked)
+    finally:
+        reap([left, unchecked])
+
+
+def test_pid_1_the_agent_and_its_parent_are_never_signalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness([be_pod(0)], evict_mode="kill")
+    signalled: list[int] = []
+    # never the real signal here: a regression must not reach init or the test runner
+    monkeypatch.setattr(h.coordinator, "_signal", lambda pid, fd: signalled.append(pid) or 0)
+    proc = sleeper()
+    try:
+        for pid in (1, os.getpid(), os.getppid(), proc.pid):
+            place(h, 0, pid)  # /proc claims every one of them is in the pod
+        list_pid(h, 0, "0")
+        t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
+        res = h.coordinator.execute("memoryEvict", [t], 1000.0)
+        assert signalled == [proc.pid]
+        [d] = res.decisions
+        assert d.action == "failed" and d.error is not None
+        assert "pid 1:" in d.error and "agent itself" in d.error and "agent's parent" in d.error
+    finally:
+        reap([proc])
+
+
+def test_a_50_digit_pid_does_not_stop_the_other_pods_evictions() -> None:
+    h = harness([be_pod(0), be_pod(1), be_pod(2)], evict_mode="kill")
+    procs = [sleeper(), sleeper()]
+    try:
+        list_pid(h, 0, "1" * 50)
+        list_pid(h, 0, "-1")
+        list_pid(h, 0, "4294967297")  # would wrap to pid 1 in 32 bits
+        list_pid(h, 0, "x")
+        place(h, 0, procs[0].pid)
+        place(h, 1, procs[1].pid)
+        t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": 3 * GiB},
+                 [(0, {"memory": 2 * GiB}), (1, {"memory": 2 * GiB})])
+        res = h.coordinator.execute("memoryEvict", [t], 1000.0)
+        assert [(d.pod.name, d.action, d.executed) for d in res.decisions] == [
+            ("be-0", "evicted", True), ("be-1", "evicted", True)]
+        assert [p.wait(timeout=10) for p in procs] == [-signal.SIGKILL, -signal.SIGKILL]
+        assert h.coordinator.garbage_pid_lines == 4
+    finally:
+        reap(procs)
+
+
+def test_parse_pids_skips_and_counts_what_is_not_a_pid() -> None:
+    data = b"12\n0\n-1\n4294967295\n4294967297\n" + b"9" * 50 + b"\n4194304\n4194305\n\xd9\xa3\n 7 \n"
+    assert coord_mod.parse_pids(data) == ([12, 4194304, 7], 7)
+
+
+@pytest.mark.parametrize(("text", "version", "want"), [
+    ("12:memory:/a\n4:cpu,cpuacct:/kubepods/x\n0::/\n", 1, "/kubepods/x"),
+    ("4:cpuacct:/a\n3:cpuset:/b\n", 1, None),  # "cpuacct" and "cpuset" are not "cpu"
+    ("5:cpu:/c\n0::/u\n", 2, "/u"),
+    ("1:name=systemd:/s\n", 2, None),
+    ("garbage", 1, None),
+])
+def test_proc_cgroup_path_takes_the_hierarchy_pids_are_read_from(text: str, version: int,
+                                                                 want: str | None) -> None:
+    assert coord_mod.proc_cgroup_path(text, version) == want
+
+
+def test_in_cgroup_matches_whole_components_wherever_the_agents_root_is_mounted() -> None:
+    pod = "kubepods/besteffort/pod00000000-0000-4000-8000-000000000000"
+    assert coord_mod.in_cgroup(f"/{pod}/abc", pod) and coord_mod.in_cgroup(f"/{pod}", pod)
+    assert coord_mod.in_cgroup(f"/user.slice/test-1/{pod}/abc\n", pod)  # root mounted further down
+    assert coord_mod.in_cgroup(f"/../../{pod}/abc", pod)  # seen from another cgroup namespace
+    assert not coord_mod.in_cgroup(f"/{pod}0/abc", pod)  # a longer name is another pod
+    assert not coord_mod.in_cgroup("/kubepods/besteffort/abc", pod) and not coord_mod.in_cgroup("/", pod)
+    assert not coord_mod.in_cgroup("/kubepods/burstable/pod00000000-0000-4000-8000-000000000000", pod)
+
+
+def test_the_kill_record_is_on_disk_before_the_signal(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness([be_pod(0)], evict_mode="kill")
+    path = tmp_path / "audit.jsonl"
+    coord = EvictionCoordinator(h.store, h.layout, AuditLog(str(path)), mode="kill", clock=lambda: h.now)
+    proc = sleeper()
+    seen: list[list[dict[str, Any]]] = []
+    real = coord._signal
+
+    def observing(pid: int, fd: int) -> int:
+        seen.append([json.loads(line) for line in path.read_text().splitlines()])
+        return real(pid, fd)
+
+    monkeypatch.setattr(coord, "_signal", observing)
+    try:
+        place(h, 0, proc.pid)
+        t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
+        coord.execute("memoryEvict", [t], 1000.0)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        [before] = seen
+        assert [(r["action"], r["target"], r["value"], r["uid"]) for r in before] == [
+            ("kill", "default/be-0", str(proc.pid), uid(0))]
+        after = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(r["action"], r["executed"]) for r in after] == [("kill", False), ("evict", True)]
+    finally:
+        reap([proc])
 
 
 def test_kill_mode_with_no_process_left_counts_as_evicted() -> None:
@@ -296,3 +481,42 @@ def test_the_real_strategies_share_one_queue() -> None:
     # memoryEvict: be-0 pending (10 GiB) + be-1 (3 GiB) = 13 >= 12
     assert [(r["strategy"], r["pod"]) for r in h.recorded.evictions] == [
         ("cpuEvict", "default/be-0"), ("memoryEvict", "default/be-1")]
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("version", [1, 2])
+def test_real_kernel_kill_mode_ends_exactly_the_victims_processes(version: int) -> None:
+    """Real cgroups (created beneath this test's own) and the real /proc: the victim pod's processes (one in
+    a container, one in the pod dir itself) end; a process of ours in another pod's cgroup lives on."""
+    reason = kernelcg.unavailable(version)
+    if reason:
+        pytest.skip(f"real cgroups v{version} unavailable: {reason}")
+    with kernelcg.kernel_tree(version) as tree:
+        layout = CgroupLayout(HostRoots(cgroup=tree.root), version, "cgroupfs")
+        store = StateStore()
+        store.set_pods([be_pod(0), be_pod(1)])
+        audit = AuditLog(None)
+        coord = EvictionCoordinator(store, layout, audit, mode="kill")
+        hier = "cpu" if version == 1 else ""
+        dirs = []
+        for i in (0, 1):
+            pod = store.pods[uid(i)]
+            pod_rel = layout.pod_dir(pod.kube_qos, pod.uid)
+            dirs.append((pod_rel, layout.container_dir(pod_rel, pod.containers[0].container_id)))
+            tree.mkdir(dirs[-1][1])
+        procs = [sleeper(), sleeper(), sleeper()]
+        try:
+            for proc, rel in zip(procs, (dirs[0][1], dirs[0][0], dirs[1][1])):
+                with open(tree.path(hier, f"{rel}/cgroup.procs"), "w") as f:
+                    f.write(str(proc.pid))
+            t = EvictTask("BEMemoryEvict", "test", TARGET_POD_USED, {"memory": GiB},
+                          [Victim(store.pods[uid(0)], {"memory": 2 * GiB})])
+            res = coord.execute("memoryEvict", [t], time.time())
+            assert [(d.pod.name, d.action, d.executed, d.error) for d in res.decisions] == [
+                ("be-0", "evicted", True, None)]
+            assert [p.wait(timeout=10) for p in procs[:2]] == [-signal.SIGKILL, -signal.SIGKILL]
+            assert alive(procs[2])
+            [kill] = [r for r in audit.recent if r["action"] == "kill"]
+            assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in procs[:2])
+        finally:
+            reap(procs)

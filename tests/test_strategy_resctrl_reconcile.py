@@ -103,19 +103,71 @@ def test_policy_amd_and_restore_when_disabled() -> None:
     assert schemata(h, "LS") == "L3:0=7ff;1=7ff;\nMB:0=2048;1=2048;\n"
 
 
+def mkdirs(h: Harness) -> list[tuple[str, str, bool, str | None]]:
+    return [(r["target"], r["value"], r["executed"], r.get("error")) for r in h.audit.recent
+            if r["action"] == "mkdir"]
+
+
 def test_missing_groups_are_created_and_unmounted_resctrl_does_nothing() -> None:
     h = harness(groups=False)
     h.set_nodeslo(SLO)
     h.tick(NAME, 1000.0)
     for g in GROUPS:
         assert os.path.isdir(h.path(f"sys/fs/resctrl/{g}"))
-    assert ensure_resctrl_groups(h.host.roots) == []  # already there
+    # through the executor: one audit record per group created, with the directory's mode
+    assert mkdirs(h) == [(f"sys/fs/resctrl/{g}", "0755", True, None) for g in GROUPS]
+    assert all(r["strategy"] == NAME for r in h.audit.recent if r["action"] == "mkdir")
+    # (the kernel fills a new group with schemata and tasks; a plain directory stays empty, so the writes
+    # into it are skipped as missing, not created)
+    assert schemata(h, "LS") is None and h.manager.stats[NAME].errors == 0
+    assert ensure_resctrl_groups(h.context(1001.0), NAME) == list(GROUPS)  # already there
+    h.tick(NAME, 1001.0)
+    assert len(mkdirs(h)) == 3  # nothing new to make, nothing new audited
     # not mounted (no cbm_mask): no write, no group created
     h2 = harness(groups=False)
     os.remove(h2.path("sys/fs/resctrl/info/L3/cbm_mask"))
     h2.set_nodeslo(SLO)
     assert h2.tick(NAME, 1000.0) == []
-    assert not os.path.isdir(h2.path("sys/fs/resctrl/LS"))
+    assert not os.path.isdir(h2.path("sys/fs/resctrl/LS")) and mkdirs(h2) == []
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_dry_run_decides_the_groups_and_what_goes_into_them_and_creates_nothing(version: int) -> None:
+    h = harness(version, groups=False, dry_run=True)
+    h.set_pods(_pods(h))
+    h.set_nodeslo(SLO)
+    before = sorted(os.listdir(h.path("sys/fs/resctrl")))
+    h.tick(NAME, 1000.0)
+    h.tick(NAME, 1001.0)
+    assert sorted(os.listdir(h.path("sys/fs/resctrl"))) == before  # nothing made
+    # each group decided once (not once per tick), not executed
+    assert mkdirs(h) == [(f"sys/fs/resctrl/{g}", "0755", False, None) for g in GROUPS]
+    recs = [r for r in h.audit.recent if r["action"] == "write"]
+    assert not [r for r in recs if r["executed"] or r.get("error")]
+    # the writes into the would-be groups are decided against empty files (old: null), not skipped
+    schem = {r["target"]: (r["value"], r["old"]) for r in recs if r["target"].endswith("/schemata")}
+    assert schem["sys/fs/resctrl/LS/schemata"] == ("L3:0=7c;1=7c;\nMB:0=60;1=60;", None)
+    assert schem["sys/fs/resctrl/BE/schemata"] == ("L3:0=f;1=f;\nMB:0=100;1=100;", None)
+    assert len([r for r in recs if r["target"].endswith("/schemata")]) == 3  # cached: once, not per tick
+    tasks = [r["value"] for r in recs if r["target"] == "sys/fs/resctrl/LS/tasks"]
+    assert tasks[:4] == ["50", "101", "300", "301"]
+    assert h.manager.stats[NAME].errors == 0
+
+
+def test_a_group_the_kernel_refuses_is_audited_once_and_its_files_left_alone() -> None:
+    h = harness(groups=False)
+    h.set_nodeslo(SLO)
+    for g in ("LSR", "BE"):  # these exist (as the kernel would fill them)
+        h.write_file(f"sys/fs/resctrl/{g}/schemata", "L3:0=7ff;1=7ff\nMB:0=100;1=100\n")
+        h.write_file(f"sys/fs/resctrl/{g}/tasks", "")
+    h.write_file("sys/fs/resctrl/LS", "")  # a file where the LS group would go: mkdir fails
+    h.tick(NAME, 1000.0)
+    h.tick(NAME, 1100.0)
+    [(target, _, executed, error)] = mkdirs(h)
+    assert target == "sys/fs/resctrl/LS" and executed is False and error is not None and "EEXIST" in error
+    assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=100;1=100;\n"  # the other groups are handled
+    assert not [r for r in h.audit.recent if r["action"] == "write" and "/LS/" in r["target"]]
+    assert h.manager.stats[NAME].errors == 0
 
 
 def test_cpu_without_cat_and_mba_is_not_supported() -> None:

@@ -60,16 +60,3 @@ def close_batch(fds: np.ndarray) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def kill_batch(pids: Sequence[int], sig: int) -> np.ndarray:
-    err = np.zeros(len(pids), dtype=np.int32)
-    for i, pid in enumerate(pids):
-        if pid <= 0:
-            err[i] = 22  # EINVAL: never a process group or every process
-            continue
-        try:
-            os.kill(pid, sig)
-        except OSError as e:
-            err[i] = e.errno or 1
-    return err

@@ -89,13 +89,3 @@ def close_batch(fds: np.ndarray) -> None:
     if len(fds):
         arr = np.ascontiguousarray(fds, dtype=np.int32)
         lib.qm_close_batch(len(arr), ffi.from_buffer("int32_t[]", arr))
-
-
-def kill_batch(pids: Sequence[int], sig: int) -> np.ndarray:
-    """Send ``sig`` to every pid (pids <= 0 are refused with EINVAL); int32 errno per pid."""
-    n = len(pids)
-    err = np.zeros(n, dtype=np.int32)
-    if n:
-        arr = np.asarray(pids, dtype=np.int32)
-        lib.qm_kill_batch(n, ffi.from_buffer("int32_t[]", arr), sig, ffi.from_buffer("int32_t[]", err))
-    return err

@@ -24,18 +24,24 @@ Fixes of koordlet-qos §6 applied here:
 Modes: ``none`` (decide and audit only, the pod counts as pending so decisions stay stable),
 ``kill`` (SIGKILL every process of the pod's cgroups), ``api`` (the Kubernetes Eviction API, given
 as a callable), and ``dry_run`` on top of any mode (decide and audit, act on nothing).
+
+Kill mode never hits a bystander: a pid read from the pod's ``cgroup.procs`` is signalled only when
+it is > 1, neither the agent nor its parent, and ``<proc root>/<pid>/cgroup``, read just before,
+places it in the pod's cgroup (the process pinned by a pidfd first, so the pid cannot be reused
+in between).  Lines that are not pids are skipped and counted.  A ``kill`` audit record naming the
+pids is flushed before the first signal; the ``evict`` record after it carries the outcome.
+:meth:`EvictionCoordinator._signal` is the only place the agent sends a signal.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from qosmanager._native import sysio
 from qosmanager.api.pod import QOS_LS, QOS_LSE, QOS_LSR, PodMeta
@@ -47,6 +53,9 @@ from qosmanager.states.store import StateStore
 log = logging.getLogger(__name__)
 
 MODES = ("none", "kill", "api")
+PID_MAX_LIMIT = 1 << 22  # the kernel's largest pid_max (64-bit)
+_PID_DIGITS = len(str(PID_MAX_LIMIT))
+_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
 
 @dataclass(slots=True)
@@ -91,6 +100,8 @@ class EvictionCoordinator:
         self.pending: dict[str, Pending] = {}
         self.backoff: dict[str, float] = {}  # uid -> not before (a refused API eviction)
         self.evicted_total = 0
+        self.garbage_pid_lines = 0  # kill mode: cgroup.procs tokens that were not pids (skipped)
+        self.refused_pids = 0  # kill mode: listed in a victim's cgroup.procs, but /proc placed them elsewhere
         self.history: list[EvictDecision] = []  # bounded record for replay/simulate/tests
         self.on_decision: list[Callable[[EvictDecision, str], None]] = []
 
@@ -188,7 +199,7 @@ class EvictionCoordinator:
                     done.add(pod.uid)  # decided for this round: one audit record, not one per task
                     self._decide(strategy, task, victim, "skipped", False, refusal, result, now)
                     continue
-                ok, error = self._evict(pod, task, now)
+                ok, error = self._evict(strategy, pod, task, now)
                 done.add(pod.uid)
                 if ok:
                     result.newly_evicted = True
@@ -238,11 +249,11 @@ class EvictionCoordinator:
         for cb in self.on_decision:
             cb(d, strategy)
 
-    def _evict(self, pod: PodMeta, task: EvictTask, now: float) -> tuple[bool, str | None]:
+    def _evict(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> tuple[bool, str | None]:
         if self.dry_run or self.mode == "none":
             return True, None
         if self.mode == "kill":
-            return self._kill(pod)
+            return self._kill(strategy, pod, task, now)
         assert self.api is not None
         out = self.api(pod, task.koordlet_reason)
         if out.ok:
@@ -251,21 +262,116 @@ class EvictionCoordinator:
             self.backoff[pod.uid] = now + out.retry_after
         return False, out.error or "eviction refused"
 
-    def _kill(self, pod: PodMeta) -> tuple[bool, str | None]:
-        """SIGKILL every process in the pod's cgroups (containers, sandbox, the pod dir itself)."""
-        pids = sorted(set(self._pids(pod)))
-        if not pids:
-            return True, None  # nothing runs any more: already gone
-        errs = sysio.kill_batch(pids, signal.SIGKILL)
-        failed = [(p, int(e)) for p, e in zip(pids, errs.tolist()) if e not in (0, 3)]  # ESRCH: exited
-        if failed:
-            return False, "; ".join(f"pid {p}: {os.strerror(e)}" for p, e in failed[:5])
+    # ------------------------------------------------------------------ kill mode
+    def _kill(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> tuple[bool, str | None]:
+        """SIGKILL every process in the pod's cgroups (containers, sandbox, the pod dir itself), and no other.
+
+        Each pid listed in a ``cgroup.procs`` is checked first: it must be > 1, neither the agent nor its
+        parent, and ``<proc>/<pid>/cgroup`` read now must place it in the pod's cgroup.  The process is
+        pinned by a pidfd before that check where the kernel has them, so a pid reused in between cannot
+        be hit.  A pid found in another cgroup is not the pod's (left alone, logged); one that cannot be
+        checked fails the eviction (retried next round).  The ``kill`` audit record naming the pids is on
+        disk before the first signal; the ``evict`` record after it says how it ended.
+        """
+        try:
+            pod_rel = self.layout.pod_dir(pod.kube_qos, pod.uid)
+        except ValueError as e:
+            return False, str(e)
+        pids = self._pids(pod, pod_rel)
+        targets: list[tuple[int, int]] = []  # (pid, pidfd or -1)
+        problems: list[str] = []
+        strangers: list[int] = []
+        try:
+            for pid in pids:
+                verdict, fd = self._check(pid, pod_rel)
+                if verdict == "ok":
+                    targets.append((pid, fd))
+                elif verdict == "stranger":
+                    strangers.append(pid)
+                elif verdict != "gone":
+                    problems.append(f"pid {pid}: {verdict}")
+            if strangers:
+                self.refused_pids += len(strangers)
+                log.warning("kill %s: pids %s are listed in its cgroup.procs but %s/<pid>/cgroup places them "
+                            "elsewhere; not signalled", pod.key, _few(strangers), self.layout.roots.proc)
+            if targets:
+                self.audit.record(strategy=strategy, action="kill", target=pod.key, uid=pod.uid,
+                                  value=" ".join(str(p) for p, _ in targets), executed=False, ts=now,
+                                  reason=f"{task.koordlet_reason}: SIGKILL {len(targets)} processes of "
+                                         f"{pod.key}, each found in {pod_rel} just now",
+                                  feature=task.feature, stage="before-signal")
+                self.audit.flush()  # on disk before the first signal
+            for pid, fd in targets:
+                err = self._signal(pid, fd)
+                if err not in (0, errno.ESRCH):  # ESRCH: it exited meanwhile
+                    problems.append(f"pid {pid}: {os.strerror(err)}")
+        finally:
+            for _, fd in targets:
+                if fd >= 0:
+                    os.close(fd)
+        if problems:
+            for p in problems:
+                log.warning("kill %s: %s", pod.key, p)
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            return False, "; ".join(problems[:5]) + more
         return True, None
 
-    def _pids(self, pod: PodMeta) -> Iterable[int]:
-        pod_dir = self.layout.pod_dir(pod.kube_qos, pod.uid)
+    def _check(self, pid: int, pod_rel: str) -> tuple[str, int]:
+        """``("ok", pidfd or -1)`` when ``pid`` may be signalled as one of the pod's, else why not:
+        ``"gone"`` (exited), ``"stranger"`` (in another cgroup) or a sentence (cannot be checked)."""
+        if pid <= 1:
+            return "pid 1 and below are never signalled", -1
+        if pid == os.getpid():
+            return "the agent itself is never signalled", -1
+        if pid == os.getppid():
+            return "the agent's parent is never signalled", -1
+        fd = -1
+        if _PIDFD:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return "gone", -1
+            except OSError as e:
+                if e.errno != errno.ENOSYS:
+                    return f"cannot pin the process: {e.strerror}", -1
+        verdict = self._in_pod(pid, pod_rel)
+        if verdict != "ok" and fd >= 0:
+            os.close(fd)
+            fd = -1
+        return verdict, fd
+
+    def _in_pod(self, pid: int, pod_rel: str) -> str:
+        path = self.layout.roots.proc_path(f"{pid}/cgroup")
+        try:
+            with open(path, "rb") as f:
+                text = f.read(1 << 16).decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError):
+            return "gone"
+        except OSError as e:
+            return f"cannot read {path}: {e.strerror}"
+        where = proc_cgroup_path(text, self.layout.version)
+        if where is None:
+            hierarchy = "the cpu hierarchy" if self.layout.version == 1 else "the unified hierarchy (0::)"
+            return f"{path} has no line for {hierarchy}"
+        return "ok" if in_cgroup(where, pod_rel) else "stranger"
+
+    def _signal(self, pid: int, pidfd: int) -> int:
+        """The one place a signal is sent: SIGKILL through the pidfd (or by pid where there are none);
+        0 or the errno."""
+        try:
+            if pidfd >= 0:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except OSError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    def _pids(self, pod: PodMeta, pod_rel: str) -> list[int]:
+        """The pids in the ``cgroup.procs`` of the pod's dir and its children; a line that is not a pid
+        (garbage, out of range) is skipped and counted, never raises."""
         sub = "cpu" if self.layout.version == 1 else ""
-        dirs = self.layout.dirs_up_to_depth(sub, pod_dir, 1)
+        dirs = self.layout.dirs_up_to_depth(sub, pod_rel, 1)
         paths = [self.layout.file(sub, d, "cgroup.procs") for d in dirs]
         if not paths:
             return []
@@ -275,11 +381,68 @@ class EvictionCoordinator:
             data = sysio.pread_batch(ok, 1 << 20)
         finally:
             sysio.close_batch(ok)
-        pids: list[int] = []
+        pids: set[int] = set()
+        bad = 0
         for d in data:
             if isinstance(d, bytes):
-                pids.extend(int(x) for x in d.split() if x.isdigit())
-        return np.asarray(pids, dtype=np.int64).tolist()
+                got, n_bad = parse_pids(d)
+                pids.update(got)
+                bad += n_bad
+        if bad:
+            self.garbage_pid_lines += bad
+            log.warning("kill %s: skipped %d lines of its cgroup.procs that are not pids", pod.key, bad)
+        return sorted(pids)
+
+
+def parse_pids(data: bytes) -> tuple[list[int], int]:
+    """``cgroup.procs`` content -> (pids, count of tokens that are not a pid in 1..PID_MAX_LIMIT).
+
+    Each token is checked for length before it is converted: a 50-digit line costs nothing and never
+    overflows a fixed-width integer (where it could wrap into pid 1 or -1, "every process")."""
+    pids: list[int] = []
+    bad = 0
+    for tok in data.split():
+        if tok.isdigit() and len(tok) <= _PID_DIGITS:
+            pid = int(tok)
+            if 0 < pid <= PID_MAX_LIMIT:
+                pids.append(pid)
+                continue
+        bad += 1
+    return pids, bad
+
+
+def proc_cgroup_path(text: str, version: int) -> str | None:
+    """The path ``/proc/<pid>/cgroup`` gives for the hierarchy kill mode reads pids from: on v1 the
+    line whose controllers include ``cpu`` (each hierarchy has its own line), on v2 the ``0::`` line."""
+    for line in text.splitlines():
+        hid, sep, rest = line.partition(":")
+        controllers, sep2, path = rest.partition(":")
+        if not (sep and sep2):
+            continue
+        if version == 2:
+            if hid == "0" and not controllers:
+                return path
+        elif "cpu" in controllers.split(","):
+            return path
+    return None
+
+
+def in_cgroup(path: str, pod_rel: str) -> bool:
+    """Whether a ``/proc/<pid>/cgroup`` path lies in the pod's dir (or below).
+
+    The path counts from the hierarchy's root (or the reader's cgroup-namespace root, with ``..``
+    components); the agent's cgroup root may be mounted further down.  So the pod dir's components
+    (which end in the pod's UID) must appear as one contiguous run in the path."""
+    parts = [p for p in path.strip().split("/") if p]
+    want = [p for p in pod_rel.split("/") if p]
+    n = len(want)
+    if not n:
+        return False
+    return any(parts[i:i + n] == want for i in range(len(parts) - n + 1))
+
+
+def _few(pids: Sequence[int]) -> str:
+    return ", ".join(map(str, pids[:10])) + (f" (and {len(pids) - 10} more)" if len(pids) > 10 else "")
 
 
 def _amount(q: float) -> str:

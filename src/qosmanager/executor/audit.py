@@ -6,6 +6,9 @@ Format (pinned by docs/interfaces.md)::
      "target": "cpu/kubepods/besteffort/cpu.cfs_quota_us", "value": "120000", "old": "-1",
      "uid": null, "reason": "...", "executed": true}
 
+``action`` is ``write``, ``evict``, ``mkdir`` (a directory made, e.g. a resctrl group: ``value``
+its mode), ``kill`` (kill mode: the verified pids, in ``value``, recorded and flushed before the
+first signal; the ``evict`` record after it carries the outcome) or ``error`` (a strategy raised).
 ``executed`` is false under ``--dry-run``, ``--evict-mode none``, or when the write or
 eviction failed; then an ``error`` field says why.  Records are buffered and flushed
 once per batch (not one syscall per record); the file rotates at ``max_bytes``

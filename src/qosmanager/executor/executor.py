@@ -30,6 +30,11 @@ kernel); it is skipped, counted and retried next time.  A write that fails the s
 tick (the kernel refuses the value, the file is read-only) is logged and audited the first time,
 then as a count at most every ``repeat_seconds`` ("failed 240 more times in the last 5 min"); every
 failure is still counted in :attr:`Executor.stats`.
+
+Directories (resctrl control groups) are created here too, by :meth:`Executor.mkdir`: validated,
+audited (``"action": "mkdir"``) and, under ``--dry-run``, only decided.  A directory the dry run
+"created" is remembered, and writes to files that would be in it are decided and audited against
+an empty file instead of being skipped as missing.
 """
 
 from __future__ import annotations
@@ -88,6 +93,18 @@ class Write:
 
 
 @dataclass(slots=True)
+class MakeDir:
+    """A strategy's wish: directory ``rel`` under the ``root`` (``"cgroup"``, ``"proc"`` or ``"sys"``)
+    should exist.  Only the last component is created: its parent must exist (e.g. resctrl mounted)."""
+
+    strategy: str
+    root: str
+    rel: str
+    reason: str = ""
+    mode: int = 0o755
+
+
+@dataclass(slots=True)
 class WriteResult:
     write: Write
     target: str
@@ -128,6 +145,7 @@ class _Item:
     fd: int = -1
     truncate: bool = False
     one_shot: bool = False  # no descriptor kept: opened for the write
+    virtual: bool = False  # dry run: a file in a directory the dry run only pretended to create
 
 
 @dataclass
@@ -170,6 +188,11 @@ class Executor:
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
         self._last_sweep = self._last_gc
         self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
+        self._virtual_dirs: set[str] = set()  # dry run: directories decided but not created (absolute)
+        self._mkdir_failed: dict[str, int] = {}  # directory -> errno of its last audited failure
+        # dry run: uncacheable writes (thread ids into a tasks file) already decided -> (value, when), so
+        # the same decision is audited once per force interval, as a cacheable one is
+        self._dry_decided: dict[str, tuple[str, float]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
         # after every apply(): its results and how long it took (seconds), for the metrics
         self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
@@ -194,6 +217,68 @@ class Executor:
         if r.root == "proc":
             return self.layout.roots.proc_path(rel), f"proc/{rel}"
         return self.layout.roots.sys_path(rel), f"sys/{rel}"
+
+    # ------------------------------------------------------------------
+    # directories
+    # ------------------------------------------------------------------
+    def mkdir(self, d: MakeDir, now: float | None = None) -> str:
+        """Make sure directory ``d.rel`` exists under its root; returns ``"exists"``, ``"created"``,
+        ``"dry-run"`` (decided, not created) or ``"failed"``.
+
+        Audited as ``"action": "mkdir"`` (``target`` the display path, ``value`` the mode): once when
+        created, once per dry run, once per distinct failure (the same errno again is not re-audited
+        until the directory has existed in between).  A directory already there costs one ``stat``.
+        A ``rel`` that is empty, absolute or climbs with ``..`` is refused (ValueError): a directory is
+        only ever made where the strategy's own resource paths point.
+        """
+        parts = d.rel.split("/")
+        if not d.rel or d.rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"mkdir: bad directory {d.rel!r} (relative, no '.' or '..' components)")
+        roots = self.layout.roots
+        if d.root == "cgroup":
+            path, target = roots.cgroup_path(d.rel), d.rel
+        elif d.root in ("proc", "sys"):
+            path = roots.proc_path(d.rel) if d.root == "proc" else roots.sys_path(d.rel)
+            target = f"{d.root}/{d.rel}"
+        else:
+            raise ValueError(f"mkdir: unknown root {d.root!r} (cgroup, proc or sys)")
+        now = self.clock() if now is None else now
+        value = f"{d.mode:04o}"
+        if os.path.isdir(path):
+            self._virtual_dirs.discard(path)
+            self._mkdir_failed.pop(path, None)
+            return "exists"
+        if self.dry_run:
+            if path not in self._virtual_dirs:
+                self._virtual_dirs.add(path)
+                self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value,
+                                  reason=d.reason, executed=False, ts=now)
+                self.audit.flush()
+            return "dry-run"
+        try:
+            os.mkdir(path, d.mode)
+        except FileExistsError:
+            return "exists" if os.path.isdir(path) else self._mkdir_error(d, path, target, value, now,
+                                                                           errno.EEXIST)
+        except OSError as e:
+            return self._mkdir_error(d, path, target, value, now, e.errno or errno.EIO)
+        self._mkdir_failed.pop(path, None)
+        self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value, reason=d.reason,
+                          executed=True, ts=now)
+        self.audit.flush()
+        return "created"
+
+    def _mkdir_error(self, d: MakeDir, path: str, target: str, value: str, now: float, err: int) -> str:
+        if self._mkdir_failed.get(path) != err:
+            self._mkdir_failed[path] = err
+            error = f"{errno.errorcode.get(err, str(err))}: {os.strerror(err)}"
+            self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value,
+                              reason=d.reason, executed=False, error=error, ts=now)
+            self.audit.flush()
+        return "failed"
+
+    def _in_virtual_dir(self, path: str) -> bool:
+        return bool(self._virtual_dirs) and os.path.dirname(path) in self._virtual_dirs
 
     # ------------------------------------------------------------------
     # reads (strategies' view of current values, through the context)
@@ -307,6 +392,12 @@ class Executor:
                 self.stats.cache_hits += 1
                 results.append(WriteResult(w, target, "cached", w.value))
                 continue
+            if self.dry_run and not w.cacheable:
+                seen = self._dry_decided.get(key)
+                if seen is not None and seen[0] == w.value and now - seen[1] < force:
+                    self.stats.cache_hits += 1
+                    results.append(WriteResult(w, target, "cached", w.value))
+                    continue
             result = WriteResult(w, target, "cached")
             results.append(result)
             if not w.raw:
@@ -416,6 +507,9 @@ class Executor:
         fds = self.files.lookup(paths)
         readable: list[int] = []
         for k, (it, f) in enumerate(zip(items, fds)):
+            if isinstance(f, int) and -f == errno.ENOENT and self.dry_run and self._in_virtual_dir(it.path):
+                it.current, it.virtual = None, True  # would be an empty file of the directory to be made
+                continue
             if isinstance(f, int):
                 it.current = None
                 it.result.error = os.strerror(-f)
@@ -505,8 +599,9 @@ class Executor:
         todo = [k for k, (it, _, _) in enumerate(batch)
                 if it.result.status != "failed" and (it.fd >= 0 or it.one_shot)]
         if self.dry_run:
-            for k in todo:
-                batch[k][0].result.status = "dry-run"
+            for it, _, _ in batch:
+                if it.result.status != "failed" and (it.fd >= 0 or it.virtual):
+                    it.result.status = "dry-run"
             return
         if not todo:
             return
@@ -615,6 +710,8 @@ class Executor:
                               old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
             if w.cacheable:
                 self._cache[it.key] = _CacheEntry(w.value, now)
+            else:
+                self._dry_decided[it.key] = (w.value, now)
         elif st == "missing":
             self.stats.missing += 1
             log.debug("skip %s: %s", it.target, it.result.error)
@@ -659,7 +756,7 @@ class Executor:
         dirs = tuple(cg + "/" for cg in cgroups)
         for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
             del self._where[mk]
-        for d in (self._cache, self._claims, self._conflicts, self._originals):
+        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]
         if self._repeats:
@@ -672,6 +769,8 @@ class Executor:
             del self._cache[key]
         for key in [k for k, c in self._claims.items() if now - c.ts > max(c.lease, self.cache_ttl)]:
             del self._claims[key]
+        for key in [k for k, (_, ts) in self._dry_decided.items() if now - ts > self.force_seconds]:
+            del self._dry_decided[key]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
         loc = self.resolve(resource, cgroup)

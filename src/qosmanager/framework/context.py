@@ -10,7 +10,8 @@ A :class:`Context` is built for every strategy tick from long-lived shared parts
   :meth:`Context.pod_metrics` returns ``{uid: value}`` for the pods that have data;
 * current cgroup values through the executor (:meth:`read`, :meth:`read_many`: served from the
   write cache when fresh, else one native batch read);
-* :meth:`evict`: hand eviction tasks to the shared coordinator.
+* :meth:`evict`: hand eviction tasks to the shared coordinator;
+* :meth:`mkdir`: have the executor make a directory (audited, honours ``--dry-run``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import NodeSLOSpec
 from qosmanager.api.pod import ContainerMeta, PodMeta
 from qosmanager.eviction.types import EvictResult, EvictTask
-from qosmanager.executor.executor import Executor
+from qosmanager.executor.executor import Executor, MakeDir
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout
@@ -188,6 +189,10 @@ class Context:
         """Audit a decision to leave something as it is (``action: "skip"``, nothing executed)."""
         self._s.executor.audit.record(strategy=strategy, action="skip", target=target, reason=reason,
                                       executed=False, uid=uid, ts=self.now)
+
+    def mkdir(self, d: MakeDir) -> str:
+        """A directory through the executor: ``"exists"``, ``"created"``, ``"dry-run"`` or ``"failed"``."""
+        return self._s.executor.mkdir(d, self.now)
 
     def __repr__(self) -> str:
         return f"Context(now={self.now}, pods={len(self.pods)})"

@@ -15,6 +15,8 @@ runtime hooks.
 
 Support is decided once: the CPU must have both ``cat_l3`` and ``mba``.  resctrl must be mounted
 (``info/L3/cbm_mask`` present); this agent does not mount it (koordlet does), it logs once and waits.
+The three groups are created when missing, through the executor (audited as ``mkdir``; under
+``--dry-run`` only decided, and the writes into them are decided against empty files).
 
 **Switching it off.**  A class whose ``resctrlQOS.enable`` is false carries koordlet's None values
 after the NodeSLO merge (the whole cache, 100 % bandwidth), so its group's schemata is written back to
@@ -37,12 +39,11 @@ import numpy as np
 
 from qosmanager.api.nodeslo import ResourceQOSStrategy
 from qosmanager.api.pod import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, PodMeta
-from qosmanager.executor.executor import Write
+from qosmanager.executor.executor import MakeDir, Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host import resctrl
-from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo
 
 log = logging.getLogger(__name__)
@@ -55,20 +56,23 @@ GROUP_OF_QOS: Mapping[str, str] = {QOS_LSE: GROUP_LSR, QOS_LSR: GROUP_LSR, QOS_L
 CLASS_OF_GROUP: Mapping[str, str] = {GROUP_LSR: "lsr_class", GROUP_LS: "ls_class", GROUP_BE: "be_class"}
 
 
-def ensure_resctrl_groups(roots: HostRoots, groups: tuple[str, ...] = resctrl.GROUPS) -> list[str]:
-    """Create the missing control groups (a ``mkdir`` in the resctrl filesystem); returns those created.
+def ensure_resctrl_groups(ctx: Context, strategy: str, groups: tuple[str, ...] = resctrl.GROUPS) -> list[str]:
+    """Make the missing control groups through the executor (a ``mkdir`` in the resctrl filesystem,
+    audited, only decided under ``--dry-run``); returns the groups that exist or, in a dry run, would.
 
-    Creating a group is the one host change this strategy makes without the executor: the executor
-    writes files, it does not make directories yet.  When the executor (or the context) learns to,
-    this helper moves there.  Raises ``OSError`` when the kernel refuses (e.g. no free CLOSID).
+    A group the kernel refuses (e.g. no free CLOSID) is left out: its files are not written this tick,
+    and the executor audits the failure once, not every tick.
     """
-    created = []
+    ready = []
     for group in groups:
-        path = resctrl.group_dir(roots, group)
-        if not os.path.isdir(path):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            created.append(group)
-    return created
+        rel = os.path.relpath(resctrl.group_dir(ctx.layout.roots, group), ctx.layout.roots.sys)
+        status = ctx.mkdir(MakeDir(strategy, "sys", rel, reason=f"the resctrl control group of the {group} "
+                                   "class (its schemata and tasks are written next)"))
+        if status == "created":
+            log.info("resctrlReconcile: created resctrl group %s", group)
+        if status != "failed":
+            ready.append(group)
+    return ready
 
 
 def schemata_lines(cfg_start: int | None, cfg_end: int | None, mba_percent: int | None, cbm: int,
@@ -139,14 +143,12 @@ class ResctrlReconcile(Strategy):
             self._warn("mount", "resctrlReconcile: %s is missing: resctrl is not mounted (this agent does "
                        "not mount it); nothing to do until it is", resctrl.cbm_mask_path(roots))
             return []
-        try:
-            created = ensure_resctrl_groups(roots)
-        except OSError as e:
-            self._warn(f"mkdir:{e.errno}", "resctrlReconcile: cannot create the resctrl groups: %s", e)
-        else:
-            if created:
-                log.info("resctrlReconcile: created resctrl groups %s", ", ".join(created))
-        return self._policy(ctx, strategy, cbm) + self._tasks(ctx, strategy)
+        ready = ensure_resctrl_groups(ctx, self.name)
+        if len(ready) < len(resctrl.GROUPS):
+            missing = ", ".join(g for g in resctrl.GROUPS if g not in ready)
+            self._warn(f"mkdir:{missing}", "resctrlReconcile: cannot create the resctrl groups %s (see the "
+                       "audit); their schemata and tasks are left alone", missing)
+        return self._policy(ctx, strategy, cbm, ready) + self._tasks(ctx, strategy, ready)
 
     # -- support -------------------------------------------------------------------------------
     def _is_supported(self, ctx: Context) -> bool:
@@ -160,7 +162,8 @@ class ResctrlReconcile(Strategy):
         return self._supported
 
     # -- policy (schemata) ---------------------------------------------------------------------
-    def _policy(self, ctx: Context, strategy: ResourceQOSStrategy, mounted_cbm: int) -> list[Write]:
+    def _policy(self, ctx: Context, strategy: ResourceQOSStrategy, mounted_cbm: int,
+                ready: Sequence[str]) -> list[Write]:
         """``reconcileRDTResctrlPolicy``: each group's L3 mask and MB value."""
         info = ctx.cpu_info
         if info is None:
@@ -172,7 +175,7 @@ class ResctrlReconcile(Strategy):
         if not cache_ids:
             return []
         writes = []
-        for group in resctrl.GROUPS:
+        for group in ready:
             cfg = getattr(strategy, CLASS_OF_GROUP[group])
             if cfg is None:
                 # koordlet fix: a nil class config makes koordlet panic (§6b item 5); we skip the group
@@ -223,7 +226,7 @@ class ResctrlReconcile(Strategy):
         return self._cache_ids
 
     # -- tasks ---------------------------------------------------------------------------------
-    def _tasks(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[Write]:
+    def _tasks(self, ctx: Context, strategy: ResourceQOSStrategy, ready: Sequence[str]) -> list[Write]:
         """``reconcileResctrlGroups``: threads of the pods' containers (sandbox included) that are not in
         their class's group yet, one write per thread id, ascending per group.  The ids of every tasks
         file are compared in one numpy pass (thousands of threads on a dense node)."""
@@ -238,6 +241,8 @@ class ResctrlReconcile(Strategy):
         group_of_tid = self._member_groups[owner]
         writes = []
         for gi, group in enumerate(resctrl.GROUPS):
+            if group not in ready:
+                continue
             sel = (group_of_tid == gi) & (tids > 0)
             new = ~np.isin(tids[sel], have[group])
             ids, first = np.unique(tids[sel][new], return_index=True)  # ascending; first pod wins a shared id
