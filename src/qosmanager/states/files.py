@@ -2,8 +2,9 @@
 ``--node-slo-file``), re-read when they change.
 
 A change is noticed with one ``stat`` per file per poll (mtime, size and inode), so an
-idle node costs three syscalls per tick.  A file that cannot be read or parsed keeps
-the last good state and the reason is logged once.
+idle node costs three syscalls per tick.  A file that cannot be read or parsed (or is not
+the kind of object it should hold) keeps the last good state; the reason is logged once
+and stays in the ``state/<kind>-file`` degraded condition until the file is good again.
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ class WatchedFile:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
             return False
+        try:
+            self.apply(obj)
+        except ValueError as e:
+            log.error("%s file %s refused: %s (keeping the last state)", self.kind, self.path, e)
+            self.error = f"{self.path} refused: {e}"
+            return False
         self.error = ""
-        self.apply(obj)
         return True
 
 
@@ -77,7 +83,7 @@ class FileSource:
         elif isinstance(obj, list):
             self.store.set_pods(obj)
         else:
-            log.error("pods file is not a PodList (no items list); keeping the last pods")
+            raise ValueError("not a PodList (no items list)")
 
     def poll(self, now: float | None = None) -> bool:
         """Re-read changed files; True when anything changed."""
@@ -89,9 +95,13 @@ class FileSource:
         for f in self.files:
             kind = {"Node": "node", "pods": "pods", "NodeSLO": "nodeslo"}[f.kind]
             h = self.store.health[kind]
+            key = f"state/{kind}-file"
             if f.error:
                 h.last_error, h.last_error_ts = f.error, t
+                self.store.conditions.set(key, f"{f.kind} file: {f.error}; the last good {f.kind} "
+                                               "stays in force")
             elif f._sig is not None:
                 h.last_sync = t
                 h.last_error = ""
+                self.store.conditions.clear(key)
         return changed
