@@ -27,14 +27,19 @@ FILE_CPUSET    cpuset/.../cpuset.cpus     cpuset.cpus.effective
 ``cpuset`` is optional (only the BE cgroups need it, for the BE real CPU limit):
 ``cpuset_count[slot]`` is the number of CPUs it lists, -1 when not read.
 
-A file that vanishes (ENOENT, ENODEV) marks only its slot dead: its descriptors
-are closed and ``state[slot]`` becomes ``STATE_DEAD``.  A garbled file gives NaN
+Each file of a slot lives on its own: a file that cannot be opened (its cgroup is
+missing in that hierarchy, e.g. no memory hierarchy for the pod) or that vanishes
+later (ENOENT, ENODEV) is not tracked, its bit is set in ``missing[slot]`` (and, in
+the read where it vanished, in ``vanished[slot]``), its values are NaN, and the
+slot's other files are still read.  Only when every file of a slot is gone is the
+slot dead: ``state[slot]`` becomes ``STATE_DEAD`` and ``died[slot]`` is set.
+:meth:`StatReader.open_file` tracks a missing file again.  A garbled file gives NaN
 for the values it carries and a negative code in ``errors[slot]``.  When the
 process runs out of descriptors, a slot's file is kept as a path and opened,
 read and closed on every tick instead ("reopen mode"), so the agent degrades
 instead of failing.
 
-The plain-Python twin of this module is ``qosmanager.metrics.reference``; the
+The plain-Python twin of this module is ``qosmanager._native.pure_reader``; the
 two must produce the same arrays for the same files and the same clock.
 """
 
@@ -42,6 +47,8 @@ from libc.stdint cimport int64_t, int32_t, uint8_t
 from libc.string cimport memcmp, memchr, strlen, memcpy
 from libc.stdlib cimport malloc, free, realloc
 from libc.math cimport NAN
+
+import os
 
 import numpy as np
 
@@ -325,7 +332,9 @@ cdef class StatReader:
     counters), ``mem_raw`` (int64, shape (capacity, 5): inactive_anon, active_anon,
     unevictable, inactive_file, active_file), ``cpu_cores``, ``throttled_ratio``,
     ``memory_usage``, ``memory_usage_with_cache`` (float64, NaN = no sample),
-    ``cpuset_count`` (int32, -1 = no sample).
+    ``cpuset_count`` (int32, -1 = no sample), ``missing`` (uint8 bitmask, bit
+    ``FILE_*``: asked for but not tracked), ``vanished`` (uint8 bitmask: files that
+    vanished during this read).
     """
 
     cdef readonly int capacity
@@ -347,6 +356,7 @@ cdef class StatReader:
     cdef readonly object throttled_ns, mem_raw, cpu_cores, throttled_ratio
     cdef readonly object memory_usage, memory_usage_with_cache, cpuset_count
     cdef readonly object prev_usage, prev_t, has_prev, prev_periods, prev_throttled, has_prev_thr
+    cdef readonly object missing, vanished
 
     cdef uint8_t[:] v_state
     cdef int32_t[:] v_errors
@@ -356,7 +366,7 @@ cdef class StatReader:
     cdef double[:] v_cores, v_ratio, v_memu, v_memc
     cdef int32_t[:] v_cpuset
     cdef int64_t[:] v_prev_usage, v_prev_t, v_prev_periods, v_prev_throttled
-    cdef uint8_t[:] v_has_prev, v_has_prev_thr
+    cdef uint8_t[:] v_has_prev, v_has_prev_thr, v_missing, v_vanished
 
     def __cinit__(self, int capacity, int cgroup_version, long long max_gap_ns=20_000_000_000,
                   long long max_fds=-1):
@@ -408,7 +418,7 @@ cdef class StatReader:
         ("memory_usage_with_cache", np.float64, np.nan, 0), ("cpuset_count", np.int32, -1, 0),
         ("prev_usage", np.int64, 0, 0), ("prev_t", np.int64, 0, 0), ("has_prev", np.uint8, 0, 0),
         ("prev_periods", np.int64, 0, 0), ("prev_throttled", np.int64, 0, 0),
-        ("has_prev_thr", np.uint8, 0, 0),
+        ("has_prev_thr", np.uint8, 0, 0), ("missing", np.uint8, 0, 0), ("vanished", np.uint8, 0, 0),
     )
 
     def _alloc_arrays(self, int capacity):
@@ -462,6 +472,10 @@ cdef class StatReader:
             return self.prev_throttled
         elif name == "has_prev_thr":
             return self.has_prev_thr
+        elif name == "missing":
+            return self.missing
+        elif name == "vanished":
+            return self.vanished
         raise KeyError(name)
 
     cdef void _set_array(self, str name, object arr):
@@ -505,6 +519,10 @@ cdef class StatReader:
             self.prev_throttled = arr
         elif name == "has_prev_thr":
             self.has_prev_thr = arr
+        elif name == "missing":
+            self.missing = arr
+        elif name == "vanished":
+            self.vanished = arr
 
     def _bind_views(self):
         self.v_state = self.state
@@ -527,6 +545,8 @@ cdef class StatReader:
         self.v_prev_periods = self.prev_periods
         self.v_prev_throttled = self.prev_throttled
         self.v_has_prev_thr = self.has_prev_thr
+        self.v_missing = self.missing
+        self.v_vanished = self.vanished
 
     def resize(self, int capacity):
         """Grow to ``capacity`` slots, keeping every slot's descriptors and history.
@@ -582,17 +602,57 @@ cdef class StatReader:
                 free(self.paths[i])
                 self.paths[i] = NULL
 
+    cdef void _drop_file(self, int slot, int f) noexcept nogil:
+        cdef int i = slot * C_NFILES + f
+        if self.fds[i] >= 0:
+            close(self.fds[i])
+            self.fds[i] = -1
+            self.open_fds -= 1
+        if self.paths[i] != NULL:
+            free(self.paths[i])
+            self.paths[i] = NULL
+
+    cdef int _open_one(self, int slot, int f, object path) except -1:
+        """Track file ``f`` of ``slot``: a descriptor, or its path in reopen mode; 0 or an errno."""
+        cdef int i = slot * C_NFILES + f
+        cdef int fd, err
+        cdef ssize_t r
+        cdef bytes b = path.encode() if isinstance(path, str) else bytes(path)
+        cdef char *copy
+        if self.max_fds >= 0 and self.open_fds >= self.max_fds:
+            fd = -1
+            err = EMFILE
+        else:
+            fd = c_open(b, O_RDONLY | O_CLOEXEC)
+            err = errno if fd < 0 else 0
+        if fd >= 0:
+            self.fds[i] = fd
+            self.open_fds += 1
+            return 0
+        if err == EMFILE or err == ENFILE:
+            # Out of descriptors: probe that the file exists, then keep its path.
+            r = _read_path(b, self.buf, 1)
+            if r < 0:
+                return <int>(-r)
+            copy = <char *>malloc(len(b) + 1)
+            if copy == NULL:
+                raise MemoryError()
+            memcpy(copy, <const char *>b, len(b))
+            copy[len(b)] = 0
+            self.paths[i] = copy
+            return 0
+        return err
+
     def open(self, int slot, usage=None, cpu_stat=None, memory_stat=None, cpuset=None):
         """Start tracking a cgroup in ``slot``.
 
-        Paths are bytes or str; ``None`` skips that file.  Returns 0 on success or
-        the errno of the first file that could not be opened (the slot is then left
-        free).  ENOENT means the cgroup does not exist (yet).
+        Paths are bytes or str; ``None`` skips that file.  The slot goes live when at
+        least one file could be opened (the others are flagged in ``missing[slot]``)
+        and 0 is returned; when none could, the slot is left free and the errno of
+        the first failure is returned (ENOENT: the cgroup does not exist yet).
         """
-        cdef int f, i, fd, err
-        cdef ssize_t r
-        cdef bytes b
-        cdef char *copy
+        cdef int f, err, first_err = 0
+        cdef uint8_t miss = 0
         if slot < 0 or slot >= self.capacity:
             raise IndexError("slot out of range")
         if self.v_state[slot] != C_STATE_FREE:
@@ -606,36 +666,50 @@ cdef class StatReader:
         for f, p in enumerate((usage, cpu_stat, memory_stat, cpuset)):
             if p is None:
                 continue
-            b = p.encode() if isinstance(p, str) else bytes(p)
-            i = slot * C_NFILES + f
-            if self.max_fds >= 0 and self.open_fds >= self.max_fds:
-                fd = -1
-                err = EMFILE
-            else:
-                fd = c_open(b, O_RDONLY | O_CLOEXEC)
-                err = errno if fd < 0 else 0
-            if fd >= 0:
-                self.fds[i] = fd
-                self.open_fds += 1
-            elif err == EMFILE or err == ENFILE:
-                # Out of descriptors: probe that the file exists, then keep its path.
-                r = _read_path(b, self.buf, 1)
-                if r < 0:
-                    self._release(slot)
-                    return <int>(-r)
-                copy = <char *>malloc(len(b) + 1)
-                if copy == NULL:
-                    self._release(slot)
-                    raise MemoryError()
-                memcpy(copy, <const char *>b, len(b))
-                copy[len(b)] = 0
-                self.paths[i] = copy
-            else:
+            try:
+                err = self._open_one(slot, f, p)
+            except BaseException:
                 self._release(slot)
-                return err
+                raise
+            if err:
+                miss |= <uint8_t>(1 << f)
+                if first_err == 0:
+                    first_err = err
+        if not self._any_file(slot):
+            return first_err
+        self.v_missing[slot] = miss
         self.v_state[slot] = C_STATE_LIVE
         if slot + 1 > self.high_water:
             self.high_water = slot + 1
+        return 0
+
+    def open_file(self, int slot, int file, path):
+        """Track ``file`` (a ``FILE_*`` index) of a live slot that is missing it.
+
+        Returns 0 (also when it is tracked already) or the errno; the slot's other
+        files and its history are kept, but a CPU counter file that comes (back) starts
+        its deltas afresh: it may belong to a new cgroup.
+        """
+        cdef int err
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        if file < 0 or file >= C_NFILES:
+            raise IndexError("file index out of range")
+        if self.v_state[slot] != C_STATE_LIVE:
+            raise ValueError("open_file needs a live slot")
+        if self.cgroup_version == 2 and file == 0:
+            raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; there is no usage file")
+        if self._has_file(slot, file):
+            return 0
+        err = self._open_one(slot, file, path)
+        if err:
+            self.v_missing[slot] |= <uint8_t>(1 << file)
+            return err
+        self.v_missing[slot] &= <uint8_t>(~(1 << file) & 0xFF)
+        if file == 0 or (file == 1 and self.cgroup_version == 2):
+            self.v_has_prev[slot] = 0
+        if file == 1:
+            self.v_has_prev_thr[slot] = 0
         return 0
 
     def close(self, int slot):
@@ -666,6 +740,8 @@ cdef class StatReader:
         self.v_memu[slot] = NAN
         self.v_memc[slot] = NAN
         self.v_cpuset[slot] = -1
+        self.v_missing[slot] = 0
+        self.v_vanished[slot] = 0
 
     def is_reopen(self, int slot, int file):
         """True when ``file`` of ``slot`` is kept as a path (descriptor budget exhausted)."""
@@ -691,17 +767,16 @@ cdef class StatReader:
         cdef int i = slot * C_NFILES + f
         return self.fds[i] >= 0 or self.paths[i] != NULL
 
-    cdef inline bint _vanished(self, int slot, ssize_t r) noexcept nogil:
+    cdef inline bint _any_file(self, int slot) noexcept nogil:
+        return (self._has_file(slot, 0) or self._has_file(slot, 1) or self._has_file(slot, 2)
+                or self._has_file(slot, 3))
+
+    cdef inline bint _gone(self, int slot, int f, ssize_t r) noexcept nogil:
+        """A file that vanished (ENOENT, ENODEV) is no longer tracked; the slot lives on its others."""
         if r == -ENOENT or r == -ENODEV:
-            self._release(slot)
-            self.v_state[slot] = C_STATE_DEAD
-            self.v_died[slot] = 1
-            self.v_errors[slot] = <int32_t>(-r)
-            self.v_cores[slot] = NAN
-            self.v_ratio[slot] = NAN
-            self.v_memu[slot] = NAN
-            self.v_memc[slot] = NAN
-            self.v_cpuset[slot] = -1
+            self._drop_file(slot, f)
+            self.v_missing[slot] |= <uint8_t>(1 << f)
+            self.v_vanished[slot] |= <uint8_t>(1 << f)
             return True
         return False
 
@@ -716,6 +791,7 @@ cdef class StatReader:
         with nogil:
             for slot in range(hw):
                 self.v_died[slot] = 0
+                self.v_vanished[slot] = 0
                 if self.v_state[slot] != C_STATE_LIVE:
                     continue
                 if self._read_slot(slot, now_ns):
@@ -728,7 +804,7 @@ cdef class StatReader:
         cdef int64_t cpu[4]
         cdef int64_t mem[5]
         cdef int found, bad, k
-        cdef bint usage_ok = False, thr_ok = False
+        cdef bint usage_ok = False, thr_ok = False, gone = False
         cdef int32_t err = 0
         cdef int64_t dp, dthr, dt
 
@@ -736,10 +812,9 @@ cdef class StatReader:
         # --- CPU usage (v1 cpuacct.usage) ---
         if self.cgroup_version == 1 and self._has_file(slot, 0):
             r = self._read_file(slot, 0)
-            if self._vanished(slot, r):
-                return False
             if r < 0:
                 err = <int32_t>(-r)
+                gone |= self._gone(slot, 0, r)
             elif _parse_single(self.buf, r, &usage) == 0:
                 usage_ok = True
             else:
@@ -747,10 +822,9 @@ cdef class StatReader:
         # --- cpu.stat (v1 throttling; v2 usage + throttling) ---
         if self._has_file(slot, 1):
             r = self._read_file(slot, 1)
-            if self._vanished(slot, r):
-                return False
             if r < 0:
                 err = <int32_t>(-r)
+                gone |= self._gone(slot, 1, r)
             else:
                 bad = 0
                 if self.cgroup_version == 2:
@@ -808,10 +882,9 @@ cdef class StatReader:
         self.v_memc[slot] = NAN
         if self._has_file(slot, 2):
             r = self._read_file(slot, 2)
-            if self._vanished(slot, r):
-                return False
             if r < 0:
                 err = <int32_t>(-r)
+                gone |= self._gone(slot, 2, r)
             else:
                 bad = 0
                 for k in range(NKEYS_MEM):
@@ -825,13 +898,12 @@ cdef class StatReader:
                     self.v_memu[slot] = <double>(mem[0] + mem[1] + mem[2])
                     self.v_memc[slot] = <double>(mem[0] + mem[1] + mem[2] + mem[3] + mem[4])
         # --- cpuset.cpus (BE cgroups only) ---
+        self.v_cpuset[slot] = -1
         if self._has_file(slot, 3):
             r = self._read_file(slot, 3)
-            if self._vanished(slot, r):
-                return False
-            self.v_cpuset[slot] = -1
             if r < 0:
                 err = <int32_t>(-r)
+                gone |= self._gone(slot, 3, r)
             else:
                 k = _parse_cpuset_count(self.buf, r)
                 if k < 0:
@@ -839,6 +911,10 @@ cdef class StatReader:
                 else:
                     self.v_cpuset[slot] = k
         self.v_errors[slot] = err
+        if gone and not self._any_file(slot):
+            # every file vanished: the cgroup is gone
+            self.v_state[slot] = C_STATE_DEAD
+            self.v_died[slot] = 1
         return err == 0
 
     def pread_only(self):
@@ -872,9 +948,13 @@ cdef class NodeReader:
     :meth:`read_stat` returns the node's busy ticks (user + nice + system + irq +
     softirq) and fills ``cpu_ticks`` (int64, per CPU id, -1 where absent) in the same
     pass.  :meth:`read_meminfo` returns ``(MemTotal, MemFree, MemAvailable)`` in KiB.
+
+    Each file stands alone: one that cannot be opened at construction is opened again
+    on its next read, and only that read fails (OSError naming the file).
     """
 
     cdef int stat_fd, meminfo_fd
+    cdef bytes stat_path, meminfo_path
     cdef char *buf
     cdef size_t bufsize
     cdef readonly object cpu_ticks
@@ -889,14 +969,10 @@ cdef class NodeReader:
             raise MemoryError()
 
     def __init__(self, stat_path, meminfo_path, int max_cpus=4096):
-        sp = stat_path.encode() if isinstance(stat_path, str) else bytes(stat_path)
-        mp = meminfo_path.encode() if isinstance(meminfo_path, str) else bytes(meminfo_path)
-        self.stat_fd = c_open(sp, O_RDONLY | O_CLOEXEC)
-        if self.stat_fd < 0:
-            raise OSError(errno, "cannot open", stat_path)
-        self.meminfo_fd = c_open(mp, O_RDONLY | O_CLOEXEC)
-        if self.meminfo_fd < 0:
-            raise OSError(errno, "cannot open", meminfo_path)
+        self.stat_path = stat_path.encode() if isinstance(stat_path, str) else bytes(stat_path)
+        self.meminfo_path = meminfo_path.encode() if isinstance(meminfo_path, str) else bytes(meminfo_path)
+        self.stat_fd = c_open(self.stat_path, O_RDONLY | O_CLOEXEC)
+        self.meminfo_fd = c_open(self.meminfo_path, O_RDONLY | O_CLOEXEC)
         self.cpu_ticks = np.full(max_cpus, -1, dtype=np.int64)
         self.v_ticks = self.cpu_ticks
 
@@ -908,14 +984,26 @@ cdef class NodeReader:
         if self.buf != NULL:
             free(self.buf)
 
-    cdef ssize_t _read_all(self, int fd) except -2:
+    cdef ssize_t _read_all(self, int which) except -2:
+        """Read file ``which`` (0: stat, 1: meminfo) whole into ``buf``, (re)opening it if needed."""
         cdef ssize_t r
         cdef char *nb
+        cdef int fd = self.stat_fd if which == 0 else self.meminfo_fd
+        cdef bytes path = self.stat_path if which == 0 else self.meminfo_path
+        if fd < 0:
+            fd = c_open(path, O_RDONLY | O_CLOEXEC)
+            if fd < 0:
+                err = errno
+                raise OSError(err, "cannot open: " + os.strerror(err), os.fsdecode(path))
+            if which == 0:
+                self.stat_fd = fd
+            else:
+                self.meminfo_fd = fd
         while True:
             with nogil:
                 r = _pread0(fd, self.buf, self.bufsize)
             if r < 0:
-                raise OSError(-r, "read failed")
+                raise OSError(-r, "read failed: " + os.strerror(-r), os.fsdecode(path))
             if <size_t>r < self.bufsize:
                 return r
             nb = <char *>realloc(self.buf, self.bufsize * 2)
@@ -926,7 +1014,7 @@ cdef class NodeReader:
 
     def read_stat(self):
         """Busy ticks of the node (the ``cpu `` line), per-CPU ticks into ``cpu_ticks``."""
-        cdef ssize_t n = self._read_all(self.stat_fd)
+        cdef ssize_t n = self._read_all(0)
         cdef const char *p = self.buf
         cdef const char *end = self.buf + n
         cdef const char *eol
@@ -976,8 +1064,9 @@ cdef class NodeReader:
         return total
 
     def read_meminfo(self):
-        """``(MemTotal, MemFree, MemAvailable)`` in KiB; a missing key reads as 0."""
-        cdef ssize_t n = self._read_all(self.meminfo_fd)
+        """``(MemTotal, MemFree, MemAvailable)`` in KiB; -1 for a key that is missing or whose
+        value is not a number >= 0 (the first line of a key decides)."""
+        cdef ssize_t n = self._read_all(1)
         cdef const char *keys[3]
         cdef int klen[3]
         cdef int64_t out[3]
@@ -990,7 +1079,7 @@ cdef class NodeReader:
         cdef int64_t v
         keys[0] = b"MemTotal"; keys[1] = b"MemFree"; keys[2] = b"MemAvailable"
         klen[0] = 8; klen[1] = 7; klen[2] = 12
-        out[0] = 0; out[1] = 0; out[2] = 0
+        out[0] = -1; out[1] = -1; out[2] = -1
         while p < end and found != 7:
             eol = <const char *>memchr(p, b'\n', end - p)
             if eol == NULL:
@@ -1000,12 +1089,13 @@ cdef class NodeReader:
                 L = <int>(colon - p)
                 for i in range(3):
                     if L == klen[i] and memcmp(p, keys[i], L) == 0:
-                        colon += 1
-                        while colon < eol and colon[0] == b' ':
+                        if not (found & (1 << i)):
                             colon += 1
-                        if _parse_int(colon, eol, &v) >= 0:
-                            out[i] = v
-                        found |= 1 << i
+                            while colon < eol and colon[0] == b' ':
+                                colon += 1
+                            if _parse_int(colon, eol, &v) >= 0 and v >= 0:
+                                out[i] = v
+                            found |= 1 << i
                         break
             p = eol + 1
         return (out[0], out[1], out[2])

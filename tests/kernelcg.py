@@ -122,10 +122,13 @@ class KernelTree:
             with open(os.path.join(path, f), "w") as dst:
                 dst.write(value)
 
-    def mkdir(self, rel: str) -> None:
-        """Create ``rel`` (and missing parents) in every hierarchy of this tree."""
+    def mkdir(self, rel: str, hierarchies: tuple[str, ...] | None = None) -> None:
+        """Create ``rel`` (and missing parents) in every hierarchy of this tree, or only in ``hierarchies``
+        (v1: a cgroup that exists in cpu and cpuacct but not in memory)."""
         parts = [p for p in rel.split("/") if p]
         for base_name, base in self.bases.items():
+            if hierarchies is not None and base_name not in hierarchies:
+                continue
             cur = base
             for p in parts:
                 cur = os.path.join(cur, p)

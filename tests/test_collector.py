@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import kernelcg
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.roots import HostRoots
 from qosmanager.metrics.cache import MetricCache
-from qosmanager.metrics.collector import Collector
+from qosmanager.metrics.collector import COND_PROC_MEMINFO, COND_PROC_STAT, COND_QOS, QOS_GRACE_PASSES, Collector
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import pod_object
 from qosmanager.states.store import StateStore
@@ -189,6 +191,173 @@ def test_removed_pod_reports_dirs(tmp_path) -> None:
     assert seen == [[host.pod_dir(pods[0].uid)]]
 
 
+def _drop_memory_hierarchy(host: FakeHost, how: str) -> None:
+    """A v1 host whose memory hierarchy holds no kube cgroups: mounted but empty (``cgroup_disable=memory``
+    beside a memory mount point, or the kubelet not using it), or not there at all."""
+    mem = host.layout.abs_dir("memory", "")
+    shutil.rmtree(mem)
+    if how == "empty":
+        os.mkdir(mem)
+
+
+@pytest.mark.parametrize("how", ["empty", "absent"])
+def test_v1_without_memory_cgroups_pods_still_have_cpu_usage(tmp_path, how: str) -> None:
+    host, pods, store, cache, clk, _ = setup(tmp_path, 1, n_containers=4)
+    _drop_memory_hierarchy(host, how)
+    col = Collector(host.layout, cache, store, clock=lambda: clk.wall, mono=lambda: clk.mono)
+    host.set_proc_stat([100] * 4, [1000] * 4)
+    col.collect(clk.wall)
+    assert col.stats.pods == 2 and col.stats.containers == 4 and col.stats.pending == 0
+    for p in pods:
+        host.set_cpu_usage(host.pod_dir(p.uid), S)  # 1 core each over the next second
+    c0 = pods[0].containers[0]
+    host.set_cpu_usage(host.container_dir(pods[0].uid, c0.name), S // 2)
+    tck = os.sysconf("SC_CLK_TCK")
+    host.set_proc_stat([100 + tck] * 4, [1000] * 4)  # 4 cores busy for 1 s
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = window(clk)
+    for p in pods:
+        assert cache.query("pod_cpu_usage", lo, hi, "last", pod=p.uid) == pytest.approx(1.0)
+        assert cache.query("pod_memory_usage", lo, hi, "last", pod=p.uid) is None
+    assert cache.query("container_cpu_usage", lo, hi, "last", container=c0.container_id) == pytest.approx(0.5)
+    # 4 cores used, 2 of them by the pods: the pods' usage is not counted as "system"
+    assert cache.query("sys_cpu_usage", lo, hi, "last") == pytest.approx(2.0)
+    assert col.stats.read_errors == 0
+    assert col.stats.partial == (6 if how == "empty" else 0)  # memory.stat asked for only where mounted
+
+
+def test_missing_kube_qos_cgroups_are_named_after_the_grace_period(tmp_path) -> None:
+    host, pods, store, cache, clk, _ = setup(tmp_path, 1, n_containers=4)
+    _drop_memory_hierarchy(host, "empty")
+    col = Collector(host.layout, cache, store, clock=lambda: clk.wall, mono=lambda: clk.mono)
+    for _ in range(QOS_GRACE_PASSES - 1):
+        col.collect(clk.wall)
+        clk.advance(1.0)
+    assert store.conditions.get(COND_QOS) is None  # not before the grace period
+    col.collect(clk.wall)
+    cond = store.conditions.get(COND_QOS)
+    assert cond is not None
+    assert "memory/kubepods, memory/kubepods/burstable, memory/kubepods/besteffort" in cond.message
+    assert "cpu/" not in cond.message and "cpuacct/" not in cond.message
+    # the kubelet creates them (and the pods' memory cgroups): the condition clears, memory is sampled
+    host2 = FakeHost(str(tmp_path / "host2"), version=1, n_cpus=4)
+    host2.add_pods(pods)
+    shutil.rmtree(host.layout.abs_dir("memory", ""))
+    shutil.copytree(host2.layout.abs_dir("memory", ""), host.layout.abs_dir("memory", ""))
+    host.set_memory(host.layout.qos_dir(KubeQoS.BESTEFFORT), 1, 2, 3, 4, 5)
+    host.set_memory(host.pod_dir(pods[0].uid), 10, 20, 30, 40, 50)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    assert store.conditions.get(COND_QOS) is None
+    assert col.qos_reader.missing[2] == 0
+    for _ in range(6):  # the pods' missing files are retried with backoff (1 s, 2 s, ...)
+        clk.advance(1.0)
+        col.collect(clk.wall)
+    assert col.stats.partial == 0
+    lo, hi = window(clk)
+    assert cache.query("pod_memory_usage", lo, hi, "last", pod=pods[0].uid) == 60
+    assert col.qos_reader.memory_usage[2] == 6
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_vanished_memory_stat_keeps_the_pods_cpu_usage(tmp_path, version: int) -> None:
+    """Reopen mode (descriptor budget 0): a removed fake file answers ENOENT, as cgroupfs does."""
+    host, pods, _store, cache, clk, col = setup(tmp_path, version, n_containers=2, max_fds=0)
+    p0 = pods[0]
+    pod_dir = host.pod_dir(p0.uid)
+    mem_stat = host.layout.file("memory", pod_dir, "memory.stat")
+    col.collect(clk.wall)
+    os.unlink(mem_stat)
+    host.set_cpu_usage(pod_dir, S)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = clk.wall - 0.5, clk.wall
+    assert cache.query("pod_cpu_usage", lo, hi, "last", pod=p0.uid) == pytest.approx(1.0)
+    assert cache.query("pod_memory_usage", lo, hi, "last", pod=p0.uid) is None
+    assert col.stats.pending == 0 and col.stats.partial == 1 and col.stats.vanished == 0
+    # it comes back (v2: the memory controller enabled again): retried after 1 s, memory sampled again
+    host.set_memory(pod_dir, 100, 200, 300, 0, 0)  # writes a whole memory.stat again
+    assert os.path.exists(mem_stat)
+    host.set_cpu_usage(pod_dir, 2 * S)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = clk.wall - 0.5, clk.wall
+    assert col.stats.partial == 0
+    assert cache.query("pod_memory_usage", lo, hi, "last", pod=p0.uid) == 600
+    assert cache.query("pod_cpu_usage", lo, hi, "last", pod=p0.uid) == pytest.approx(1.0)
+
+
+def test_garbled_proc_stat_drops_node_cpu_only(tmp_path) -> None:
+    host, _pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=2)
+    host.set_proc_stat([100] * 4, [1000] * 4)
+    host.set_meminfo(total_kb=64 << 20, free_kb=10 << 20, available_kb=40 << 20)
+    col.collect(clk.wall)
+    good = Path(host.roots.proc_path("stat")).read_text()
+    host.write("proc/stat", "cpu  1 2 x 4 5 6 7 8\n")
+    clk.advance(1.0)
+    col.collect(clk.wall)  # no exception out of the collector
+    lo, hi = clk.wall - 0.5, clk.wall
+    assert cache.query("node_cpu_usage", lo, hi, "last") is None
+    assert cache.query("sys_cpu_usage", lo, hi, "last") is None
+    assert cache.query("node_memory_usage", lo, hi, "last") == (24 << 20) * 1024
+    cond = store.conditions.get(COND_PROC_STAT)
+    assert cond is not None and "garbled /proc/stat value" in cond.message
+    assert host.roots.proc_path("stat") in cond.message
+    host.write("proc/stat", good.replace("cpu  ", "cpu  1", 1))
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
+    assert store.conditions.get(COND_PROC_STAT) is None
+
+
+@pytest.mark.parametrize("text,present,absent,named", [
+    ("MemTotal: 1000 kB\nMemFree: 200 kB\n", ["node_memory_usage_with_page_cache"],
+     ["node_memory_usage", "sys_memory_usage"], "MemAvailable"),
+    ("MemTotal: 1000 kB\nMemAvailable: 500 kB\n", ["node_memory_usage", "sys_memory_usage"],
+     ["node_memory_usage_with_page_cache"], "MemFree"),
+    ("MemFree: x kB\n", [], ["node_memory_usage", "node_memory_usage_with_page_cache", "sys_memory_usage"],
+     "MemTotal, MemFree, MemAvailable"),
+])
+def test_meminfo_missing_fields_drop_only_their_series(tmp_path, text: str, present: list[str],
+                                                       absent: list[str], named: str) -> None:
+    host, _pods, store, cache, clk, col = setup(tmp_path, 2, n_containers=2)
+    host.write("proc/meminfo", text)
+    col.collect(clk.wall)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    lo, hi = clk.wall - 0.5, clk.wall
+    for name in present:
+        assert cache.query(name, lo, hi, "last") is not None, name
+    for name in absent:
+        assert cache.query(name, lo, hi, "last") is None, name
+    assert cache.query("node_cpu_usage", lo, hi, "last") is not None
+    cond = store.conditions.get(COND_PROC_MEMINFO)
+    assert cond is not None and f"has no valid {named}:" in cond.message
+
+
+def test_missing_proc_files_at_start_do_not_stop_the_collector(tmp_path) -> None:
+    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=4)
+    stat = host.roots.proc_path("stat")
+    good = Path(stat).read_text()
+    os.unlink(stat)
+    store = StateStore()
+    clk = Clocks()
+    cache = MetricCache()
+    col = Collector(host.layout, cache, store, clock=lambda: clk.wall, mono=lambda: clk.mono)
+    col.collect(clk.wall)
+    cond = store.conditions.get(COND_PROC_STAT)
+    assert cond is not None and "No such file or directory" in cond.message and stat in cond.message
+    assert cache.query("node_memory_usage", clk.wall - 0.5, clk.wall, "last") is not None
+    with open(stat, "w") as f:
+        f.write(good)
+    for _ in range(2):
+        clk.advance(1.0)
+        col.collect(clk.wall)
+    assert store.conditions.get(COND_PROC_STAT) is None
+    assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
+
+
 @pytest.mark.kernel
 @pytest.mark.parametrize("version", [1, 2])
 def test_real_kernel_busy_process(version: int) -> None:
@@ -228,4 +397,43 @@ def test_real_kernel_busy_process(version: int) -> None:
             mem = cache.query("container_memory_usage", now - 1, now, "last",
                               container=pod.containers[0].container_id)
             assert mem is not None and not math.isnan(mem)  # real memory.stat parsed
+        assert np.count_nonzero(col.ctr_reader.errors[: col.ctr_reader.high_water]) == 0
+
+
+@pytest.mark.kernel
+def test_real_kernel_cgroup_without_memory_cgroup_yields_cpu_usage() -> None:
+    """A pod and container that exist in the cpu, cpuacct and cpuset hierarchies but not in memory
+    (the memory hierarchy is there): the collector samples their CPU usage, memory stays absent."""
+    reason = kernelcg.unavailable(1)
+    if reason:
+        pytest.skip(f"real cgroups v1 unavailable: {reason}")
+    with kernelcg.kernel_tree(1) as tree:
+        layout = CgroupLayout(HostRoots(cgroup=tree.root), 1, "cgroupfs")
+        pod = FakePod("1111dddd-0000-4000-8000-000000000004", "default", "busy", KubeQoS.BURSTABLE,
+                      [FakeContainer("c0", "containerd://" + "34" * 32)])
+        pod_rel = layout.pod_dir(KubeQoS.BURSTABLE, pod.uid)
+        ctr_rel = layout.container_dir(pod_rel, pod.containers[0].container_id)
+        for q in (KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
+            tree.mkdir(layout.qos_dir(q))
+        tree.mkdir(ctr_rel, hierarchies=("cpu", "cpuacct", "cpuset"))
+        assert not os.path.exists(tree.path("memory", pod_rel))
+        tree.spawn_busy(ctr_rel, seconds=20)
+        store = StateStore()
+        store.set_pods([pod_object(pod)])
+        cache = MetricCache()
+        col = Collector(layout, cache, store)
+        col.collect(time.time())
+        assert col.stats.pending == 0 and col.stats.pods == 1 and col.stats.containers == 1
+        assert col.stats.partial == 2  # memory.stat of the pod and of its container
+        cid = pod.containers[0].container_id
+        for _ in range(2):
+            time.sleep(0.5)
+            now = time.time()
+            col.collect(now)
+            ctr_cpu = cache.query("container_cpu_usage", now - 1, now, "last", container=cid)
+            pod_cpu = cache.query("pod_cpu_usage", now - 1, now, "last", pod=pod.uid)
+            # a busy child on a shared machine: some CPU, never more than one core
+            assert ctr_cpu is not None and 0.0 < ctr_cpu < 1.2, ctr_cpu
+            assert pod_cpu is not None and pod_cpu >= ctr_cpu * 0.9
+            assert cache.query("container_memory_usage", now - 1, now, "last", container=cid) is None
         assert np.count_nonzero(col.ctr_reader.errors[: col.ctr_reader.high_water]) == 0

@@ -7,6 +7,7 @@ Health bounds are worked out by hand: with a 1 s collect interval the collector 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import threading
 import time
@@ -173,6 +174,95 @@ def test_health_fails_when_a_state_file_cannot_be_read(running: Any, tmp_path: P
     assert code == 503
     assert f"pods file {tmp_path / 'pods.json'} cannot be read" in report["checks"]["state"]["detail"]
     assert report["checks"]["collector"]["ok"]
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("{not json", "cannot parse"),
+    ('{"kind": "Pod", "metadata": {"name": "p"}}', "not a PodList"),
+])
+def test_a_state_file_that_fails_is_named_and_degraded(running: Any, tmp_path: Path, content: str,
+                                                        says: str) -> None:
+    """A pods file that exists but cannot be used: the last good pods stay in force (still 200), and
+    /healthz says so instead of "fresh"; the metric names the condition."""
+    agent, exporter, _ = running
+    run(agent, "collect")
+    pods_file = tmp_path / "pods.json"
+    good = pods_file.read_text()
+    pods_file.write_text(content)
+    run(agent, "collect")
+    assert len(agent.store.pods) == 2  # kept
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "degraded"
+    state = report["checks"]["state"]
+    assert state["ok"]  # the agent works on with the last good pods
+    assert says in state["detail"] and str(pods_file) in state["detail"]
+    assert "stays in force" in state["detail"]
+    cond = report["degraded"]["state/pods-file"]["detail"]
+    assert says in cond and str(pods_file) in cond
+    fams = parse(get(exporter.url + "/metrics")[2].decode())
+    assert fams["qosmanager_degraded"].series() == {(("condition", "state/pods-file"),): 1}
+    pods_file.write_text(good + "\n")  # good again (a different size, so it is read again)
+    run(agent, "collect")
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "ok" and report["checks"]["state"]["detail"] == "fresh"
+
+
+def test_missing_kube_qos_cgroups_are_named_after_five_passes(running: Any) -> None:
+    agent, exporter, t = running
+    be = agent.layout.abs_dir("", agent.layout.qos_dir("BestEffort"))
+    shutil.rmtree(be)
+    for k in range(4):
+        t[0] = T0 + k
+        run(agent, "collect")
+    assert "degraded" not in health(exporter)[1]
+    t[0] = T0 + 4
+    run(agent, "collect")
+    code, report = health(exporter)
+    assert code == 200 and report["status"] == "degraded"
+    assert "kubepods/besteffort" in report["degraded"]["collector/qos-cgroups"]["detail"]
+
+
+def test_unreadable_node_cpu_holds_the_be_quota_and_says_so(tmp_path: Path) -> None:
+    """/proc/stat garbled in a running agent: cpuSuppress holds its BE quota, /healthz stays 200 and
+    names both the unreadable file and the hold, the metric lists both conditions."""
+    agent, t = fake_agent(tmp_path)
+    slo = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota",
+                                           "cpuSuppressThresholdPercent": 65}}
+    (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(slo)))
+    exporter = agent.exporter
+    assert exporter is not None and exporter.start()
+    quota = agent.layout.file("", agent.layout.qos_dir("BestEffort"), "cpu.max")
+    try:
+        for k in range(2):
+            t[0] = T0 + k
+            run(agent, "collect")
+        run(agent, "cpuSuppress")
+        held = Path(quota).read_text()
+        assert not held.startswith("max")
+        stat = Path(agent.layout.roots.proc_path("stat"))
+        good = stat.read_text()
+        stat.write_text("cpu  1 2 x\n")
+        for k in range(2, 5):
+            t[0] = T0 + k
+            run(agent, "collect")
+        Path(quota).write_text("max 100000\n")  # someone lifts the BE limit meanwhile
+        run(agent, "cpuSuppress")
+        assert Path(quota).read_text() == held
+        code, report = health(exporter)
+        assert code == 200 and report["status"] == "degraded"
+        assert set(report["degraded"]) == {"collector/proc-stat", "cpuSuppress/node-cpu"}
+        assert "holding the last BE limit (BE quota" in report["degraded"]["cpuSuppress/node-cpu"]["detail"]
+        fams = parse(get(exporter.url + "/metrics")[2].decode())
+        assert set(fams["qosmanager_degraded"].series()) == {(("condition", "collector/proc-stat"),),
+                                                              (("condition", "cpuSuppress/node-cpu"),)}
+        stat.write_text(good)
+        t[0] = T0 + 5
+        run(agent, "collect")
+        run(agent, "cpuSuppress")
+        code, report = health(exporter)
+        assert code == 200 and report["status"] == "ok"
+    finally:
+        agent.close()
 
 
 def test_a_refused_nodeslo_is_named_but_not_fatal(running: Any, tmp_path: Path) -> None:

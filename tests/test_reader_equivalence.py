@@ -21,6 +21,7 @@ native = pytest.importorskip("qosmanager._native.reader")
 ARRAYS = [
     "state", "errors", "died", "sample_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns",
     "mem_raw", "cpu_cores", "throttled_ratio", "memory_usage", "memory_usage_with_cache", "cpuset_count",
+    "missing", "vanished",
 ]
 
 V1_MEM_KEYS = [
@@ -181,16 +182,184 @@ def test_vanished_cgroup_marks_only_its_slot(tmp_path) -> None:
         for i in range(3):
             assert r.open(i, **tree.paths(i)) == 0
         assert r.read(0) == 3
-        os.unlink(os.path.join(tree.dir(2), "cpu.stat"))
+        for name in os.listdir(tree.dir(2)):  # the whole cgroup goes
+            os.unlink(os.path.join(tree.dir(2), name))
         assert r.read(1_000_000_000) == 2
         assert list(r.state[:3]) == [1, 1, 2] and list(r.died[:3]) == [0, 0, 1]
         assert r.errors[2] == 2  # ENOENT
-        assert np.isnan(r.cpu_cores[2]) and np.isnan(r.memory_usage[2])
+        assert np.isnan(r.cpu_cores[2]) and np.isnan(r.memory_usage[2]) and r.cpuset_count[2] == -1
         r.read(2_000_000_000)
         assert r.died[2] == 0 and r.state[2] == 2
+        with pytest.raises(ValueError):
+            r.open_file(2, 1, tree.paths(0)["cpu_stat"])  # a dead slot is reopened whole
         # the slot is reused by a new cgroup
         r.close(2)
         assert r.open(2, **tree.paths(0)) == 0 and r.state[2] == 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_vanished_file_leaves_the_slot_its_other_files(tmp_path, version: int) -> None:
+    """cpu.stat goes (v2: the CPU numbers) or memory.stat goes: the other file's numbers stay."""
+    results = []
+    for impl in (native, pure_reader):
+        tree = Tree(str(tmp_path / f"{impl.__name__.rsplit('.', 1)[-1]}"), version, 2)
+        rng = random.Random(5)
+        usage = 1_000_000_000
+        for i in range(2):
+            tree.write_valid(i, rng, usage, 10, 1)
+        r = impl.StatReader(2, version, max_fds=0)  # reopen mode: an unlinked file answers ENOENT
+        for i in range(2):
+            assert r.open(i, **tree.paths(i)) == 0
+        r.read(0)
+        gone = "cpu.stat" if version == 2 else "memory.stat"
+        bit = 1 << (1 if version == 2 else 2)
+        os.unlink(os.path.join(tree.dir(0), gone))
+        usage += 500_000_000
+        for i in range(2):
+            tree.write_valid(i, rng, usage, 20, 2)
+        os.unlink(os.path.join(tree.dir(0), gone))
+        assert r.read(1_000_000_000) == 1
+        assert r.state[0] == 1 and r.died[0] == 0
+        assert r.missing[0] == bit and r.vanished[0] == bit and r.errors[0] == 2
+        if version == 2:
+            assert np.isnan(r.cpu_cores[0]) and r.memory_usage[0] > 0
+        else:
+            assert r.cpu_cores[0] == pytest.approx(0.5) and np.isnan(r.memory_usage[0])
+        assert r.cpu_cores[1] == pytest.approx(0.5) and r.memory_usage[1] > 0 and r.missing[1] == 0
+        # the next read: still missing, no longer an error or a fresh vanish
+        usage += 500_000_000
+        tree.write_valid(1, rng, usage, 30, 3)
+        assert r.read(2_000_000_000) == 2
+        assert r.missing[0] == bit and r.vanished[0] == 0 and r.errors[0] == 0
+        # it comes back: tracked again, its counters start afresh (it may be a new cgroup's)
+        tree.write_valid(0, rng, usage, 30, 3)
+        assert r.open_file(0, 1 if version == 2 else 2, tree.paths(0)[gone.replace(".", "_")]) == 0
+        assert r.missing[0] == 0
+        r.read(3_000_000_000)
+        # v2: the CPU file came back, first sample; v1: CPU kept its history (2.0 s -> 2.5 s of usage)
+        assert np.isnan(r.cpu_cores[0]) if version == 2 else r.cpu_cores[0] == pytest.approx(0.5)
+        assert r.memory_usage[0] > 0
+        usage += 250_000_000
+        tree.write_valid(0, rng, usage, 40, 4)
+        r.read(4_000_000_000)
+        assert r.cpu_cores[0] == pytest.approx(0.25)
+        results.append(r)
+    assert_same(*results)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_open_with_some_files_missing(tmp_path, version: int) -> None:
+    """A cgroup absent in one hierarchy (no memory cgroup) still opens and yields its CPU usage."""
+    for impl in (native, pure_reader):
+        tree = Tree(str(tmp_path / f"{impl.__name__.rsplit('.', 1)[-1]}"), version, 1)
+        rng = random.Random(6)
+        tree.write_valid(0, rng, 1_000_000_000, 10, 1)
+        paths = tree.paths(0)
+        paths["memory_stat"] = str(tmp_path / "no-memory-hierarchy" / "memory.stat")
+        r = impl.StatReader(2, version)
+        assert r.open(0, **paths) == 0
+        assert r.state[0] == 1 and r.missing[0] == 1 << 2 and r.open_fds == len(paths) - 1
+        r.read(0)
+        tree.write_valid(0, rng, 3_000_000_000, 20, 2)
+        assert r.read(1_000_000_000) == 1  # a file that was never there is no error
+        assert r.cpu_cores[0] == pytest.approx(2.0) and np.isnan(r.memory_usage[0])
+        assert r.open_file(0, 2, paths["memory_stat"]) == 2 and r.missing[0] == 1 << 2
+        # nothing of it exists: the slot stays free and the first errno is the answer
+        r.close(0)
+        assert r.open(1, memory_stat=paths["memory_stat"], cpu_stat=paths["memory_stat"]) == 2
+        assert r.state[1] == 0 and r.high_water == 0 and r.open_fds == 0
+
+
+class HierTree:
+    """Each cgroup in one dir per hierarchy (v1: cpuacct, cpu, memory, cpuset): a hierarchy can lack it."""
+
+    FILES = {"usage": ("cpuacct", "cpuacct.usage"), "cpu_stat": ("cpu", "cpu.stat"),
+             "memory_stat": ("memory", "memory.stat"), "cpuset": ("cpuset", "cpuset.cpus")}
+    INDEX = {"usage": 0, "cpu_stat": 1, "memory_stat": 2, "cpuset": 3}
+
+    def __init__(self, root: str, version: int) -> None:
+        self.root, self.version = root, version
+        self.kinds = [k for k in self.FILES if version == 1 or k != "usage"]
+
+    def path(self, i: int, kind: str) -> str:
+        h, name = self.FILES[kind]
+        return os.path.join(self.root, h, f"cg{i}", name)
+
+    def paths(self, i: int) -> dict[str, str]:
+        return {k: self.path(i, k) for k in self.kinds}
+
+    def exists(self, i: int, kind: str) -> bool:
+        return os.path.exists(self.path(i, kind))
+
+    def remove(self, i: int, kind: str) -> None:
+        if self.exists(i, kind):
+            os.unlink(self.path(i, kind))
+            os.rmdir(os.path.dirname(self.path(i, kind)))
+
+    def write(self, i: int, rng: random.Random, usage_ns: int, periods: int, throttled: int,
+              create: bool = False) -> None:
+        v1 = self.version == 1
+        texts = {
+            "usage": f"{usage_ns}\n",
+            "cpu_stat": (f"nr_periods {periods}\nnr_throttled {throttled}\nthrottled_time {throttled * 1000}\n"
+                         if v1 else f"usage_usec {usage_ns // 1000}\nnr_periods {periods}\n"
+                                    f"nr_throttled {throttled}\nthrottled_usec {throttled}\n"),
+            "memory_stat": "".join(f"{k} {rng.randrange(0, 1 << 40)}\n"
+                                   for k in (V1_MEM_KEYS if v1 else V2_MEM_KEYS)),
+            "cpuset": f"0-{rng.randrange(0, 16)}\n",
+        }
+        for kind in self.kinds:
+            if not create and not self.exists(i, kind):
+                continue
+            os.makedirs(os.path.dirname(self.path(i, kind)), exist_ok=True)
+            with open(self.path(i, kind), "w") as f:
+                f.write(texts[kind])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_missing_files_per_hierarchy_agree(tmp_path_factory, version: int, seed: int) -> None:
+    """Cgroups absent from random hierarchies at open, files vanishing and coming back between
+    ticks, some files in reopen mode: both readers agree on every array and every answer."""
+    rng = random.Random(seed)
+    tree = HierTree(str(tmp_path_factory.mktemp("h")), version)
+    n = 6
+    usage = [rng.randrange(0, 1 << 40) for _ in range(n)]
+    periods = [rng.randrange(0, 1 << 20) for _ in range(n)]
+    for i in range(n):
+        tree.write(i, rng, usage[i], periods[i], 0, create=True)
+        for kind in tree.kinds:
+            if rng.random() < 0.3:
+                tree.remove(i, kind)
+    max_fds = rng.choice([-1, 0, 3, 9])
+    a = native.StatReader(n, version, max_fds=max_fds)
+    b = pure_reader.StatReader(n, version, max_fds=max_fds)
+    for i in range(n):
+        assert a.open(i, **tree.paths(i)) == b.open(i, **tree.paths(i))
+        assert a.open_fds == b.open_fds
+    t = 1_000_000_000
+    for _tick in range(8):
+        assert a.read(t) == b.read(t)
+        assert_same(a, b)
+        t += rng.randrange(1, 2_000_000_000)
+        for i in range(n):
+            usage[i] += rng.randrange(0, 2_000_000_000)
+            periods[i] += rng.randrange(0, 20)
+            tree.write(i, rng, usage[i], periods[i], 0)
+            roll = rng.random()
+            if roll < 0.25:
+                tree.remove(i, rng.choice(tree.kinds))
+            elif roll < 0.5:  # a hierarchy gets the cgroup (back); discovery tracks its file again
+                kind = rng.choice(tree.kinds)
+                tree.write(i, rng, usage[i], periods[i], 0, create=True)
+                if a.state[i] == 1:
+                    f = tree.INDEX[kind]
+                    assert a.open_file(i, f, tree.path(i, kind)) == b.open_file(i, f, tree.path(i, kind))
+                else:
+                    assert a.open(i, **tree.paths(i)) == b.open(i, **tree.paths(i))
+            assert a.open_fds == b.open_fds
+    assert_same(a, b)
 
 
 def test_open_missing_cgroup_leaves_slot_free(tmp_path) -> None:
@@ -267,3 +436,33 @@ def test_node_reader_agrees_with_reference(tmp_path) -> None:
     for r in (a, b):
         with pytest.raises(ValueError):
             r.read_stat()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("MemTotal: 1000 kB\nMemAvailable: 500 kB\n", (1000, -1, 500)),  # no MemFree
+    ("MemFree: 7 kB\n", (-1, 7, -1)),
+    ("MemTotal: lots kB\nMemFree: 7 kB\nMemAvailable: -5 kB\n", (-1, 7, -1)),  # garbled, negative
+    ("MemTotal: 10 kB\nMemTotal: 20 kB\nMemFree: 1 kB\nMemAvailable: 2 kB\n", (10, 1, 2)),  # first wins
+    ("", (-1, -1, -1)),
+])
+def test_meminfo_missing_or_garbled_keys_read_as_minus_one(tmp_path, text: str, expected: tuple) -> None:
+    (tmp_path / "stat").write_text("cpu  1 2 3 4 5 6 7 8\n")
+    (tmp_path / "meminfo").write_text(text)
+    for impl in (native, pure_reader):
+        r = impl.NodeReader(str(tmp_path / "stat"), str(tmp_path / "meminfo"))
+        assert r.read_meminfo() == expected
+        assert r.read_stat() == 1 + 2 + 3 + 6 + 7  # the other file is unaffected
+
+
+def test_node_reader_files_stand_alone(tmp_path) -> None:
+    """A file missing when the reader is built fails only its own reads, naming itself, until it appears."""
+    (tmp_path / "stat").write_text("cpu  1 2 3 4 5 6 7 8\n")
+    for impl in (native, pure_reader):
+        meminfo = tmp_path / f"meminfo-{impl.__name__.rsplit('.', 1)[-1]}"
+        r = impl.NodeReader(str(tmp_path / "stat"), str(meminfo))
+        assert r.read_stat() == 19
+        with pytest.raises(OSError) as e:
+            r.read_meminfo()
+        assert e.value.errno == 2 and e.value.filename == str(meminfo)
+        meminfo.write_text("MemTotal: 3 kB\nMemFree: 2 kB\nMemAvailable: 1 kB\n")
+        assert r.read_meminfo() == (3, 2, 1)

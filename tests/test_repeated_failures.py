@@ -142,8 +142,8 @@ def test_a_bad_proc_stat_is_logged_once_then_as_a_count(tmp_path, caplog) -> Non
             collector.collect(t[0])
     finally:
         collector.close()
-    msgs = [r.getMessage() for r in caplog.records if "node usage" in r.getMessage()]
+    msgs = [r.getMessage() for r in caplog.records if "proc/stat" in r.getMessage()]
     assert len(msgs) == 3, msgs
-    assert msgs[0].startswith("cannot read node usage from")
+    assert msgs[0].startswith("cannot read node CPU usage from")
     assert "failed 300 more times in the last 5 min" in msgs[1]
-    assert msgs[2].startswith("node usage readable again") and "99 more times" in msgs[2]
+    assert msgs[2].startswith("proc/stat readable again") and "99 more times" in msgs[2]

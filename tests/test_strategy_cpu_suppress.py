@@ -8,6 +8,8 @@ two sockets / NUMA nodes, cores 0-1 (CPUs 0,1,4,5) are node 0 and cores 2-3 (CPU
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from qosmanager.api.pod import pod_meta
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.sysfs import Processor
+from qosmanager.metrics.collector import Collector
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
@@ -508,3 +511,194 @@ def test_fractional_capacity_rounds_up_for_the_quota_step() -> None:
     h.tick("cpuSuppress", NOW + 1)
     # 4875 - 200 - 500 = 4175m -> 417500, step 8 cores x 100000 x 0.1 = 80000 (not 75000)
     assert read_quota(h) == 237500 + 80000
+
+
+# ---------------------------------------------------------------------------------------------
+# fail safe: node CPU usage cannot be read (no node_cpu_usage sample in the window)
+
+COND = "cpuSuppress/node-cpu"
+
+
+def condition(h: Harness) -> str | None:
+    c = h.store.conditions.get(COND)
+    return None if c is None else c.message
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cfs_quota_is_held_and_reasserted_while_node_cpu_is_missing(version: int) -> None:
+    h = make(version)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    usage(h, NOW - 1, 3.0, ls_1=2.0, be_1=0.5)
+    h.tick("cpuSuppress", NOW)
+    assert read_quota(h) == 270000 and condition(h) is None  # 5200 - 2000 - 500
+    # /proc/stat goes bad: the last sample ages out of the 2 s window; someone sets BE unlimited
+    set_quota(h, -1)
+    h.tick("cpuSuppress", NOW + 3)
+    assert read_quota(h) == 270000  # re-asserted on the first tick without data
+    msg = condition(h)
+    assert msg is not None and "node CPU usage cannot be read" in msg and "BE quota 270000" in msg
+    # a higher quota is brought down again on the next tick (the write is not cached)
+    set_quota(h, 500000)
+    h.tick("cpuSuppress", NOW + 4)
+    assert read_quota(h) == 270000
+    # a lower quota someone else set stays: missing data never raises a limit
+    set_quota(h, 100000)
+    n = len(h.recorded.writes)
+    h.tick("cpuSuppress", NOW + 5)
+    assert read_quota(h) == 100000 and len(h.recorded.writes) == n
+    assert h.strategy("cpuSuppress").policy_status == {"cfsQuota": "using", "cpuset": "recovered"}
+    # data returns: the formula decides again (from 100000 up by at most the 80000 step) and the
+    # condition clears
+    usage(h, NOW + 6, 3.0, ls_1=2.0, be_1=0.5)
+    h.tick("cpuSuppress", NOW + 6)
+    assert read_quota(h) == 180000 and condition(h) is None
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpuset_is_held_and_an_outside_reset_undone_within_the_write_cache_window(version: int) -> None:
+    h = make(version, sockets=2, numa=2)
+    with_pods(h)
+    slo(h, policy="cpuset")
+    set_quota(h, 300000)
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"} and read_quota(h) == -1
+    # 10 s later, well within the executor's 60 s write cache: a container's cpuset is reset
+    # behind the agent's back and node CPU usage cannot be read
+    set_cpuset(h, be_dirs(h)[2], "0-7")
+    set_quota(h, 400000)
+    h.tick("cpuSuppress", NOW + 10)
+    assert {d: read_cpuset(h, d) for d in be_dirs(h)} == {d: "0,2,4" for d in be_dirs(h)}
+    assert read_quota(h) == 400000  # nothing is recovered while holding
+    msg = condition(h)
+    assert msg is not None and "BE cpuset 0,2,4" in msg
+    # an unchanged file costs a read, not a write
+    n = len(h.recorded.writes)
+    h.tick("cpuSuppress", NOW + 11)
+    assert len(h.recorded.writes) == n
+    set_cpuset(h, be_dirs(h)[3], "0-7")  # the sandbox, a dir only a walk of the tree finds
+    h.tick("cpuSuppress", NOW + 12)
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
+    # data returns: normal work, condition cleared
+    usage(h, NOW + 12, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW + 13)
+    assert condition(h) is None and {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
+
+
+def test_static_cpu_manager_holds_only_the_containers() -> None:
+    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static"))
+    h.tick("cpuSuppress", NOW)
+    _, pod_dir, ctr, sandbox = be_dirs(h)
+    set_cpuset(h, ctr, "1-2,5-6")
+    set_cpuset(h, pod_dir, "1-2,5")
+    h.tick("cpuSuppress", NOW + 5)
+    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
+    assert read_cpuset(h, pod_dir) == "1-2,5"  # not a limit this strategy holds
+    assert "BE cpuset 1-2,6 (containers)" in (condition(h) or "")
+
+
+@pytest.mark.parametrize("policy", ["cpuset", "cfsQuota"])
+def test_without_a_decision_nothing_is_invented(policy: str) -> None:
+    """An agent started while /proc/stat is garbled: no limit was ever decided, so none is written."""
+    h = make()
+    with_pods(h)
+    slo(h, policy=policy)
+    set_quota(h, -1)
+    h.tick("cpuSuppress", NOW)
+    h.tick("cpuSuppress", NOW + 1)
+    assert h.recorded.writes == [] and read_quota(h) == -1
+    assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0-7"}
+    assert "no BE limit decided yet" in (condition(h) or "")
+    # suppression switched off meanwhile: recovery as usual, and the condition goes
+    slo(h, enable=False, policy=policy)
+    h.tick("cpuSuppress", NOW + 2)
+    assert condition(h) is None
+
+
+def test_switched_off_during_the_outage_recovers_and_stops_holding() -> None:
+    h = make()
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    usage(h, NOW - 1, 3.0, ls_1=2.0, be_1=0.5)
+    h.tick("cpuSuppress", NOW)
+    h.tick("cpuSuppress", NOW + 3)
+    assert condition(h) is not None
+    slo(h, enable=False, policy="cfsQuota")
+    h.tick("cpuSuppress", NOW + 4)
+    assert read_quota(h) == -1 and condition(h) is None
+    slo(h, policy="cfsQuota")
+    set_quota(h, -1)
+    h.tick("cpuSuppress", NOW + 5)  # still no data: the recovery left no limit to hold
+    assert read_quota(h) == -1 and "no BE limit decided yet" in (condition(h) or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# with the real collector on the fake host: what it samples is what the strategy decides on
+
+S = 1_000_000_000
+
+
+def with_collector(h: Harness) -> Collector:
+    return Collector(h.layout, h.cache, h.store, clock=lambda: h.now, mono=lambda: int(h.now * S))
+
+
+def busy_ticks(cores: float) -> list[int]:
+    """Per-CPU busy ticks adding up to ``cores`` x 1 s on the 8 fake CPUs."""
+    total = round(cores * os.sysconf("SC_CLK_TCK"))
+    return [total // 8 + (1 if i < total % 8 else 0) for i in range(8)]
+
+
+def test_pods_without_memory_cgroups_count_as_pods_not_system() -> None:
+    """v1 with a memory hierarchy that holds no kube cgroups: the pods' CPU usage still comes from
+    cpuacct, so LS usage is LS usage (not "system") and BE is not charged for its own usage."""
+    h = make(1)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    mem = h.layout.abs_dir("memory", "")
+    shutil.rmtree(mem)
+    os.mkdir(mem)
+    col = with_collector(h)
+    h.host.set_proc_stat([0] * 8, [0] * 8)
+    h.now = NOW - 1
+    col.collect()
+    h.host.set_cpu_usage(h.host.pod_dir("ls-1"), 2 * S)
+    h.host.set_cpu_usage(h.host.pod_dir("be-1"), S)
+    h.host.set_proc_stat(busy_ticks(3.5), [100] * 8)  # node 3.5 = ls 2.0 + be 1.0 + system 0.5
+    h.now = NOW
+    col.collect()
+    h.tick("cpuSuppress", NOW)
+    # 5200 - 2000 (LS) - 500 (system) = 2700m; with the pods unsampled it was 5200 - 3500 = 1700m
+    assert read_quota(h) == 270000
+    q = h.strategy("cpuSuppress").last_suppress
+    assert q is not None and q.used.pods == pytest.approx(2.0) and q.used.system == pytest.approx(0.5)
+
+
+def test_garbled_proc_stat_holds_the_be_quota_end_to_end() -> None:
+    h = make(2)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    col = with_collector(h)
+    h.host.set_proc_stat([0] * 8, [0] * 8)
+    h.now = NOW - 1
+    col.collect()
+    h.host.set_cpu_usage(h.host.pod_dir("ls-1"), 2 * S)
+    h.host.set_proc_stat(busy_ticks(3.0), [100] * 8)
+    h.now = NOW
+    col.collect()
+    h.tick("cpuSuppress", NOW)
+    assert read_quota(h) == 220000  # 5200 - 2000 - system 1000
+    good = h.read_file("proc/stat") or ""
+    h.write_file("proc/stat", "cpu  1 2 garbage\n")
+    for t in (NOW + 1, NOW + 2, NOW + 3):
+        h.now = t
+        col.collect()
+    set_quota(h, -1)  # someone lifts the BE limit while the agent is blind
+    h.tick("cpuSuppress", NOW + 3)
+    assert read_quota(h) == 220000
+    assert set(h.store.conditions.snapshot()) == {"collector/proc-stat", COND}
+    h.write_file("proc/stat", good)
+    h.now = NOW + 4
+    col.collect()
+    h.tick("cpuSuppress", NOW + 4)
+    assert set(h.store.conditions.snapshot()) == set()

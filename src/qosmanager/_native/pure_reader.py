@@ -130,6 +130,8 @@ class StatReader:
     prev_periods: np.ndarray
     prev_throttled: np.ndarray
     has_prev_thr: np.ndarray
+    missing: np.ndarray
+    vanished: np.ndarray
 
     def __init__(self, capacity: int, cgroup_version: int, max_gap_ns: int = 20_000_000_000,
                  max_fds: int = -1) -> None:
@@ -158,7 +160,7 @@ class StatReader:
         ("memory_usage_with_cache", np.float64, np.nan, 0), ("cpuset_count", np.int32, -1, 0),
         ("prev_usage", np.int64, 0, 0), ("prev_t", np.int64, 0, 0), ("has_prev", np.uint8, 0, 0),
         ("prev_periods", np.int64, 0, 0), ("prev_throttled", np.int64, 0, 0),
-        ("has_prev_thr", np.uint8, 0, 0),
+        ("has_prev_thr", np.uint8, 0, 0), ("missing", np.uint8, 0, 0), ("vanished", np.uint8, 0, 0),
     )
 
     def _alloc_arrays(self, capacity: int) -> None:
@@ -204,6 +206,41 @@ class StatReader:
         self.memory_usage[slot] = np.nan
         self.memory_usage_with_cache[slot] = np.nan
         self.cpuset_count[slot] = -1
+        self.missing[slot] = 0
+        self.vanished[slot] = 0
+
+    def _open_one(self, slot: int, f: int, path: str | bytes) -> int:
+        """Track file ``f`` of ``slot``: a descriptor, or its path in reopen mode; 0 or an errno."""
+        b = path.encode() if isinstance(path, str) else bytes(path)
+        i = slot * NFILES + f
+        err = 0
+        fd = -1
+        if self.max_fds >= 0 and self.open_fds >= self.max_fds:
+            err = errno.EMFILE
+        else:
+            try:
+                fd = os.open(b, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                err = e.errno or errno.EIO
+        if fd >= 0:
+            self._fds[i] = fd
+            self.open_fds += 1
+            return 0
+        if err in (errno.EMFILE, errno.ENFILE):
+            r = self._read_path(b, 1)  # out of descriptors: the file must exist, then keep its path
+            if isinstance(r, int):
+                return -r
+            self._paths[i] = b
+            return 0
+        return err
+
+    def _drop_file(self, slot: int, f: int) -> None:
+        i = slot * NFILES + f
+        if self._fds[i] >= 0:
+            os.close(self._fds[i])
+            self._fds[i] = -1
+            self.open_fds -= 1
+        self._paths[i] = None
 
     def open(self, slot: int, usage: str | bytes | None = None, cpu_stat: str | bytes | None = None,
              memory_stat: str | bytes | None = None, cpuset: str | bytes | None = None) -> int:
@@ -217,34 +254,43 @@ class StatReader:
             raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; pass usage=None")
         if usage is None and cpu_stat is None and memory_stat is None and cpuset is None:
             raise ValueError("at least one file is needed")
+        first_err = 0
+        missing = 0
         for f, p in enumerate((usage, cpu_stat, memory_stat, cpuset)):
             if p is None:
                 continue
-            b = p.encode() if isinstance(p, str) else bytes(p)
-            i = slot * NFILES + f
-            err = 0
-            fd = -1
-            if self.max_fds >= 0 and self.open_fds >= self.max_fds:
-                err = errno.EMFILE
-            else:
-                try:
-                    fd = os.open(b, os.O_RDONLY | os.O_CLOEXEC)
-                except OSError as e:
-                    err = e.errno or errno.EIO
-            if fd >= 0:
-                self._fds[i] = fd
-                self.open_fds += 1
-            elif err in (errno.EMFILE, errno.ENFILE):
-                r = self._read_path(b, 1)
-                if isinstance(r, int):
-                    self._release(slot)
-                    return -r
-                self._paths[i] = b
-            else:
-                self._release(slot)
-                return err
+            err = self._open_one(slot, f, p)
+            if err:
+                missing |= 1 << f
+                first_err = first_err or err
+        if not any(self._has_file(slot, f) for f in range(NFILES)):
+            return first_err
+        self.missing[slot] = missing
         self.state[slot] = STATE_LIVE
         self.high_water = max(self.high_water, slot + 1)
+        return 0
+
+    def open_file(self, slot: int, file: int, path: str | bytes) -> int:
+        if slot < 0 or slot >= self.capacity:
+            raise IndexError("slot out of range")
+        if file < 0 or file >= NFILES:
+            raise IndexError("file index out of range")
+        if self.state[slot] != STATE_LIVE:
+            raise ValueError("open_file needs a live slot")
+        if self.cgroup_version == 2 and file == FILE_USAGE:
+            raise ValueError("cgroup v2 keeps CPU usage in cpu.stat; there is no usage file")
+        if self._has_file(slot, file):
+            return 0
+        err = self._open_one(slot, file, path)
+        if err:
+            self.missing[slot] |= 1 << file
+            return err
+        self.missing[slot] &= ~(1 << file) & 0xFF
+        # a file that comes (back) may belong to a new cgroup: its counters start afresh
+        if file == FILE_USAGE or (file == FILE_CPUSTAT and self.cgroup_version == 2):
+            self.has_prev[slot] = 0
+        if file == FILE_CPUSTAT:
+            self.has_prev_thr[slot] = 0
         return 0
 
     def close(self, slot: int) -> None:
@@ -290,17 +336,12 @@ class StatReader:
             return -errno.EFBIG
         return r
 
-    def _vanished(self, slot: int, r: bytes | int) -> bool:
-        if isinstance(r, int) and r in (-errno.ENOENT, -errno.ENODEV):
-            self._release(slot)
-            self.state[slot] = STATE_DEAD
-            self.died[slot] = 1
-            self.errors[slot] = -r
-            self.cpu_cores[slot] = np.nan
-            self.throttled_ratio[slot] = np.nan
-            self.memory_usage[slot] = np.nan
-            self.memory_usage_with_cache[slot] = np.nan
-            self.cpuset_count[slot] = -1
+    def _gone(self, slot: int, f: int, r: int) -> bool:
+        """A file that vanished (ENOENT, ENODEV) is no longer tracked; the slot lives on its others."""
+        if r in (-errno.ENOENT, -errno.ENODEV):
+            self._drop_file(slot, f)
+            self.missing[slot] |= 1 << f
+            self.vanished[slot] |= 1 << f
             return True
         return False
 
@@ -308,6 +349,7 @@ class StatReader:
         n_ok = 0
         for slot in range(self.high_water):
             self.died[slot] = 0
+            self.vanished[slot] = 0
             if self.state[slot] != STATE_LIVE:
                 continue
             if self._read_slot(slot, now_ns):
@@ -316,15 +358,15 @@ class StatReader:
 
     def _read_slot(self, slot: int, now_ns: int) -> bool:
         err = 0
+        gone = False
         usage = 0
         usage_ok = thr_ok = False
         cpu = [0, 0, 0, 0]
         if self.cgroup_version == 1 and self._has_file(slot, FILE_USAGE):
             r = self._read_file(slot, FILE_USAGE)
-            if self._vanished(slot, r):
-                return False
             if isinstance(r, int):
                 err = -r
+                gone |= self._gone(slot, FILE_USAGE, r)
             else:
                 v = _parse_single(r)
                 if v is None:
@@ -333,10 +375,9 @@ class StatReader:
                     usage, usage_ok = v, True
         if self._has_file(slot, FILE_CPUSTAT):
             r = self._read_file(slot, FILE_CPUSTAT)
-            if self._vanished(slot, r):
-                return False
             if isinstance(r, int):
                 err = -r
+                gone |= self._gone(slot, FILE_CPUSTAT, r)
             else:
                 found, bad = _parse_kv(r, self._cpu_keys)
                 if bad:
@@ -383,10 +424,9 @@ class StatReader:
         self.memory_usage_with_cache[slot] = np.nan
         if self._has_file(slot, FILE_MEMSTAT):
             r = self._read_file(slot, FILE_MEMSTAT)
-            if self._vanished(slot, r):
-                return False
             if isinstance(r, int):
                 err = -r
+                gone |= self._gone(slot, FILE_MEMSTAT, r)
             else:
                 found, bad = _parse_kv(r, self._mem_keys)
                 if bad or len(found) != 5:
@@ -396,13 +436,12 @@ class StatReader:
                     self.mem_raw[slot, :] = m
                     self.memory_usage[slot] = float(m[0] + m[1] + m[2])
                     self.memory_usage_with_cache[slot] = float(m[0] + m[1] + m[2] + m[3] + m[4])
+        self.cpuset_count[slot] = -1
         if self._has_file(slot, FILE_CPUSET):
             r = self._read_file(slot, FILE_CPUSET)
-            if self._vanished(slot, r):
-                return False
-            self.cpuset_count[slot] = -1
             if isinstance(r, int):
                 err = -r
+                gone |= self._gone(slot, FILE_CPUSET, r)
             else:
                 k = _parse_cpuset_count(r)
                 if k < 0:
@@ -410,6 +449,11 @@ class StatReader:
                 else:
                     self.cpuset_count[slot] = k
         self.errors[slot] = err
+        if gone and not any(self._has_file(slot, f) for f in range(NFILES)):
+            # every file vanished: the cgroup is gone
+            self._release(slot)
+            self.state[slot] = STATE_DEAD
+            self.died[slot] = 1
         return err == 0
 
     def pread_only(self) -> int:
@@ -435,21 +479,32 @@ class NodeReader:
     """See ``ext/reader.pyx``: ``/proc/stat`` and ``/proc/meminfo`` kept open."""
 
     def __init__(self, stat_path: str | bytes, meminfo_path: str | bytes, max_cpus: int = 4096) -> None:
-        self._stat_fd = os.open(stat_path, os.O_RDONLY | os.O_CLOEXEC)
-        self._meminfo_fd = os.open(meminfo_path, os.O_RDONLY | os.O_CLOEXEC)
+        self._paths = [os.fsencode(stat_path), os.fsencode(meminfo_path)]
+        self._fds = [-1, -1]
+        for k in (0, 1):
+            with contextlib.suppress(OSError):
+                self._fds[k] = os.open(self._paths[k], os.O_RDONLY | os.O_CLOEXEC)
         self.cpu_ticks = np.full(max_cpus, -1, dtype=np.int64)
 
-    @staticmethod
-    def _read_all(fd: int) -> bytes:
+    def _read_all(self, k: int) -> bytes:
+        if self._fds[k] < 0:
+            try:
+                self._fds[k] = os.open(self._paths[k], os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise OSError(e.errno, f"cannot open: {e.strerror}", os.fsdecode(self._paths[k])) from None
+        fd = self._fds[k]
         size = 262144
         while True:
-            data = os.pread(fd, size, 0)
+            try:
+                data = os.pread(fd, size, 0)
+            except OSError as e:
+                raise OSError(e.errno, f"read failed: {e.strerror}", os.fsdecode(self._paths[k])) from None
             if len(data) < size:
                 return data
             size *= 2
 
     def read_stat(self) -> int:
-        data = self._read_all(self._stat_fd)
+        data = self._read_all(0)
         total = -1
         self.cpu_ticks[:] = -1
         for line in data.split(b"\n"):
@@ -479,18 +534,22 @@ class NodeReader:
         return total
 
     def read_meminfo(self) -> tuple[int, int, int]:
-        data = self._read_all(self._meminfo_fd)
-        out = {b"MemTotal": 0, b"MemFree": 0, b"MemAvailable": 0}
+        data = self._read_all(1)
+        out = {b"MemTotal": -1, b"MemFree": -1, b"MemAvailable": -1}
+        seen: set[bytes] = set()
         for line in data.split(b"\n"):
             key, sep, rest = line.partition(b":")
-            if sep and key in out:
+            if sep and key in out and key not in seen:
+                seen.add(key)
                 v = _parse_int(_first_token(rest))
-                if v is not None:
+                if v is not None and v >= 0:
                     out[key] = v
+            if len(seen) == 3:
+                break
         return out[b"MemTotal"], out[b"MemFree"], out[b"MemAvailable"]
 
     def __del__(self) -> None:
-        for fd in (getattr(self, "_stat_fd", -1), getattr(self, "_meminfo_fd", -1)):
+        for fd in getattr(self, "_fds", ()):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)

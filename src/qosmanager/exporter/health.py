@@ -8,9 +8,11 @@ Three checks, each answering with ``ok`` and a sentence that says what is wrong 
   pass the time since start counts.
 * **state**: with the Kubernetes source, each kind of state (node, pods, nodeslo) synced
   successfully within ``kube_sync_seconds``; in standalone mode every configured file can be read.
-  A refused object (a bad NodeSLO keeps the last good one) is named but does not fail the check:
-  the agent works on with the last good state.  A refused Node with no good one before it fails
-  the check: without the node's capacity nothing protects the node.
+  A refused object (a bad NodeSLO keeps the last good one) or a file that can be read but not
+  used (garbled, not the object it should hold) is named but does not fail the check: the agent
+  works on with the last good state (the file source also raises a ``state/<kind>-file``
+  degraded condition for it).  A refused Node with no good one before it fails the check:
+  without the node's capacity nothing protects the node.
 * **strategies**: no strategy failed ``strategy_failures`` times in a row.
 
 Beside the checks, every active degraded condition (:mod:`qosmanager.framework.conditions`: a bad
@@ -120,12 +122,17 @@ class Health:
                     over = max(over, age - bound)
             if getattr(src, "connected", True) is False:
                 notes.append("the Kubernetes source is not connected")
+        watched = {getattr(w, "path", None): getattr(w, "error", "")
+                   for w in getattr(getattr(self.metrics, "file_source", None), "files", None) or ()}
         for kind, path in self.files:
             try:
                 with open(path, "rb"):
                     pass
             except OSError as e:
                 problems.append(f"{kind} file {path} cannot be read: {e.strerror or e}")
+                continue
+            if watched.get(path):  # readable, but its content failed when it was last read
+                notes.append(f"{kind} file: {watched[path]} (the last good state stays in force)")
         if self.store is not None:
             errors = dict(self.store.errors)
             if "node" in errors and getattr(self.store, "node", None) is None:

@@ -17,6 +17,15 @@ that does not exist yet (the pod was just admitted) is retried with exponential
 backoff, and one that vanishes while its pod is still listed is reopened the same way.
 With 5 % of containers replaced per minute a tick therefore costs reads plus work in
 proportion to what changed, never a walk of the tree.
+
+A cgroup is tracked as soon as one of its files exists: a pod missing from one
+hierarchy (a kernel booted with ``cgroup_disable=memory`` beside a mounted memory dir,
+a ``memory.stat`` that vanished) still yields the numbers of the files that exist, and
+the missing files are retried with the same backoff.  The kube QoS cgroups are retried
+every pass; those still missing after :data:`QOS_GRACE_PASSES` passes are named in the
+``collector/qos-cgroups`` degraded condition.  ``/proc/stat`` and ``/proc/meminfo``
+stand alone too: a file or field that cannot be read drops only the series it feeds
+(``collector/proc-stat``, ``collector/proc-meminfo``).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qosmanager._native import STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
+from qosmanager._native import STATE_FREE, STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
 from qosmanager.api.pod import PodMeta
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.descriptors import DescriptorBudget
@@ -45,6 +54,15 @@ QOS_DIRS = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)  # slot 0
 BE_SLOT = 2
 TERMINAL_PHASES = ("Succeeded", "Failed")
 MAX_BACKOFF = 30.0
+# collector passes the kube QoS cgroups get to appear before the condition names them
+QOS_GRACE_PASSES = 5
+# a slot's files, in the readers' FILE_* order
+FILE_KEYS = ("usage", "cpu_stat", "memory_stat", "cpuset")
+# v1 hierarchy of each file
+FILE_HIERARCHY = {"usage": "cpuacct", "cpu_stat": "cpu", "memory_stat": "memory", "cpuset": "cpuset"}
+COND_QOS = "collector/qos-cgroups"
+COND_PROC_STAT = "collector/proc-stat"
+COND_PROC_MEMINFO = "collector/proc-meminfo"
 
 
 @dataclass
@@ -58,6 +76,9 @@ class Tracked:
     open: bool = False
     retry_at: float = 0.0
     backoff: float = 0.0
+    # files of a live slot that are missing (absent in their hierarchy, or vanished): their retry
+    files_retry_at: float = 0.0
+    files_backoff: float = 0.0
 
 
 @dataclass
@@ -73,6 +94,7 @@ class CollectorStats:
     pods: int = 0
     containers: int = 0
     pending: int = 0
+    partial: int = 0  # tracked cgroups with some of their files missing
     opened: int = 0
     closed: int = 0
     vanished: int = 0
@@ -120,11 +142,15 @@ class Collector:
         self._failed: dict[str, str] = {}  # pods that could not be tracked: uid -> why (logged once)
         self._apps: dict[str, Tracked] = {}
         self._pending: dict[tuple[str, str], Tracked] = {}
+        self._partial: dict[tuple[str, str], Tracked] = {}
         self._pods_gen = -1
         self._slo_gen = -1
         self._be_cpu_request = 0.0
         self._be_ctr_mask = np.zeros(0, dtype=bool)
         self._quota_fds: np.ndarray | None = None
+        self._qos_paths = [self._paths(self.layout.qos_dir(q), cpuset=(slot == BE_SLOT))
+                           for slot, q in enumerate(QOS_DIRS)]
+        self._qos_seen = False  # every kube QoS dir has been seen in every hierarchy read
         self._open_qos_dirs()
 
     # ------------------------------------------------------------------
@@ -167,21 +193,69 @@ class Collector:
         }
 
     def _open_qos_dirs(self) -> None:
-        for slot, qos in enumerate(QOS_DIRS):
-            rel = self.layout.qos_dir(qos)
-            err = self.qos_reader.open(slot, **self._paths(rel, cpuset=(slot == BE_SLOT)))
-            if err:
-                log.warning("kube QoS cgroup %s not readable yet (%s)", rel, os.strerror(err))
-        be = self.layout.qos_dir(KubeQoS.BESTEFFORT)
-        if self.version == 1:
-            paths = [self.layout.file("cpu", be, "cpu.cfs_quota_us"),
-                     self.layout.file("cpu", be, "cpu.cfs_period_us")]
-        else:
-            paths = [self.layout.file("", be, "cpu.max")]
-        fds = sysio.open_batch(paths, os.O_RDONLY)
-        self._quota_fds = fds if (fds >= 0).all() else None
+        """Open (or complete) the kube QoS slots and the BE quota files; cheap enough for every pass
+        while something is missing (three slots)."""
+        qr = self.qos_reader
+        for slot, files in enumerate(self._qos_paths):
+            if qr.state[slot] != STATE_LIVE:
+                if qr.state[slot] != STATE_FREE:
+                    qr.close(slot)
+                qr.open(slot, **files)
+            elif qr.missing[slot]:
+                for f, key in enumerate(FILE_KEYS):
+                    path = files[key]
+                    if qr.missing[slot] & (1 << f) and path is not None:
+                        qr.open_file(slot, f, path)
         if self._quota_fds is None:
-            sysio.close_batch(fds[fds >= 0])
+            be = self.layout.qos_dir(KubeQoS.BESTEFFORT)
+            if self.version == 1:
+                paths = [self.layout.file("cpu", be, "cpu.cfs_quota_us"),
+                         self.layout.file("cpu", be, "cpu.cfs_period_us")]
+            else:
+                paths = [self.layout.file("", be, "cpu.max")]
+            fds = sysio.open_batch(paths, os.O_RDONLY)
+            self._quota_fds = fds if (fds >= 0).all() else None
+            if self._quota_fds is None:
+                sysio.close_batch(fds[fds >= 0])
+
+    def _missing_qos_dirs(self) -> list[str]:
+        """The kube QoS dirs absent from a hierarchy the collector reads (relative to the cgroup root)."""
+        lay = self.layout
+        if self.version == 1:
+            subsystems = sorted({FILE_HIERARCHY[k] for k, on in self._files.items() if on})
+        else:
+            subsystems = [""]
+        out = []
+        for sub in subsystems:
+            for q in QOS_DIRS:
+                d = lay.abs_dir(sub, lay.qos_dir(q))
+                if not os.path.isdir(d):
+                    out.append(os.path.relpath(d, lay.roots.cgroup))
+        return out
+
+    def _check_qos_dirs(self) -> None:
+        """Retry what is missing of the kube QoS cgroups (every pass: three slots, no syscall when
+        all is there); until every QoS dir has been seen, name the missing ones past the grace period."""
+        qr = self.qos_reader
+        if self._quota_fds is None or not all(qr.state[s] == STATE_LIVE and not qr.missing[s]
+                                              for s in range(len(QOS_DIRS))):
+            self._open_qos_dirs()
+        if self._qos_seen:
+            return
+        missing = self._missing_qos_dirs()
+        conditions = self.store.conditions
+        if not missing:
+            self._qos_seen = True
+            if conditions.clear(COND_QOS):
+                log.info("the kube QoS cgroups are all present now")
+            return
+        if self.stats.ticks + 1 < QOS_GRACE_PASSES:
+            return
+        message = (f"kube QoS cgroups missing after {QOS_GRACE_PASSES} collector passes: "
+                   f"{', '.join(missing)}; the metrics of pods under them are incomplete (check "
+                   f"--cgroup-driver, --kubelet-cgroup-root and the kubelet's cgroup settings)")
+        if conditions.set(COND_QOS, message):
+            log.warning("%s", message)
 
     # ------------------------------------------------------------------
     # discovery
@@ -198,7 +272,10 @@ class Collector:
             self._sync_apps(now)
         if self._pending:
             self._retry(now)
+        if self._partial:
+            self._retry_files(now)
         self.stats.pending = len(self._pending)
+        self.stats.partial = len(self._partial)
         self.stats.last_sync_seconds = time.perf_counter() - t0
 
     def _sync_pods(self, pods: dict[str, PodMeta], now: float) -> None:
@@ -342,6 +419,11 @@ class Collector:
             tr.backoff = 0.0
             self._pending.pop((kind, tr.key), None)
             self.stats.opened += 1
+            if reader.missing[tr.col]:
+                tr.files_backoff = 0.0
+                self._schedule_files(tr, kind, now)
+            else:
+                self._partial.pop((kind, tr.key), None)
             return
         tr.open = False
         tr.backoff = min(MAX_BACKOFF, max(1.0, tr.backoff * 2))
@@ -354,7 +436,42 @@ class Collector:
         reader.close(tr.col)
         group.release(tr.key)
         self._pending.pop((kind, tr.key), None)
+        self._partial.pop((kind, tr.key), None)
         self.stats.closed += 1
+
+    def _schedule_files(self, tr: Tracked, kind: str, now: float) -> None:
+        """Retry the missing files of a live slot with the same backoff as a missing cgroup."""
+        tr.files_backoff = min(MAX_BACKOFF, max(1.0, tr.files_backoff * 2))
+        tr.files_retry_at = now + tr.files_backoff
+        self._partial[(kind, tr.key)] = tr
+
+    def _retry_files(self, now: float) -> None:
+        for (kind, key), tr in list(self._partial.items()):
+            if now < tr.files_retry_at:
+                continue
+            reader = self._reader_for(kind)
+            if reader.state[tr.col] != STATE_LIVE:
+                del self._partial[(kind, key)]  # dead or closed: the whole slot is reopened instead
+                continue
+            missing = int(reader.missing[tr.col])
+            for f, name in enumerate(FILE_KEYS):
+                path = tr.files.get(name)
+                if missing & (1 << f) and path is not None:
+                    reader.open_file(tr.col, f, path)
+            if reader.missing[tr.col]:
+                self._schedule_files(tr, kind, now)
+            else:
+                tr.files_backoff = 0.0
+                del self._partial[(kind, key)]
+
+    def _note_vanished_files(self, reader: StatReader, kind: str, index: dict[int, Tracked],
+                             now: float) -> None:
+        """Files that vanished this read from slots that live on: retry them."""
+        for col in np.flatnonzero(reader.vanished[: reader.high_water]).tolist():
+            tr = index.get(col)
+            if tr is not None and reader.state[col] == STATE_LIVE and (kind, tr.key) not in self._partial:
+                tr.files_backoff = 0.0
+                self._schedule_files(tr, kind, now)
 
     def _retry(self, now: float) -> None:
         for (kind, _), tr in list(self._pending.items()):
@@ -371,6 +488,7 @@ class Collector:
             if tr is None:
                 continue
             reader.close(col)
+            self._partial.pop((kind, tr.key), None)
             tr.open = False
             tr.backoff = 1.0
             tr.retry_at = now + 1.0
@@ -401,6 +519,9 @@ class Collector:
             ar.read(t_ns)
         if pr.died.any() or cr.died.any() or ar.died.any():
             self._reap_all(now)
+        if pr.vanished.any() or cr.vanished.any() or ar.vanished.any():
+            self._note_vanished(now)
+        self._check_qos_dirs()
         self._store_group(self.cache.pods, pr, now)
         self._store_group(self.cache.containers, cr, now)
         if self._apps:
@@ -411,12 +532,23 @@ class Collector:
                                      + np.count_nonzero(cr.errors[: cr.high_water]))
         self.stats.last_tick_seconds = time.perf_counter() - t0
 
-    def _reap_all(self, now: float) -> None:
+    def _indexes(self) -> tuple[dict[int, Tracked], dict[int, Tracked], dict[int, Tracked]]:
         pods = {tp.cg.col: tp.cg for tp in self._pods.values()}
         ctrs = {tr.col: tr for tp in self._pods.values() for tr in tp.containers.values()}
+        return pods, ctrs, {t.col: t for t in self._apps.values()}
+
+    def _reap_all(self, now: float) -> None:
+        pods, ctrs, apps = self._indexes()
         self._reap_dead(self.pod_reader, "pod", pods, now)
         self._reap_dead(self.ctr_reader, "container", ctrs, now)
-        self._reap_dead(self.app_reader, "app", {t.col: t for t in self._apps.values()}, now)
+        self._reap_dead(self.app_reader, "app", apps, now)
+
+    def _note_vanished(self, now: float) -> None:
+        pods, ctrs, apps = self._indexes()
+        self._note_vanished_files(self.pod_reader, "pod", pods, now)
+        self._note_vanished_files(self.ctr_reader, "container", ctrs, now)
+        self._note_vanished_files(self.app_reader, "app", apps, now)
+        self.stats.partial = len(self._partial)
 
     @staticmethod
     def _store_group(group: mc.SeriesGroup, reader: StatReader, now: float, throttle: bool = True) -> None:
@@ -435,34 +567,26 @@ class Collector:
         def put(name: str, v: float) -> None:
             row[name] = np.array([v])
 
-        # node CPU from /proc/stat ticks, memory from /proc/meminfo
-        try:
-            busy = self.node_reader.read_stat()
-            t = self.mono()
-            total_kb, free_kb, avail_kb = self.node_reader.read_meminfo()
-        except (OSError, ValueError) as e:
-            # the message quotes the changing counters: the same kind of error is the same failure
-            rep = self._node_errors.hit("node", (type(e).__name__, getattr(e, "errno", None)), now=now)
-            if rep is not None:
-                log.warning("cannot read node usage from %s: %s%s", self.layout.roots.proc, e,
-                            "" if rep.first else f" (failed {rep.times()})")
-            self.cache.node.append_row(now, {})
-            return
-        if self._node_errors:
-            rep = self._node_errors.clear("node", now)
-            log.warning("node usage readable again from %s%s", self.layout.roots.proc,
-                        f" (it failed {rep.times()})" if rep is not None else "")
+        # node CPU from /proc/stat ticks, memory from /proc/meminfo: each file (and each
+        # field) feeds only its own series
         node_cpu = float("nan")
-        if self._prev_node is not None:
-            pb, pt = self._prev_node
-            dt = (t - pt) / 1e9
-            if busy >= pb and dt > 0:
-                node_cpu = (busy - pb) / (dt * self._clk_tck)
-        self._prev_node = (busy, t)
-        node_mem = float((total_kb - avail_kb) * 1024)
-        put("node_cpu_usage", node_cpu)
-        put("node_memory_usage", node_mem)
-        put("node_memory_usage_with_page_cache", float((total_kb - free_kb) * 1024))
+        busy = self._read_proc_stat()
+        if busy is not None:
+            t = self.mono()
+            if self._prev_node is not None:
+                pb, pt = self._prev_node
+                dt = (t - pt) / 1e9
+                if busy >= pb and dt > 0:
+                    node_cpu = (busy - pb) / (dt * self._clk_tck)
+            self._prev_node = (busy, t)
+            put("node_cpu_usage", node_cpu)
+        node_mem = float("nan")
+        total_kb, free_kb, avail_kb = self._read_proc_meminfo()
+        if total_kb >= 0 and avail_kb >= 0:
+            node_mem = float(max(total_kb - avail_kb, 0) * 1024)
+            put("node_memory_usage", node_mem)
+        if total_kb >= 0 and free_kb >= 0:
+            put("node_memory_usage_with_page_cache", float(max(total_kb - free_kb, 0) * 1024))
         # system usage = node - pods - host apps (only when every part was sampled now)
         pr, ar = self.pod_reader, self.app_reader
         pods_cpu = np.nansum(pr.cpu_cores[: pr.high_water])
@@ -471,7 +595,8 @@ class Collector:
         apps_mem = np.nansum(ar.memory_usage[: ar.high_water]) if self._apps else 0.0
         if not np.isnan(node_cpu):
             put("sys_cpu_usage", max(node_cpu - pods_cpu - apps_cpu, 0.0))
-        put("sys_memory_usage", max(node_mem - pods_mem - apps_mem, 0.0))
+        if not np.isnan(node_mem):
+            put("sys_memory_usage", max(node_mem - pods_mem - apps_mem, 0.0))
         # BE: usage of the BE QoS dir, request of BE pods, real limit from cpusets and quota
         be_cores = self.qos_reader.cpu_cores[BE_SLOT]
         if not np.isnan(be_cores):
@@ -482,6 +607,55 @@ class Collector:
             put("be_cpu_real_limit", limit)
         self.cache.node.column(mc.NODE_KEY)
         self.cache.node.append_row(now, row)
+
+    def _node_problem(self, key: str, message: str | None, error: BaseException | None = None) -> None:
+        """Raise or clear a node counter condition; the log says a failure once (by its kind, not
+        its text: a garbled file quotes changing counters), then as a count every few minutes."""
+        conditions = self.store.conditions
+        if message is None:
+            conditions.clear(key)
+            if key in self._node_errors:
+                rep = self._node_errors.clear(key)
+                log.warning("%s readable again%s", key.rpartition("/")[2].replace("-", "/"),
+                            f" (it failed {rep.times()})" if rep is not None else "")
+            return
+        conditions.set(key, message)
+        rep = self._node_errors.hit(key, (type(error).__name__, getattr(error, "errno", None)))
+        if rep is not None:
+            log.warning("%s%s", message, "" if rep.first else f" (failed {rep.times()})")
+
+    def _read_proc_stat(self) -> int | None:
+        path = self.layout.roots.proc_path("stat")
+        try:
+            busy = int(self.node_reader.read_stat())
+        except (OSError, ValueError) as e:
+            self._node_problem(COND_PROC_STAT, f"cannot read node CPU usage from {path}: {e}; "
+                                               "node_cpu_usage and sys_cpu_usage are not sampled", e)
+            return None
+        self._node_problem(COND_PROC_STAT, None)
+        return busy
+
+    def _read_proc_meminfo(self) -> tuple[int, int, int]:
+        """``(MemTotal, MemFree, MemAvailable)`` in KiB, -1 for what cannot be read."""
+        path = self.layout.roots.proc_path("meminfo")
+        try:
+            total, free, avail = (int(v) for v in self.node_reader.read_meminfo())
+        except (OSError, ValueError) as e:
+            self._node_problem(COND_PROC_MEMINFO, f"cannot read node memory from {path}: {e}; "
+                                                  "the node memory series are not sampled", e)
+            return -1, -1, -1
+        lacking = [k for k, v in (("MemTotal", total), ("MemFree", free), ("MemAvailable", avail)) if v < 0]
+        if lacking:
+            lost = []
+            if total < 0 or avail < 0:
+                lost += ["node_memory_usage", "sys_memory_usage"]
+            if total < 0 or free < 0:
+                lost.append("node_memory_usage_with_page_cache")
+            self._node_problem(COND_PROC_MEMINFO, f"{path} has no valid {', '.join(lacking)}: "
+                                                  f"{', '.join(lost)} not sampled")
+        else:
+            self._node_problem(COND_PROC_MEMINFO, None)
+        return total, free, avail
 
     def _be_real_limit(self) -> float | None:
         """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota."""

@@ -2,11 +2,11 @@
 ``--node-slo-file``), re-read when they change.
 
 A change is noticed with one ``stat`` per file per poll (mtime, size and inode), so an
-idle node costs three syscalls per tick.  A file that cannot be read or parsed keeps
-the last good state, the reason is logged once and ``/healthz`` lists it as the degraded
-condition ``state/<kind>-file`` until the file is good again.  Files are decoded within the
-document limits of :mod:`qosmanager.api.decode` (64 MiB, 100 levels); a pods file with one pod
-that cannot be read applies every other pod.
+idle node costs three syscalls per tick.  A file that cannot be read or parsed (or is not
+the kind of object it should hold) keeps the last good state; the reason is logged once
+and stays in the ``state/<kind>-file`` degraded condition until the file is good again.
+Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
+levels); a pods file with one pod that cannot be read applies every other pod.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ class WatchedFile:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
             return False
+        try:
+            self.apply(obj)
+        except ValueError as e:
+            log.error("%s file %s refused: %s (keeping the last state)", self.kind, self.path, e)
+            self.error = f"{self.path} refused: {e}"
+            return False
         self.error = ""
         return True
 
@@ -92,12 +98,13 @@ class FileSource:
         for f in self.files:
             kind = {"Node": "node", "pods": "pods", "NodeSLO": "nodeslo"}[f.kind]
             h = self.store.health[kind]
+            key = f"state/{kind}-file"
             if f.error:
                 h.last_error, h.last_error_ts = f.error, t
-                self.store.conditions.set(f"state/{kind}-file",
-                                          f"{f.error}; the last good {f.kind} state stays in force")
+                self.store.conditions.set(key, f"{f.kind} file: {f.error}; the last good {f.kind} "
+                                               "stays in force")
             elif f._sig is not None:
                 h.last_sync = t
                 h.last_error = ""
-                self.store.conditions.clear(f"state/{kind}-file")
+                self.store.conditions.clear(key)
         return changed

@@ -21,6 +21,17 @@ Growth is slowed (10 % of the node per tick), shrinking is immediate; quota chan
 the node are skipped.  The policy not in use is recovered (quota back to unlimited, cpuset back
 to every CPU BE may have), and both are recovered when the NodeSLO switches suppression off.
 With the ``BECPUManager`` gate the BE cpuset belongs to the runtime hooks and only recovery runs.
+
+**Fail safe** (a departure from koordlet, which simply stops): when node CPU usage cannot be read
+(``/proc/stat`` garbled or missing: no ``node_cpu_usage`` sample in the window), the strategy holds
+the BE limit its last decision set and re-asserts it every tick until the data returns: the BE
+quota goes back down to the held one when someone raised it or set it unlimited (a lower quota set
+by someone else is kept: missing data never raises a limit), and the held BE cpuset is written
+with a read-compare (not through the write cache), so an outside reset is undone on the next tick.
+Nothing is recovered meanwhile.  With no decision yet (an agent started on a garbled
+``/proc/stat``) nothing is invented: the BE cgroups are left as they are.  Either way the
+``cpuSuppress/node-cpu`` degraded condition says so (``/healthz``, ``qosmanager_degraded``) and
+is cleared once the strategy decides from data again.
 """
 
 from __future__ import annotations
@@ -73,6 +84,7 @@ POD_DEPTH, CONTAINER_DEPTH = 1, 2
 
 REASON = "AdjustBEByNodeCPUUsage"
 QUOTA, CPUSET = "cpu.cfs_quota_us", "cpuset.cpus"
+COND_NODE_CPU = "cpuSuppress/node-cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +130,23 @@ class CPUSuppress(Strategy):
         self._cpuset_plan_at = -math.inf
         self._cpuset_writes: list[Write] = []
         self._depth_split: tuple[list[str], dict[int, list[str]]] | None = None
+        # what the last decision left in force, re-asserted while node CPU usage cannot be read:
+        # the BE quota (cfsQuota) and the BE cpuset with whether only containers carry it (static)
+        self.held_quota: int | None = None
+        self.held_cpuset: tuple[str, bool] | None = None
+        self._holding = False
 
     # ------------------------------------------------------------------ the tick (suppressBECPU)
     def tick(self, ctx: Context) -> list[Write]:
         self._quota_recovery = None
         self._cpuset_writes = []
+        self._holding = False
+        writes = self._suppress(ctx)
+        if not self._holding and ctx.conditions.clear(COND_NODE_CPU):
+            log.info("cpuSuppress: no longer holding the BE limit")
+        return writes
+
+    def _suppress(self, ctx: Context) -> list[Write]:
         disabled = threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present)
         if disabled is None:
             return []  # no NodeSLO (or no enable flag): koordlet does nothing, not even recovery
@@ -137,7 +161,8 @@ class CPUSuppress(Strategy):
         pod_used = ctx.pod_metrics("pod_cpu_usage")
         node_used = ctx.node_metric("node_cpu_usage")
         if node_used is None:
-            return []  # no sample within 2 x collect interval: never act on stale data
+            # no sample within 2 x collect interval: never act on stale data, never let go either
+            return self._hold(ctx)
         host_used = ctx.hostapp_metrics("hostapp_cpu_usage")
         thr = ctx.nodeslo.resource_used_threshold_with_be
         if thr.cpu_suppress_threshold_percent is None:
@@ -180,15 +205,18 @@ class CPUSuppress(Strategy):
         cores = node.cpu_capacity_cores  # Quantity.Value(): fractional capacity rounds up
         min_delta = cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
         if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA:
+            self.held_quota = current  # the decision: keep what is there
             return []  # a change under 1 % of the node is not worth a write
         max_increase = cores * CFS_PERIOD_US * BE_MAX_INCREASE_CPU_PERCENT
         if new_quota - current > max_increase and current != BE_UNSET_QUOTA:
             new_quota = current + int(max_increase)  # scale up slowly; down at once; none from unlimited
         reason = f"{REASON}: BE quota {new_quota} ({_explain(q)})"
+        self.held_quota = new_quota
         return [self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
 
     def _recover_cfs_quota(self, ctx: Context) -> list[Write]:
         """``recoverCFSQuotaIfNeed``: BE quota back to unlimited, once (until the policy is used again)."""
+        self.held_quota = None
         if self.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) == POLICY_RECOVERED:
             return []
         w = self.write(QUOTA, ctx.qos_dir(KUBE_QOS_BESTEFFORT), BE_UNSET_QUOTA,
@@ -254,10 +282,12 @@ class CPUSuppress(Strategy):
             plan = [(split[0] + split[POD_DEPTH], full)]  # recoverCPUSetIfNeed(1)
             if value:
                 plan.append((split[CONTAINER_DEPTH], value))
+                self.held_cpuset = (value, True)
             self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
             return self._emit_cpuset(ctx, plan, reason)
         if not value:
             return []
+        self.held_cpuset = (value, False)
         paths = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
         return self._emit_cpuset(ctx, [(paths, value)], reason)
 
@@ -304,6 +334,7 @@ class CPUSuppress(Strategy):
 
     def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Write]:
         """``recoverCPUSetIfNeed``: every BE dir down to ``max_depth`` gets the whole BE cpuset."""
+        self.held_cpuset = None
         full = self._be_cpuset_value(ctx)
         if full is None:
             return []
@@ -314,6 +345,7 @@ class CPUSuppress(Strategy):
     def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Write]:
         """``recoverCPUSetForBECPUManager``: like the recovery, but containers of pods whose cpuset
         the BE cpuset hook manages (``resource-status`` with a cpuset or NUMA resources) are left alone."""
+        self.held_cpuset = None
         full = self._be_cpuset_value(ctx)
         if full is None:
             return []
@@ -324,6 +356,44 @@ class CPUSuppress(Strategy):
         self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
         plan = [(split[0] + split[POD_DEPTH] + containers, full)]
         return self._emit_cpuset(ctx, plan, "recover the BE cpuset: the BE CPU manager owns BE cpusets")
+
+    # ------------------------------------------------------------------ fail safe
+    def _hold(self, ctx: Context) -> list[Write]:
+        """Node CPU usage cannot be read: re-assert the BE limit of the last decision, never raise it.
+
+        The quota is written only when the file holds a looser one (higher, or unlimited); the
+        cpuset writes bypass the write cache (read-compare every tick), so a reset by someone
+        else is corrected at once.  Without a decision yet, nothing is written.
+        """
+        self._holding = True
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        writes: list[Write] = []
+        held: list[str] = []
+        quota = self.held_quota
+        if quota == BE_UNSET_QUOTA:
+            held.append("BE quota unlimited")  # the last decision left it so (a bypassed change)
+        elif quota is not None:
+            held.append(f"BE quota {quota}")
+            current = _int_or_none(ctx.read(QUOTA, be_dir))
+            if current is None or current == BE_UNSET_QUOTA or current > quota:
+                writes.append(self.write(QUOTA, be_dir, quota, f"{REASON}: hold BE quota {quota}: node CPU "
+                                         "usage cannot be read", cacheable=False))
+        if self.held_cpuset is not None:
+            value, containers_only = self.held_cpuset
+            held.append(f"BE cpuset {value}" + (" (containers)" if containers_only else ""))
+            if containers_only:
+                dirs = self._split_by_depth(ctx, be_dir)[CONTAINER_DEPTH]
+            else:
+                dirs = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
+            reason = f"{REASON}: hold BE cpuset {value}: node CPU usage cannot be read"
+            writes += [self.write(CPUSET, d, value, reason, cacheable=False) for d in dirs]
+        what = (f"holding the last BE limit ({', '.join(held)}) until it returns" if held
+                else "no BE limit decided yet: the BE cgroups are left as they are")
+        message = (f"node CPU usage cannot be read (no node_cpu_usage sample in the last "
+                   f"{ctx.last_window:g} s); {what}")
+        if ctx.conditions.set(COND_NODE_CPU, message):
+            log.warning("cpuSuppress: %s", message)
+        return writes
 
     # ------------------------------------------------------------------ plumbing
     def _emit_cpuset(self, ctx: Context, plan: list[tuple[list[str], str]], reason: str) -> list[Write]:
