@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
 CHECK_DEPLOY = ROOT / ".ci" / "check-deploy"
+CHECK_IMAGE = ROOT / ".ci" / "check-image"
 
 
 def _load_gen_crd() -> ModuleType:
@@ -660,10 +661,15 @@ def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
     return stages
 
 
-def check_deploy_array(name: str) -> list[str]:
-    match = re.search(rf"^{name}=\((.*)\)$", CHECK_DEPLOY.read_text(encoding="utf-8"), re.M)
-    assert match, f".ci/check-deploy has no {name}=(...)"
+def script_array(script: Path, name: str) -> list[str]:
+    """A CI script's bash array ``NAME=(...)``, on one line or continued over several."""
+    match = re.search(rf"^{name}=\((.*?)\)$", script.read_text(encoding="utf-8"), re.M | re.S)
+    assert match, f"{script.relative_to(ROOT)} has no {name}=(...)"
     return shlex.split(match.group(1))
+
+
+def check_deploy_array(name: str) -> list[str]:
+    return script_array(CHECK_DEPLOY, name)
 
 
 def pip_command(run_args: str, verb: str) -> list[str]:
@@ -712,3 +718,56 @@ def test_ci_builds_the_wheel_the_dockerfile_builds() -> None:
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     assert [ln[1:] for ln in ignore if ln.startswith("!")] == sources
     assert os.access(CHECK_DEPLOY, os.X_OK)
+
+
+# ---------------------------------------------------------------------------------------------
+# .ci/check-image: the image built from the Dockerfile and run as the DaemonSet runs it
+
+
+def test_ci_runs_the_image_check_after_the_deploy_checks() -> None:
+    assert os.access(CHECK_IMAGE, os.X_OK)
+    steps = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    assert "bash .ci/check-image" in steps
+    assert steps.index("bash .ci/check-deploy") < steps.index("bash .ci/check-image")
+    assert "set -euo pipefail" in CHECK_IMAGE.read_text(encoding="utf-8")
+
+
+def test_image_check_runs_the_agent_with_the_daemonsets_args_mounts_and_security(
+        container: dict[str, Any]) -> None:
+    assert script_array(CHECK_IMAGE, "DAEMONSET_ARGS") == container["args"]
+    expected = []
+    for m in container["volumeMounts"]:
+        options = ["ro" if m.get("readOnly", False) else "rw"]
+        propagation = m.get("mountPropagation", "None")
+        assert propagation in ("None", "HostToContainer"), f"{m['name']}: no podman option for {propagation}"
+        if propagation == "HostToContainer":
+            options.append("rslave")
+        expected.append(f"{m['name']}:{m['mountPath']}:{','.join(options)}")
+    assert script_array(CHECK_IMAGE, "DAEMONSET_MOUNTS") == expected
+    sc = container["securityContext"]
+    security = script_array(CHECK_IMAGE, "SECURITY")
+    assert f"--user={sc['runAsUser']}" in security
+    assert sc["readOnlyRootFilesystem"] is True and "--read-only" in security
+    assert "--read-only-tmpfs=false" in security  # a pod's read-only root has no writable /tmp either
+    assert sc["allowPrivilegeEscalation"] is False and "--security-opt=no-new-privileges" in security
+    assert [a.split("=", 1)[1] for a in security if a.startswith("--cap-drop=")] == sc["capabilities"]["drop"]
+    assert [a.split("=", 1)[1] for a in security if a.startswith("--cap-add=")] == sc["capabilities"]["add"]
+    assert sc["privileged"] is False and not any(a.startswith("--privileged") for a in security)
+
+
+def test_image_check_builds_the_dockerfile_as_it_is() -> None:
+    text = CHECK_IMAGE.read_text(encoding="utf-8")
+    args = dict(a.split("=", 1) for i, a in dockerfile_stages()[""] if i == "ARG")
+    # the stand-in base goes in through the Dockerfile's own ARG, and nothing else is changed
+    assert "PYTHON_IMAGE" in args and '--build-arg "PYTHON_IMAGE=$BASE"' in text
+    assert "-f deploy/Dockerfile" in text and not re.search(r"sed\b.*Dockerfile", text)
+
+
+def test_dockerfile_names_no_path_of_one_python_base() -> None:
+    """python:3.11-slim has its Python in /usr/local, Debian's python3 (the image check's stand-in) is
+    in /usr: the Dockerfile reaches python3, pip and qosmanager through PATH only."""
+    for stage, instructions in dockerfile_stages().items():
+        for instruction, args in instructions:
+            if instruction in ("RUN", "ENTRYPOINT", "CMD", "ENV", "COPY", "WORKDIR"):
+                assert not re.search(r"/usr/|-packages\b|python3\.\d", args), (stage, instruction, args)
