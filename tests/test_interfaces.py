@@ -49,3 +49,12 @@ def test_strategy_names_and_gates_with_their_defaults() -> None:
     assert len(interface_gates) == 12, sorted(set(gates) - set(KNOWN))
     for gate in interface_gates:
         assert KNOWN[gate][0] == bool(gates[gate]), f"{gate}: default {KNOWN[gate][0]}"
+
+
+def test_every_test_file_the_readme_cites_exists() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    cited = set(re.findall(r"`(test_[a-z0-9_]+\.py)`", readme))
+    assert len(cited) >= 10
+    missing = sorted(name for name in cited if not (root / "tests" / name).exists())
+    assert missing == []
