@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -468,11 +469,14 @@ class StatReader:
                         total += len(r)
         return total
 
-    def __del__(self) -> None:
-        for fd in getattr(self, "_fds", []):
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # the default argument keeps os.close reachable when the interpreter is shutting down
+        for fd in getattr(self, "_fds", ()):
             if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                try:  # noqa: SIM105 (contextlib may be gone at shutdown)
+                    _close(fd)
+                except OSError:
+                    pass
 
 
 class NodeReader:
@@ -548,11 +552,14 @@ class NodeReader:
                 break
         return out[b"MemTotal"], out[b"MemFree"], out[b"MemAvailable"]
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # the default argument keeps os.close reachable when the interpreter is shutting down
         for fd in getattr(self, "_fds", ()):
             if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                try:  # noqa: SIM105 (contextlib may be gone at shutdown)
+                    _close(fd)
+                except OSError:
+                    pass
 
 
 __all__ = ["NodeReader", "StatReader", "monotonic_ns"]
