@@ -24,6 +24,7 @@ from qosmanager.framework.manager import ORDER
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+from simclock import Clock
 
 
 def executor(tmp_path, *, dry_run: bool) -> tuple[FakeHost, Executor, AuditLog]:
@@ -108,20 +109,6 @@ def test_dry_run_decides_an_uncacheable_write_once_per_force_interval(tmp_path) 
 CPUS = 8
 GIB = 1 << 30
 S = 10**9
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_767_225_600.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def mono(self) -> float:
-        return self.t
-
-    def mono_ns(self) -> int:
-        return int(self.t * S)
 
 
 def tree_state(*roots: str) -> dict[str, tuple[int, str]]:

@@ -24,25 +24,12 @@ from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
 from qosmanager.states.kube.client import KubeClient
 from qosmanager.states.kube.config import KubeConfig
+from simclock import Clock
 
 NODE = "fake-node"  # the node name sim.objects puts in spec.nodeName
 CPUS = 8
 GIB = 1 << 30
 S = 10**9
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_767_225_600.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def mono(self) -> float:
-        return self.t
-
-    def mono_ns(self) -> int:
-        return int(self.t * S)
 
 
 def fake_pod(i: int, qos: KubeQoS, name: str | None = None) -> FakePod:

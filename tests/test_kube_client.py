@@ -8,9 +8,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import qosmanager.states.kube.client as client_module
 from qosmanager import __version__
 from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
 from qosmanager.states.kube.client import KubeClient, KubeError
@@ -329,3 +331,51 @@ def test_client_certificates_from_files_and_inline_data(cert: tuple[str, str], t
         anonymous.close()
     with pytest.raises(KubeConfigError, match="needs its key"):
         KubeConfig(server="https://h", cert_file=cert[0]).ssl_context()
+
+
+# ---------------------------------------------------------------------------------------------
+# answers are bounded: an over-deep or over-long answer is a KubeError saying so, never a
+# RecursionError or an unbounded read, and the client goes on working afterwards
+
+
+def deep_pod(name: str, deep: int = 0) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}"},
+                           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}
+    if deep:
+        nested: Any = {}
+        for _ in range(deep):
+            nested = {"f:x": nested}
+        obj["metadata"]["managedFields"] = [{"manager": "m", "fieldsV1": nested}]
+    return obj
+
+
+def test_an_over_deep_list_is_a_clear_error(api: FakeAPIServer, client: KubeClient) -> None:
+    api.cluster.put(deep_pod("fine", deep=90))
+    items, _ = client.list("/api/v1/pods")
+    assert [i["metadata"]["name"] for i in items] == ["fine"]
+    api.cluster.put(deep_pod("deep", deep=150))
+    with pytest.raises(KubeError, match="cannot be decoded: nested deeper than 100 levels"):
+        client.list("/api/v1/pods")
+    api.cluster.remove("Pod", "deep", namespace="default")
+    assert len(client.list("/api/v1/pods")[0]) == 1  # the client goes on
+
+
+def test_an_over_deep_watch_event_is_a_broken_stream(api: FakeAPIServer, client: KubeClient) -> None:
+    _, rv = client.list("/api/v1/pods")
+    api.cluster.put(deep_pod("deep", deep=300))
+    with pytest.raises(KubeError, match="an event that cannot be decoded: nested deeper") as e:
+        for _ in client.watch("/api/v1/pods", resource_version=rv, timeout=5):
+            pass
+    assert e.value.status == 0
+
+
+def test_an_over_long_answer_is_refused_before_it_is_read(api: FakeAPIServer, client: KubeClient,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(20):
+        api.cluster.put(deep_pod(f"p{i}"))
+    monkeypatch.setattr(client_module, "MAX_RESPONSE", 2048)
+    with pytest.raises(KubeError, match="more than the limit of 2048"):
+        client.list("/api/v1/pods", resource_version="0")
+    monkeypatch.undo()
+    assert len(client.list("/api/v1/pods")[0]) == 20
