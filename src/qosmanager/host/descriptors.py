@@ -22,6 +22,7 @@ At ``ulimit -n 256`` the budget is 256 - 64 - 32 = 160 descriptors.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 BASE_RESERVE = 64
@@ -45,6 +46,14 @@ def nofile_limit(raise_soft: bool = True) -> int:
         return DEFAULT_LIMIT
 
 
+def open_descriptors() -> int:
+    """How many descriptors this process holds now (0 where ``/proc/self/fd`` cannot be listed)."""
+    try:
+        return max(0, len(os.listdir("/proc/self/fd")) - 1)  # less the one listing the directory
+    except OSError:
+        return 0
+
+
 class DescriptorBudget:
     """How many descriptors the readers and the executor may keep open, together.
 
@@ -61,8 +70,10 @@ class DescriptorBudget:
     @classmethod
     def for_process(cls, base_reserve: int = BASE_RESERVE,
                     server_reserve: int = HEALTH_SERVER_RESERVE) -> DescriptorBudget:
-        """The budget of this process: its limit minus both reserves (at least 0)."""
-        return cls(nofile_limit() - base_reserve - server_reserve)
+        """The budget of this process: its limit minus what it already holds and both reserves (at
+        least 0).  At the agent's start it holds a handful; a process that builds a collector later
+        (a test session, a benchmark) keeps its reserves on top of what it has opened by then."""
+        return cls(nofile_limit() - open_descriptors() - base_reserve - server_reserve)
 
     def add_holder(self, held: Callable[[], int], shed: Callable[[int], int] | None = None) -> None:
         self._held.append(held)
