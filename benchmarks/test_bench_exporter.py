@@ -80,6 +80,10 @@ def test_probe_beside_idle_connections(bench: Any, server: MetricsServer, varian
             for _ in range(MAX_CLIENTS - 1 if variant == IDLE else 0)]
     try:
         bench(PROBE, variant, lambda: probe(server))
+        # the server notices the last probe's close on its own thread: give it a moment
+        deadline = time.monotonic() + 5
+        while server.connections != len(idle) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert server.evicted == 0 and server.connections == len(idle)
     finally:
         for s in idle:
