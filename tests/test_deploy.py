@@ -120,6 +120,26 @@ def test_host_roots_are_the_host_directories_mounted_writable_where_the_agent_wr
     assert sys_volume["hostPath"]["path"] == "/sys"
 
 
+def test_kubelet_state_is_mounted_read_only_and_decides_the_cpu_manager_policy(
+        daemonset: dict[str, Any], container: dict[str, Any], run_args: Any) -> None:
+    defaults = build_parser().parse_args(["run"])
+    root = flag_value(container, "--kubelet-root-dir")
+    mount, volume = mount_for(daemonset, container, root)
+    # the host's kubelet root (the flag's default), the directory (the checkpoint is replaced by a
+    # rename), read-only
+    assert volume["hostPath"] == {"path": defaults.kubelet_root_dir, "type": "Directory"}
+    assert mount.get("readOnly") is True and mount.get("mountPropagation", "None") == "None"
+    # kubeadm's configuration file, inside the same mount
+    config = flag_value(container, "--kubelet-config")
+    assert os.path.dirname(config) == root.rstrip("/")
+    # no policy flag: the policy is read from the node, never pinned for every node at once
+    assert run_args.kubelet_cpu_manager_policy is None
+    assert not any(a.startswith("--kubelet-cpu-manager-policy") for a in container["args"])
+    # nothing else of the kubelet's directory is mounted writable
+    kubelet_mounts = [m for m in container["volumeMounts"] if m["mountPath"].startswith(root.rstrip("/"))]
+    assert kubelet_mounts == [mount]
+
+
 def test_audit_log_goes_to_a_host_directory(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
     audit = flag_value(container, "--audit-log")
     mount, volume = mount_for(daemonset, container, os.path.dirname(audit))

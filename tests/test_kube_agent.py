@@ -19,6 +19,7 @@ import pytest
 from qosmanager.agent import Agent, AgentConfig, kubernetes_mode
 from qosmanager.exporter import Exporter
 from qosmanager.host.cgroups import KubeQoS
+from qosmanager.host.cpuset import parse_cpu_list
 from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
@@ -77,8 +78,8 @@ class Scenario:
 
 @contextmanager
 def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | None, strategies: list[str],
-             gates: dict[str, bool] | None = None, before: Callable[[FakeCluster], None] | None = None
-             ) -> Iterator[Scenario]:
+             gates: dict[str, bool] | None = None, before: Callable[[FakeCluster], None] | None = None,
+             kubelet_root_dir: str | None = None) -> Iterator[Scenario]:
     host = FakeHost(str(tmp_path / "host"), n_cpus=CPUS, memory_bytes=64 * GIB)
     host.add_pods(pods)
     cluster = FakeCluster()
@@ -93,7 +94,8 @@ def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | N
     clock = Clock()
     kubeconfig = api.kubeconfig(str(tmp_path / "kubeconfig"))
     cfg = AgentConfig(roots=host.roots, node_name=NODE, kubeconfig=kubeconfig, metrics_addr="",
-                      feature_gates=gates or {}, strategies=strategies, kube_watch_timeout=(5.0, 5.0))
+                      feature_gates=gates or {}, strategies=strategies, kube_watch_timeout=(5.0, 5.0),
+                      kubelet_root_dir=kubelet_root_dir)
     agent = Agent(cfg, clock=clock, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=0)
     assert agent.kube_source is not None
     for r in agent.kube_source.reflectors.values():  # quick reconnects for the outage test
@@ -321,3 +323,31 @@ def test_qosmanager_run_in_kubernetes_mode(tmp_path: Path) -> None:
         assert ok.returncode == 0, ok.stderr
         watches = [r for r in api.requests_to("GET", r"^/api/v1/(pods|nodes)$") if "watch=true" in r.query]
         assert watches and all(r.user_agent.startswith("qosmanager/") for r in watches)
+
+
+def test_static_cpu_manager_policy_comes_from_the_kubelet_checkpoint(tmp_path: Path) -> None:
+    """Kubernetes mode, no flag and no topology annotation: the kubelet's checkpoint says static and
+    gives the Guaranteed pod CPUs 2-3; the BE cpuset keeps off them and only BE containers are narrowed."""
+    kubelet = tmp_path / "kubelet"
+    kubelet.mkdir()
+    (kubelet / "cpu_manager_state").write_text(
+        '{"policyName":"static","defaultCpuSet":"0-1,4-7","entries":{"%s":{"c0":"2-3"}},"checksum":1}'
+        .replace("%s", PODS[0].uid))
+    slo = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cpuset",
+                                           "cpuSuppressThresholdPercent": 65}}
+    with scenario(tmp_path, PODS, slo=slo, strategies=["cpuSuppress"], kubelet_root_dir=str(kubelet)) as sc:
+        sc.tick("cpuSuppress")
+        sc.tick("cpuSuppress")
+        layout = sc.host.layout
+        be_dir = layout.qos_dir(KubeQoS.BESTEFFORT)
+
+        def cpus(d: str) -> set[int]:
+            return set(parse_cpu_list(sc.host.read(f"cgroup/cpuset/{d}/cpuset.cpus")))
+
+        # the QoS and pod dirs get every CPU BE may have: all but the kubelet's exclusive 2-3
+        assert cpus(be_dir) == {0, 1, 4, 5, 6, 7}
+        pod_dir = sc.host.pod_dir(PODS[2].uid)
+        assert cpus(pod_dir) == {0, 1, 4, 5, 6, 7}
+        # the containers get the suppressed set: fewer CPUs, never 2 or 3
+        ctr = cpus(sc.host.container_dir(PODS[2].uid, "c0"))
+        assert ctr < {0, 1, 4, 5, 6, 7}

@@ -18,6 +18,7 @@ from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import pod_meta
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import KubeQoS
+from qosmanager.host.kubelet_cpu import KubeletCPUSource
 from qosmanager.host.sysfs import Processor
 from qosmanager.metrics.collector import Collector
 from qosmanager.sim.fakehost import FakeContainer, FakePod
@@ -333,6 +334,36 @@ def test_static_cpu_manager_narrows_only_containers(how: str) -> None:
     # QoS and pod dirs: every CPU - system 4 - reserved 0 - LSE 3,7 (LSR CPUs stay) = 1,2,5,6
     assert (read_cpuset(h, qos), read_cpuset(h, pod_dir)) == ("1-2,5-6", "1-2,5-6")
     assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
+
+
+def kubelet_checkpoint(h: Harness, text: str) -> None:
+    """The kubelet's cpu_manager_state on the node, read the way the agent reads it."""
+    kubelet_dir = os.path.join(h.root, "kubelet")
+    os.makedirs(kubelet_dir, exist_ok=True)
+    with open(os.path.join(kubelet_dir, "cpu_manager_state"), "w") as f:
+        f.write(text)
+    h.shared.kubelet_cpu = KubeletCPUSource(h.store.conditions, kubelet_dir).current
+
+
+def test_static_policy_from_the_kubelet_checkpoint_without_any_flag() -> None:
+    """No flag, no policy annotation: the checkpoint says static and gives a Guaranteed LS pod CPU 6."""
+    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4"))
+    entries = json.dumps({LS.uid: {"c": "6"}})
+    kubelet_checkpoint(h, f'{{"policyName":"static","defaultCpuSet":"0-5,7","entries":{entries},"checksum":1}}')
+    h.tick("cpuSuppress", NOW)
+    qos, pod_dir, ctr, sandbox = be_dirs(h)
+    # QoS and pod dirs: every CPU - system 4 - reserved 0 - LSE 3,7 - the kubelet's exclusive 6
+    assert (read_cpuset(h, qos), read_cpuset(h, pod_dir)) == ("1-2,5", "1-2,5")
+    # containers: 3 CPUs, nLSR = 3 * 2 // 3 = 2 -> [1,5] and one from the LS pool, now [2] only
+    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,5", "1-2,5")
+
+
+def test_none_policy_from_the_kubelet_checkpoint_beats_the_annotation() -> None:
+    """The checkpoint is what the kubelet runs: a stale static annotation does not narrow containers only."""
+    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static"))
+    kubelet_checkpoint(h, '{"policyName":"none","defaultCpuSet":"","checksum":3242152201}')
+    h.tick("cpuSuppress", NOW)
+    assert {d: read_cpuset(h, d) for d in be_dirs(h)} == {d: "1-2,6" for d in be_dirs(h)}
 
 
 @pytest.mark.parametrize("text", ["{not json", "[" * 1000 + "]" * 1000])

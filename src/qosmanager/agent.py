@@ -46,6 +46,7 @@ from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.descriptors import DescriptorBudget
+from qosmanager.host.kubelet_cpu import KubeletCPUSource
 from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.logfmt import RepeatLimiter
@@ -90,6 +91,9 @@ class AgentConfig:
     max_fds: int = -1
     qos: QoSConfig = field(default_factory=QoSConfig)
     strategies: list[str] | None = None  # None: every enabled strategy
+    # the kubelet's root dir (its cpu_manager_state) and configuration file; None: not read
+    kubelet_root_dir: str | None = None
+    kubelet_config: str | None = None
     cpu_info_refresh: float = 60.0  # koordlet's NodeInfoCollector interval
     kube_events: bool = True  # Kubernetes mode: record Events (off under --dry-run)
     kube_watch_timeout: tuple[float, float] = (300.0, 600.0)  # seconds of one watch, drawn at random
@@ -159,9 +163,15 @@ class Agent:
         self._cpu_info: NodeCPUInfo | None = None
         self._cpu_info_at = float("-inf")
         self._cpu_info_errors = RepeatLimiter(600.0, clock=clock)
+        self.kubelet_cpu: KubeletCPUSource | None = None
+        if cfg.kubelet_root_dir or cfg.kubelet_config:
+            self.kubelet_cpu = KubeletCPUSource(self.store.conditions, cfg.kubelet_root_dir,
+                                                cfg.kubelet_config, flag=cfg.qos.cpu_manager_policy)
+            self.kubelet_cpu.current()  # says at start-up which source decides the policy
         self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
                              gates=self.gates, cfg=cfg.qos, evictor=self.coordinator.execute,
-                             cpu_info=self.cpu_info)
+                             cpu_info=self.cpu_info,
+                             kubelet_cpu=self.kubelet_cpu.current if self.kubelet_cpu is not None else None)
         self.manager = QoSManager(self.shared, only=cfg.strategies, clock=clock)
         self.scheduler = Scheduler(wall=clock, monotonic=monotonic, seed=seed)
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
@@ -349,6 +359,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
             cpu_manager_policy=args.kubelet_cpu_manager_policy,
         ),
         strategies=[s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None,
+        kubelet_root_dir=args.kubelet_root_dir or None,
+        kubelet_config=args.kubelet_config or None,
     )
 
 

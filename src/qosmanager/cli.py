@@ -146,8 +146,15 @@ def add_qos_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-evict-interval-seconds", type=seconds, default=1.0)
     p.add_argument("--memory-evict-cool-time-seconds", type=seconds, default=4.0)
     p.add_argument("--cpu-evict-cool-time-seconds", type=seconds, default=20.0)
-    p.add_argument("--kubelet-cpu-manager-policy", default="none", choices=["none", "static"],
-                   help="the kubelet's CPU manager policy (standalone; from the topology with Kubernetes)")
+    p.add_argument("--kubelet-cpu-manager-policy", default=None, choices=["none", "static"],
+                   help="the kubelet's CPU manager policy, overriding what the node says (not given: "
+                        "the kubelet's cpu_manager_state, else --kubelet-config, else the topology "
+                        "annotation, else none)")
+    p.add_argument("--kubelet-root-dir", default="/var/lib/kubelet",
+                   help="the kubelet's root directory: its cpu_manager_state is read from here "
+                        "(empty: not read)")
+    p.add_argument("--kubelet-config", default=None,
+                   help="the kubelet's configuration file (cpuManagerPolicy, reservedSystemCPUs)")
     p.add_argument("--strategies", default=None,
                    help="comma-separated strategy names to run (default: every enabled one)")
 

@@ -30,6 +30,7 @@ from qosmanager.executor.executor import Executor, MakeDir
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.kubelet_cpu import SOURCE_FLAG, KubeletCPU
 from qosmanager.host.sysfs import NodeCPUInfo
 from qosmanager.metrics import cache as mc
 from qosmanager.states.store import StateStore
@@ -52,6 +53,9 @@ class Shared:
     # extra topology annotations (koordlet reads them from NodeResourceTopology); standalone and
     # replay take them from the Node object's annotations
     topology_annotations: Callable[[], Mapping[str, str]] | None = None
+    # the kubelet's CPU manager read from the node (qosmanager.host.kubelet_cpu); None: only the
+    # configured policy (cfg.cpu_manager_policy) is known
+    kubelet_cpu: Callable[[], KubeletCPU] | None = None
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
@@ -82,6 +86,14 @@ class Context:
         if self._s.topology_annotations is not None:
             return self._s.topology_annotations()
         return self.node.annotations if self.node is not None else {}
+
+    @property
+    def kubelet_cpu(self) -> KubeletCPU:
+        """The kubelet's CPU manager: its policy (None: not known), exclusive and reserved CPUs."""
+        if self._s.kubelet_cpu is not None:
+            return self._s.kubelet_cpu()
+        policy = self.cfg.cpu_manager_policy
+        return KubeletCPU() if policy is None else KubeletCPU(policy, SOURCE_FLAG)
 
     @property
     def cgroup_version(self) -> int:

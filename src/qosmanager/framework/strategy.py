@@ -41,7 +41,9 @@ class QoSConfig:
     memory_evict_cool_time: float = 4.0
     cpu_evict_cool_time: float = 20.0
     force_update_seconds: float = 60.0
-    cpu_manager_policy: str = "none"  # the kubelet's CPU manager policy: "none" | "static"
+    # the kubelet's CPU manager policy when given ("none" | "static"); None: read from the node
+    # (qosmanager.host.kubelet_cpu), else the topology annotation, else "none"
+    cpu_manager_policy: str | None = None
 
     def interval(self, key: str) -> float:
         return float(getattr(self, f"{key}_interval"))

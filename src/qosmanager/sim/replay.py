@@ -130,7 +130,7 @@ class Scenario:
     nodeslo: dict[str, Any] | None = None
     pods: list[dict[str, Any]] = field(default_factory=list)
     cpus: list[Processor] | None = None
-    cpu_manager_policy: str = "none"
+    cpu_manager_policy: str | None = None  # None: the Node's topology annotation, else none
     feature_gates: dict[str, bool] = field(default_factory=dict)
     strategies: list[str] | None = None
     ticks: int = 1

@@ -14,7 +14,10 @@ two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
 
 * ``cpuset`` (default): give the BE QoS dir, its pods and containers (sandboxes included) that
   many whole CPUs, spread over NUMA nodes / sockets and preferring full hyper-thread pairs, never
-  reserved, system-exclusive or LSE CPUs; CPUs of LSR pods are shared in proportion.
+  reserved, system-exclusive or LSE CPUs, nor the CPUs the kubelet's static CPU manager gave a
+  container or reserved (``qosmanager.host.kubelet_cpu``); CPUs of LSR pods are shared in proportion.
+  The kubelet's CPU manager policy (the flag, else its checkpoint, else its configuration file, else
+  the topology annotation, else ``none``) decides where the BE cpuset is written.
 * ``cfsQuota``: set the BE QoS dir's CFS quota (``cpu.max`` on cgroup v2).
 
 Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of
@@ -233,7 +236,9 @@ class CPUSuppress(Strategy):
             return []
         pod_sets = self._pod_sets(ctx)
         annotations = ctx.topology_annotations
-        excluded = reserved_cpus(annotations) | system_qos_exclusive_cpus(annotations)
+        kubelet = ctx.kubelet_cpu
+        excluded = (reserved_cpus(annotations) | system_qos_exclusive_cpus(annotations)
+                    | kubelet.exclusive_cpus | kubelet.reserved_cpus)
         lsr: list[Processor] = []
         ls: list[Processor] = []
         for p in cpu_info.processors:
@@ -266,7 +271,7 @@ class CPUSuppress(Strategy):
         (the QoS and pod dirs keep every BE CPU); otherwise the QoS dir, pods and containers all get
         the BE cpuset.  The executor widens parents first and narrows children first."""
         try:
-            policy = cpu_manager_policy(ctx.topology_annotations, ctx.cfg.cpu_manager_policy)
+            policy = ctx.kubelet_cpu.policy or cpu_manager_policy(ctx.topology_annotations, "none")
         except AnnotationError as e:
             log.warning("cpuSuppress: BE cpuset not applied: %s", e)
             return []
@@ -319,13 +324,15 @@ class CPUSuppress(Strategy):
 
     # ------------------------------------------------------------------ recovery
     def _be_cpuset_value(self, ctx: Context) -> str | None:
-        """``calcBECPUSet``: every CPU - system-exclusive - reserved - LSE pods' CPUs (LSR CPUs stay)."""
+        """``calcBECPUSet``: every CPU - system-exclusive - reserved - LSE pods' CPUs (LSR CPUs stay)
+        - the kubelet's exclusive and reserved CPUs."""
         cpu_info = ctx.cpu_info
         if cpu_info is None:
             return None
         annotations = ctx.topology_annotations
+        kubelet = ctx.kubelet_cpu
         excluded = (system_qos_exclusive_cpus(annotations) | reserved_cpus(annotations)
-                    | self._pod_sets(ctx).lse_cpus)
+                    | self._pod_sets(ctx).lse_cpus | kubelet.exclusive_cpus | kubelet.reserved_cpus)
         cpus = [p.cpu for p in cpu_info.processors if p.cpu not in excluded]
         if not cpus:
             log.warning("cpuSuppress: no CPU left for BE pods to recover to; BE cpusets left as they are")
