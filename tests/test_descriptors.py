@@ -272,7 +272,8 @@ def test_an_agent_at_ulimit_256_with_200_containers_writes_reads_and_answers(tmp
         report = json.loads(first)
         # both reserves and the few descriptors the child holds when the agent starts come off
         assert report["limit"] == 256
-        assert 256 - BASE_RESERVE - HEALTH_SERVER_RESERVE - 10 <= report["budget"] < 256 - BASE_RESERVE - HEALTH_SERVER_RESERVE
+        reserved = 256 - BASE_RESERVE - HEALTH_SERVER_RESERVE
+        assert reserved - 10 <= report["budget"] < reserved
         assert report["containers"] == 200 and report["pending"] == 0 and report["read_errors"] == 0
         assert report["cpu_right"] == 200  # every container read, most of them in reopen mode
         assert report["statuses"] == ["written"] and report["values_ok"] and report["failed"] == 0
