@@ -1,0 +1,99 @@
+"""CPU strategies on a real kernel: the real agent (``qosmanager run``) on a kubepods tree of real
+cgroups with busy processes in it, judged by what the kernel reports.
+
+The host runs these on cgroup v1; ``test_guest.py`` runs the same file in a cgroup v2 guest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from realnode import PERIOD_US, RealNode, real_node
+
+pytestmark = pytest.mark.kernel
+
+FAST = ("--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
+THRESHOLD = 65  # percent of the node's capacity LS and the system may use before BE is squeezed
+
+
+QUOTA_FILES = ("/cpu.cfs_quota_us", "/cpu.max")  # what the audit names: v1, v2
+
+
+def quota_value(text: str) -> int:
+    """An audited quota: ``70000`` (v1) or ``70000 100000`` (v2 cpu.max); unlimited is -1."""
+    q = text.split()[0]
+    return -1 if q == "max" else int(q)
+
+
+def suppress_slo(policy: str, threshold: int = THRESHOLD) -> dict:
+    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold,
+                                            "cpuSuppressPolicy": policy}}
+
+
+def watch(node: RealNode, rels: list[str], be_dir: str, seconds: float, steps: int = 5):
+    """CPU used by ``rels`` and the node over ``seconds``, and the BE quotas seen meanwhile."""
+    quotas = [node.quota(be_dir)]
+    used = [0.0] * len(rels)
+    node_used = 0.0
+    for _ in range(steps):
+        r, n = node.rates(rels, seconds / steps)
+        used = [u + x / steps for u, x in zip(used, r)]
+        node_used += n / steps
+        quotas.append(node.quota(be_dir))
+    return used, node_used, quotas
+
+
+def test_cfs_quota_suppression(tmp_path) -> None:
+    """BE's quota is capacity x threshold - LS use - system use as the node shows it; the kernel
+    throttles BE to it while LS keeps its CPU; when LS stops, BE's quota rises in bounded steps."""
+    with real_node(tmp_path) as node:
+        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # one busy loop capped at 0.5 core
+        be = node.add_pod("be", "BE")
+        node.start(ls)
+        node.start(be)
+        node.start(be)  # BE wants two whole CPUs
+        be_dir = node.layout.qos_dir("BestEffort")
+        pods_dir = node.layout.kubepods_dir()
+        node.write_nodeslo(suppress_slo("cfsQuota"))
+        (ls_before,), _ = node.rates([ls.dir], 1.0)
+        assert node.quota(be_dir) == -1
+        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+            agent.wait_for("BE quota from the agent", lambda: node.quota(be_dir) != -1, 60)
+            throttled0 = node.cpu_stat(be_dir)["nr_throttled"]
+            (ls_used, be_used, pods_used), node_used, quotas = watch(node, [ls.dir, be_dir, pods_dir], be_dir, 2.5)
+            throttled = node.cpu_stat(be_dir)["nr_throttled"] - throttled0
+
+            # the formula, from the kernel's own counters over the same seconds
+            cap = node.cpus
+            system = max(node_used - pods_used, 0.0)
+            expected = cap * THRESHOLD / 100 - ls_used - system
+            seen = [q / PERIOD_US for q in quotas]
+            context = (f"BE quotas {quotas}; kernel: node {node_used:.2f}, pods {pods_used:.2f}, LS {ls_used:.2f}, "
+                       f"BE {be_used:.2f} cores, system {system:.2f} -> expected {expected:.2f} cores")
+            assert all(q >= 2000 for q in quotas), context  # never unlimited, never below koordlet's minimum
+            assert min(abs(s - max(expected, 0.02)) for s in seen) < 0.25, context
+
+            # the kernel enforces it: BE is throttled and uses no more than its quota; LS is untouched
+            assert throttled >= 5, context
+            assert be_used <= max(seen) * 1.1 + 0.05, context
+            if node_used < cap - 0.3:  # CPU was idle: BE, wanting two CPUs, took what its quota allows
+                assert be_used >= min(seen) * 0.6, context
+            assert ls_used >= 0.7 * ls_before, f"LS before the agent {ls_before:.2f} cores; " + context
+
+            # LS stops: the budget grows, but by at most 10 % of the node per tick
+            last_before = node.quota(be_dir)
+            stop_at = time.time()
+            for p in ls.procs:
+                p.kill()
+            agent.wait_for("a higher BE quota", lambda: node.quota(be_dir) > last_before, 30)
+            time.sleep(1.5)
+        writes = [(r["ts"], quota_value(r["value"])) for r in agent.audit("cpuSuppress")
+                  if r["action"] == "write" and r["executed"] and r["target"].endswith(QUOTA_FILES)]
+        assert writes and node.quota(be_dir) == writes[-1][1], "the kernel holds the agent's last write"
+        step = int(cap * PERIOD_US * 0.1)
+        after = [v for ts, v in writes if ts >= stop_at - 1.0]
+        rises = [b - a for a, b in itertools.pairwise(after) if b > a]
+        assert rises and max(rises) <= step, f"BE quota writes around the LS stop: {after} (step {step})"
