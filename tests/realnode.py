@@ -209,6 +209,10 @@ class RealNode:
         q, _period = self.read(rel, "cpu.max").split()
         return -1 if q == "max" else int(q)
 
+    def burst(self, rel: str) -> int:
+        """The CFS burst in µs (v1 ``cpu.cfs_burst_us``, v2 ``cpu.max.burst``)."""
+        return int(self.read(rel, "cpu.cfs_burst_us" if self.version == 1 else "cpu.max.burst"))
+
     def cpu_stat(self, rel: str) -> dict[str, int]:
         return _kv(self.read(rel, "cpu.stat"))
 
@@ -273,7 +277,7 @@ class Agent:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the agent exited ({self.proc.returncode}) before {what}:\n{self.log()}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"no {what} within {timeout:.0f} s; agent log:\n{self.log()}")
+                raise AssertionError(f"waited {timeout:.0f} s in vain for {what}; agent log:\n{self.log()}")
             time.sleep(0.1)
 
     def log(self) -> str:

@@ -97,3 +97,34 @@ def test_cfs_quota_suppression(tmp_path) -> None:
         after = [v for ts, v in writes if ts >= stop_at - 1.0]
         rises = [b - a for a, b in itertools.pairwise(after) if b > a]
         assert rises and max(rises) <= step, f"BE quota writes around the LS stop: {after} (step {step})"
+
+
+def test_cpu_burst(tmp_path) -> None:
+    """A CPU-limited LS container gets a CFS burst the kernel accepts (it refuses one above the quota),
+    its pod the sum; throttled, its quota rises above the limit up to the ceiling, and both return to
+    the kubelet's values when the NodeSLO turns burst off."""
+    with real_node(tmp_path) as node:
+        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # quota 50000 per 100 ms
+        node.start(ls)
+        node.start(ls)  # two busy loops under half a CPU: throttled in every period
+        ctr, limit = ls.containers[0], 50_000
+        # auto: the static burst (cpuBurstPercent 1000 %) and the quota burst (up to 300 % of the limit)
+        node.write_nodeslo({"cpuBurstStrategy": {"policy": "auto", "sharePoolThresholdPercent": 100}})
+        with node.agent("--strategies", "cpuBurst", *FAST) as agent:
+            agent.wait_for("a CFS burst", lambda: node.burst(ctr) > 0 and node.burst(ls.dir) > 0, 60)
+            agent.wait_for("a quota above the limit", lambda: node.quota(ctr) > limit, 30)
+            seen = [node.quota(ctr)]
+            for _ in range(10):
+                time.sleep(0.2)
+                seen.append(node.quota(ctr))
+            assert all(limit < q <= 3 * limit for q in seen[1:]), seen
+            assert node.quota(ls.dir) >= seen[-1], "the pod's quota moves with its container's"
+            assert 0 < node.burst(ctr) <= limit, "the kernel holds no burst above the quota"
+            assert node.burst(ls.dir) == node.burst(ctr), "the pod's burst is the sum of its one container's"
+            refused = [r for r in agent.audit("cpuBurst") if not r["executed"]]
+            assert not refused, f"writes the kernel refused: {refused[:3]}"
+
+            node.write_nodeslo({"cpuBurstStrategy": {"policy": "none"}})
+            agent.wait_for("the limit and no burst again", lambda: (node.quota(ctr), node.burst(ctr),
+                                                                    node.burst(ls.dir)) == (limit, 0, 0), 30)
+            assert node.quota(ls.dir) == limit
