@@ -1,15 +1,15 @@
-"""The real-kernel tests again, on cgroup v2: one guest boot per session runs them all.
+"""The real-kernel tests again, on cgroup v2: each guest configuration boots once per session.
 
 The host's kernel tests (``kernel`` marker) see cgroup v1 here.  This module boots a pure cgroup v2
-kernel under QEMU (``kernelvm.py``; its assets come from ``.ci/setup-guest``) once per test session,
-runs :data:`GUEST_TESTS` inside it with this very interpreter and source tree (the host's ``/`` is
-the guest's, read-only), collects their JUnit report through the shared directory and turns each
-test function's result into one test here, failing with the guest's message.  Without QEMU or the
-guest kernel every test here skips, saying why.
+kernel under QEMU (``kernelvm.py``; its assets come from ``.ci/setup-guest``) once per test session
+and configuration of :data:`GUESTS`, runs that configuration's tests inside it with this very
+interpreter and source tree (the host's ``/`` is the guest's, read-only), collects their JUnit report
+through the shared directory and turns each test function's result into one test here, failing with
+the guest's message.  Without QEMU or the guest kernel every test here skips, saying why.
 
 ``QOSM_GUEST_DIR`` points at the guest's assets (default ``~/.cache/qosmanager/guest``),
-``QOSM_GUEST_TIMEOUT`` bounds the whole guest run (seconds, default 480), ``QOSM_GUEST_KEEP=1`` keeps
-the shared directory (the guest's output, its JUnit report and timings) and prints where it is.
+``QOSM_GUEST_TIMEOUT`` bounds each guest run (seconds, default 480), ``QOSM_GUEST_KEEP=1`` keeps the
+shared directories (each guest's output, JUnit report and timing) and prints where they are.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,25 +33,45 @@ import kernelvm
 pytestmark = [pytest.mark.kernel, pytest.mark.guest]
 
 ROOT = Path(__file__).resolve().parent.parent
-# What runs in the guest: files (every test function in them) or file::function.
-GUEST_TESTS = (
-    "tests/test_kernel_cpu.py",
-    "tests/test_collector.py::test_real_kernel_busy_process",
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One guest configuration and what runs in it: files (every test function in them) or
+    ``file::function``."""
+
+    name: str
+    cpus: int
+    tests: tuple[str, ...]
+
+
+GUESTS = (
+    Guest("v2", 2, (
+        "tests/test_kernel_cpu.py",
+        "tests/test_kernel_memory.py",
+        "tests/test_kernel_files.py",
+        "tests/test_collector.py::test_real_kernel_busy_process",
+    )),
+    # cpuset suppression leaves BE two CPUs at least: a shrink needs more
+    Guest("v2-4cpu", 4, ("tests/test_kernel_cpuset.py",)),
 )
 GUEST_TIMEOUT = float(os.environ.get("QOSM_GUEST_TIMEOUT", "480"))
 ENV_PASSED = ("QOSMANAGER_PURE",)
+GUEST_DISK = "/dev/vda"  # a sparse virtio disk of DISK_BYTES (zeros) for tests that need a block device
+DISK_BYTES = 256 << 20
 
 
 def guest_test_ids() -> list[str]:
-    """``file::function`` of every test function :data:`GUEST_TESTS` names (found without importing)."""
+    """``guest:file::function`` of every test function the guests run (found without importing)."""
     ids = []
-    for spec in GUEST_TESTS:
-        path, _, only = spec.partition("::")
-        tree = ast.parse((ROOT / path).read_text())
-        for node in tree.body:
-            if (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
-                    and (not only or node.name == only)):
-                ids.append(f"{path}::{node.name}")
+    for guest in GUESTS:
+        for spec in guest.tests:
+            path, _, only = spec.partition("::")
+            tree = ast.parse((ROOT / path).read_text())
+            for node in tree.body:
+                if (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+                        and (not only or node.name == only)):
+                    ids.append(f"{guest.name}:{path}::{node.name}")
     return ids
 
 
@@ -70,9 +89,9 @@ class GuestReport:
     error: str = ""  # why there are no results at all
 
 
-def guest_script(share: Path) -> str:
-    """The shell script the guest runs: pytest on :data:`GUEST_TESTS`, its report in ``share``."""
-    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+def guest_script(guest: Guest, share: Path) -> str:
+    """The shell script the guest runs: pytest on the guest's tests, its report in ``share``."""
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "QOSM_GUEST_DISK": GUEST_DISK}
     pythonpath = os.environ.get("PYTHONPATH")
     if pythonpath:  # relative entries (PYTHONPATH=src) mean the host's working directory
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in pythonpath.split(os.pathsep) if p)
@@ -81,7 +100,7 @@ def guest_script(share: Path) -> str:
     pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
                   "-q", "-m", "kernel",
                   "--basetemp=/tmp/qosm-guest-pytest", f"--junitxml={share}/junit.xml",
-                  "-o", "junit_family=xunit1", "-o", "junit_logging=no", *GUEST_TESTS]
+                  "-o", "junit_family=xunit1", "-o", "junit_logging=no", *guest.tests]
     inner_timeout = max(GUEST_TIMEOUT - 30, 30)
     lines = [
         "set -u",
@@ -113,40 +132,68 @@ def parse_junit(path: Path) -> dict[str, Outcome]:
     return outcomes
 
 
+class Guests:
+    """Boots each guest configuration at most once per session, when its first test asks for it."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, GuestReport] = {}
+        self.tmp = Path(tempfile.mkdtemp(prefix="qosm-guest-"))  # not under pytest's numbered temp dirs:
+        # another session's pytest may prune those meanwhile
+
+    def report(self, guest: Guest) -> GuestReport:
+        if guest.name not in self.reports:
+            self.reports[guest.name] = self._run(guest)
+        return self.reports[guest.name]
+
+    def _run(self, guest: Guest) -> GuestReport:
+        share = self.tmp / guest.name
+        share.mkdir()
+        disk = self.tmp / f"{guest.name}.img"
+        with open(disk, "wb") as f:
+            f.truncate(DISK_BYTES)
+        try:
+            run = kernelvm.run(guest_script(guest, share), str(share), timeout=GUEST_TIMEOUT, cpus=guest.cpus,
+                               drives=(str(disk),))
+        finally:
+            disk.unlink()
+        (share / "timing.json").write_text(json.dumps({"guest_seconds": round(run.seconds, 1), "rc": run.rc}))
+        junit = share / "junit.xml"
+        if not junit.exists():
+            return GuestReport({}, run, error=f"the guest wrote no test report ({run.explain()})")
+        return GuestReport(parse_junit(junit), run)
+
+    def close(self) -> None:
+        if os.environ.get("QOSM_GUEST_KEEP") == "1":
+            print(f"\nguest shares kept: {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def guest_report() -> Iterator[GuestReport]:
+def guests() -> Iterator[Guests]:
     reason = kernelvm.unavailable()
     if reason:
         pytest.skip(f"no cgroup v2 guest: {reason}")
-    # not under pytest's numbered temp dirs: another session's pytest may prune those meanwhile
-    share = Path(tempfile.mkdtemp(prefix="qosm-guest-"))
+    g = Guests()
     try:
-        t0 = time.monotonic()
-        run = kernelvm.run(guest_script(share), str(share), timeout=GUEST_TIMEOUT)
-        timing = {"guest_seconds": round(run.seconds, 1), "host_seconds": round(time.monotonic() - t0, 1),
-                  "rc": run.rc}
-        (share / "timing.json").write_text(json.dumps(timing))
-        junit = share / "junit.xml"
-        if not junit.exists():
-            yield GuestReport({}, run, error=f"the guest wrote no test report ({run.explain()})")
-        else:
-            yield GuestReport(parse_junit(junit), run)
+        yield g
     finally:
-        if os.environ.get("QOSM_GUEST_KEEP") == "1":
-            print(f"\nguest share kept: {share}")
-        else:
-            shutil.rmtree(share, ignore_errors=True)
+        g.close()
 
 
 @pytest.mark.parametrize("test_id", guest_test_ids())
-def test_in_cgroup_v2_guest(test_id: str, guest_report: GuestReport) -> None:
-    """One test function of :data:`GUEST_TESTS`, as it went on the guest's cgroup v2 kernel."""
-    if guest_report.error:
-        pytest.fail(guest_report.error, pytrace=False)
-    out = guest_report.outcomes.get(test_id)
+def test_in_cgroup_v2_guest(test_id: str, guests: Guests) -> None:
+    """One test function as it went in its guest on a cgroup v2 kernel."""
+    name, _, inner = test_id.partition(":")
+    guest = next(g for g in GUESTS if g.name == name)
+    report = guests.report(guest)
+    where = f"in the cgroup v2 guest ({guest.cpus} CPUs, {report.run.seconds:.0f} s)"
+    if report.error:
+        pytest.fail(report.error, pytrace=False)
+    out = report.outcomes.get(inner)
     if out is None:
-        pytest.fail(f"{test_id} did not run in the guest:\n{guest_report.run.explain()}", pytrace=False)
+        pytest.fail(f"{inner} did not run {where}:\n{report.run.explain()}", pytrace=False)
     if out.failed:
-        pytest.fail("in the cgroup v2 guest:\n" + "\n".join(out.failed), pytrace=False)
+        pytest.fail(f"{where}:\n" + "\n".join(out.failed), pytrace=False)
     if not out.passed:
-        pytest.skip("in the cgroup v2 guest: " + "; ".join(out.skipped))
+        pytest.skip(f"{where}: " + "; ".join(out.skipped))
