@@ -131,8 +131,37 @@ class RealNode:
             self.set_memory_limit(pod_dir, containers * memory)
         pod = Pod(name, qos, fake, obj, pod_dir, ctr_dirs)
         self.pods.append(pod)
+        self._kubelet_shares()
         self.write_pods()
         return pod
+
+    def _kubelet_shares(self) -> None:
+        """CPU weights as the kubelet keeps them: pods and containers by their CPU request, the
+        Burstable dir by the sum over its pods, BestEffort the least (2 shares, weight 1)."""
+        burstable = 0
+        for pod in self.pods:
+            requests = [int(c["resources"].get("requests", {}).get("cpu", "0m").rstrip("m"))
+                        for c in pod.obj["spec"]["containers"]]
+            for d, milli in zip(pod.containers, requests):
+                self.set_shares(d, milli)
+            self.set_shares(pod.dir, sum(requests))
+            if pod.fake.qos == KubeQoS.BURSTABLE:
+                burstable += sum(requests)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BURSTABLE), burstable)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BESTEFFORT), 0)
+
+    def set_shares(self, rel: str, request_milli: int) -> None:
+        shares = max(2, request_milli * 1024 // 1000)
+        if self.version == 1:
+            self.write(rel, "cpu.shares", str(shares))
+        else:  # the kubelet's conversion of shares to a v2 weight
+            self.write(rel, "cpu.weight", str(1 + ((shares - 2) * 9999) // 262142))
+
+    def remove_hierarchy(self, pod: Pod, hierarchy: str) -> None:
+        """v1: take the pod's dirs out of one hierarchy, as on a node where that controller is not
+        mounted for it (the kubelet would not have created them)."""
+        for d in [*pod.containers, pod.dir]:
+            os.rmdir(self.tree.path(hierarchy, d))
 
     def start(self, pod: Pod, argv: list[str] | None = None, container: int = 0, *, memory: bool = False,
               **popen: Any) -> subprocess.Popen[bytes]:

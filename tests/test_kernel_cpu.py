@@ -7,6 +7,7 @@ The host runs these on cgroup v1; ``test_guest.py`` runs the same file in a cgro
 from __future__ import annotations
 
 import itertools
+import re
 import time
 
 import pytest
@@ -19,6 +20,7 @@ FAST = ("--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
 THRESHOLD = 65  # percent of the node's capacity LS and the system may use before BE is squeezed
 
 
+NON_BE_TERM = re.compile(r"non-BE pods (\d+\.\d+)")  # the term cpuSuppress's audit reasons explain
 QUOTA_FILES = ("/cpu.cfs_quota_us", "/cpu.max")  # what the audit names: v1, v2
 
 
@@ -97,6 +99,32 @@ def test_cfs_quota_suppression(tmp_path) -> None:
         after = [v for ts, v in writes if ts >= stop_at - 1.0]
         rises = [b - a for a, b in itertools.pairwise(after) if b > a]
         assert rises and max(rises) <= step, f"BE quota writes around the LS stop: {after} (step {step})"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known bug: the collector opens a container's CPU and memory stat files as one slot, so a missing "
+    "memory.stat (ENOENT) leaves the whole slot pending and its CPU use unread; strict: passes once fixed"))
+def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
+    """cgroup v1: an LS pod without a memory cgroup still has its CPU use counted, so cpuSuppress
+    subtracts what both LS pods use (about 1 core), not just the complete one's (0.5)."""
+    with real_node(tmp_path) as node:
+        if node.version != 1:
+            pytest.skip("cgroup v2 has one hierarchy for every controller")
+        complete = node.add_pod("ls-a", "LS", cpu_milli=500, cpu_limit=True)
+        partial = node.add_pod("ls-b", "LS", cpu_milli=500, cpu_limit=True)
+        node.remove_hierarchy(partial, "memory")
+        be = node.add_pod("be", "BE")
+        for pod in (complete, partial, be):
+            node.start(pod)
+        node.write_nodeslo(suppress_slo("cfsQuota", threshold=100))
+        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+            def explained() -> list[float]:
+                return [float(m.group(1)) for r in agent.audit("cpuSuppress")
+                        if (m := NON_BE_TERM.search(r.get("reason", "")))]
+            terms = agent.wait_for("three BE quota decisions", lambda: len(explained()) >= 3 and explained(), 60)
+            (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 1.0)
+        assert used_b > 0.3, f"the partial pod's process runs ({used_a:.2f}, {used_b:.2f} cores)"
+        assert sorted(terms)[len(terms) // 2] > 0.8, f"non-BE pod use the agent counted: {terms}"
 
 
 def test_cpu_burst(tmp_path) -> None:
