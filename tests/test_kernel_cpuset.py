@@ -1,7 +1,7 @@
 """cpuset suppression on a real kernel: BE processes' allowed CPUs, as the scheduler sees them.
 
 The policy never gives BE fewer than two CPUs, so a node needs three or more to show a shrink:
-``test_guest.py`` runs this file in a four-CPU cgroup v2 guest; on a host with enough CPUs it runs
+``test_guest.py`` runs this file in a three-CPU cgroup v2 guest; on a host with enough CPUs it runs
 on cgroup v1 too.
 """
 
