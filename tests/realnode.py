@@ -189,8 +189,8 @@ class RealNode:
 
     # ------------------------------------------------------------------ the agent
     def agent_command(self, *flags: str) -> list[str]:
-        return [sys.executable, "-m", "qosmanager", "run", *self.tree.agent_flags(),
-                "--cgroup-driver", self.layout.driver, "--pods-file", self.pods_file,
+        # version and driver are left to the agent's detection on the real tree
+        return [sys.executable, "-m", "qosmanager", "run", *self.tree.agent_flags(), "--pods-file", self.pods_file,
                 "--node-file", self.node_file, "--node-slo-file", self.slo_file, "--metrics-addr", "",
                 "--audit-log", self.audit_file, *flags]
 

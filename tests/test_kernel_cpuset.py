@@ -28,7 +28,7 @@ def test_cpuset_suppression_and_recovery(tmp_path) -> None:
     """With LS using a CPU, BE's processes are confined to the two CPUs the budget leaves (koordlet's
     minimum), run only there, and get every CPU back when the NodeSLO switches suppression off;
     the LS process keeps every CPU throughout."""
-    with real_node(tmp_path, controllers=("cpu", "cpuset")) as node:
+    with real_node(tmp_path, driver="systemd", controllers=("cpu", "cpuset")) as node:
         if node.cpus < 3:
             pytest.skip(f"BE keeps at least 2 CPUs: a shrink needs 3 or more, this node has {node.cpus}")
         ls = node.add_pod("ls", "LS", cpu_milli=1000, cpu_limit=True)

@@ -4,6 +4,8 @@ The host runs this on cgroup v1, ``test_guest.py`` in the cgroup v2 guest."""
 from __future__ import annotations
 
 import signal
+import sys
+import time
 
 import pytest
 
@@ -14,8 +16,9 @@ pytestmark = pytest.mark.kernel
 
 def test_kill_mode_ends_exactly_the_victims_processes(tmp_path) -> None:
     """Node memory above the eviction threshold: the BE pod's processes (a container's background
-    child included) get SIGKILL; an LS pod's process and one outside kubepods live on."""
-    with real_node(tmp_path, controllers=("cpu", "memory")) as node:
+    child included) get SIGKILL; an LS pod's process and one outside kubepods live on.  systemd
+    layout (``kubepods.slice/...``), detected by the agent."""
+    with real_node(tmp_path, driver="systemd", controllers=("cpu", "memory")) as node:
         victim = node.add_pod("be", "BE", containers=2)
         ls = node.add_pod("ls", "LS")
         node.tree.mkdir("elsewhere")
@@ -41,3 +44,46 @@ def test_kill_mode_ends_exactly_the_victims_processes(tmp_path) -> None:
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def test_memory_eviction_under_real_pressure(tmp_path) -> None:
+    """cgroup v2: a BE pod that really allocates pushes the node's memory (``/proc/meminfo``) over
+    the threshold; the agent, reading the pods' real memory use, kills that pod, which frees enough,
+    and leaves a small BE pod and an LS pod alone."""
+    with real_node(tmp_path, version=2, controllers=("cpu", "memory")) as node:
+        total, _ = meminfo()
+        hog_bytes = total * 30 // 100
+        hog = node.add_pod("be-hog", "BE")
+        small = node.add_pod("be-small", "BE")
+        ls = node.add_pod("ls", "LS")
+        others = [node.start(small, ["sleep", "600"]), node.start(ls, ["sleep", "600"])]
+        # a threshold the node crosses only with the hog: now + the agent's own memory + half the hog
+        used_pct = 100 * (total - meminfo()[1]) / total
+        threshold = int(used_pct + AGENT_MEMORY_PCT + 15)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {"enable": True,
+                                                            "memoryEvictThresholdPercent": threshold}})
+        with node.agent("--strategies", "memoryEvict", "--feature-gates", "BEMemoryEvict=true",
+                        "--evict-mode", "kill", "--collect-interval", "500ms",
+                        "--memory-evict-interval-seconds", "0.5") as agent:
+            code = f"import time\nb = b'x' * {hog_bytes}\ntime.sleep(600)\n"
+            proc = node.start(hog, [sys.executable, "-c", code])
+            agent.wait_for("the hog's end", lambda: proc.poll() is not None, 90)
+            assert proc.returncode == -signal.SIGKILL
+            time.sleep(2)  # a few more eviction rounds: memory is back under the threshold
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+            assert {r["target"] for r in evictions} == {f"default/{hog.name}"}, evictions
+            assert all(p.poll() is None for p in others), "the small BE pod and the LS pod live on"
+            assert 100 * (total - meminfo()[1]) / total < threshold
+
+
+AGENT_MEMORY_PCT = 10  # the agent's resident memory in the 1 GiB guest, with a margin
+
+
+def meminfo() -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes."""
+    values = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            values[key] = int(rest.split()[0]) * 1024
+    return values["MemTotal"], values["MemAvailable"]

@@ -112,6 +112,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
   <failure message="assert 1 == 2">long text</failure></testcase>
 <testcase classname="tests.test_kernel_memory" name="test_mem" file="tests/test_kernel_memory.py">
   <skipped message="needs a disk"/></testcase>
+<testcase classname="tests.test_kernel_io" name="test_weight" file="tests/test_kernel_io.py">
+  <skipped type="pytest.xfail" message="known bug: ENOTSUP"/></testcase>
 </testsuite></testsuites>"""
 
 
@@ -125,3 +127,5 @@ def test_junit_results_group_by_test_function(tmp_path) -> None:
     assert not cfs.passed and "assert 1 == 2" in cfs.failed[0] and "long text" in cfs.failed[0]
     mem = out["tests/test_kernel_memory.py::test_mem"]
     assert mem.skipped == ["tests/test_kernel_memory.py::test_mem: needs a disk"] and not mem.passed
+    weight = out["tests/test_kernel_io.py::test_weight"]
+    assert weight.xfailed == ["tests/test_kernel_io.py::test_weight: known bug: ENOTSUP"] and not weight.skipped
