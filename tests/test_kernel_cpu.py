@@ -76,7 +76,8 @@ def test_cfs_quota_suppression(tmp_path) -> None:
             context = (f"BE quotas {quotas}; kernel: node {node_used:.2f}, pods {pods_used:.2f}, LS {ls_used:.2f}, "
                        f"BE {be_used:.2f} cores, system {system:.2f} -> expected {expected:.2f} cores")
             assert all(q >= 2000 for q in quotas), context  # never unlimited, never below koordlet's minimum
-            assert min(abs(s - max(expected, 0.02)) for s in seen) < 0.25, context
+            median = sorted(seen)[len(seen) // 2]
+            assert abs(median - max(expected, 0.02)) < 0.3, context
 
             # the kernel enforces it: BE is throttled and uses no more than its quota; LS is untouched
             assert throttled >= 5, context
