@@ -7,6 +7,8 @@ on cgroup v1 too.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
@@ -57,3 +59,37 @@ def test_cpuset_suppression_and_recovery(tmp_path) -> None:
             node.write_nodeslo({"resourceUsedThresholdWithBE": {"enable": False}})
             agent.wait_for("BE's CPUs back", lambda: all(node.cpus_allowed(p.pid) == every for p in be_procs), 30)
             assert node.cpus_allowed(ls_proc.pid) == every
+
+
+def test_static_cpu_manager_node_keeps_exclusive_cpus_out(tmp_path) -> None:
+    """A static-policy kubelet gave an LSE pod a CPU of its own and every other container the shared
+    pool; with the agent's cpuset suppression the BE dirs and processes stay off that CPU, and the
+    LSE process keeps it to itself."""
+    with real_node(tmp_path, controllers=("cpu", "cpuset")) as node:
+        every = node.cpus_allowed(os.getpid())
+        exclusive = max(every)
+        shared = every - {exclusive}
+        lse = node.add_pod("lse", "LSE", cpu_milli=1000, cpu_limit=True, annotations={
+            "scheduling.koordinator.sh/resource-status": json.dumps({"cpuset": str(exclusive)})})
+        be = node.add_pod("be", "BE")
+        # the kubelet's static policy: the LSE container on its CPU, the other containers in the shared pool
+        node.write(lse.containers[0], "cpuset.cpus", str(exclusive), "cpuset")
+        node.write(be.containers[0], "cpuset.cpus", format_cpus(shared), "cpuset")
+        lse_proc, be_proc = node.start(lse), node.start(be)
+        assert node.cpus_allowed(lse_proc.pid) == {exclusive} and node.cpus_allowed(be_proc.pid) == shared
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset"}})
+        be_dir = node.layout.qos_dir("BestEffort")
+        with node.agent("--strategies", "cpuSuppress", "--kubelet-cpu-manager-policy", "static", *FAST) as agent:
+            agent.wait_for("the BE cpuset", lambda: any(r["executed"] for r in agent.audit("cpuSuppress")), 60)
+            time.sleep(1.0)
+            refused = [r for r in agent.audit("cpuSuppress") if not r["executed"]]
+        assert not refused, f"writes the kernel refused: {refused[:3]}"
+        for d in (be_dir, be.dir):  # static policy: the QoS and pod dirs hold every CPU BE may have
+            assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == shared, d
+        assert exclusive not in node.cpus_allowed(be_proc.pid)
+        assert node.cpus_allowed(lse_proc.pid) == {exclusive}
+
+
+def format_cpus(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
