@@ -4,12 +4,16 @@ The host runs this on cgroup v1, ``test_guest.py`` in the cgroup v2 guest."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from realnode import real_node
+from realnode import RealNode, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -87,3 +91,62 @@ def meminfo() -> tuple[int, int]:
             key, _, rest = line.partition(":")
             values[key] = int(rest.split()[0]) * 1024
     return values["MemTotal"], values["MemAvailable"]
+
+
+@dataclass
+class CPUEvictRun:
+    node: RealNode
+    quota: int
+    evictions: list[dict[str, Any]]
+    procs: dict[str, list[subprocess.Popen[bytes]]]
+    ls_proc: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="module")
+def cpu_evict_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CPUEvictRun]:
+    """cpuSuppress holds BE to its floor, 20 % of the node, against batch-cpu requests of half the node
+    per pod: a satisfaction of 20 %, under the 30 % the NodeSLO allows while BE uses all it gets.  One
+    pod's request lifts it past 35 %.  Kill mode; the agent runs on for a few cool-downs."""
+    with real_node(tmp_path_factory.mktemp("cpu-evict"), driver="systemd") as node:
+        be_pods = [node.add_pod(f"be-{i}", "BE", cpu_milli=500 * node.cpus) for i in range(2)]
+        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)
+        procs = {p.name: [node.start(p), node.start(p)] for p in be_pods}
+        ls_proc = node.start(ls)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 10,
+            "cpuSuppressMinPercent": 20, "cpuEvictBESatisfactionLowerPercent": 30,
+            "cpuEvictBESatisfactionUpperPercent": 35, "cpuEvictBEUsageThresholdPercent": 80,
+            "cpuEvictTimeWindowSeconds": 2}})
+        with node.agent("--strategies", "cpuSuppress,cpuEvict", "--feature-gates", "BECPUEvict=true",
+                        "--evict-mode", "kill", "--collect-interval", "500ms",
+                        "--cpu-suppress-interval-seconds", "0.5", "--cpu-evict-interval-seconds", "0.5",
+                        "--cpu-evict-cool-time-seconds", "1") as agent:
+            agent.wait_for("a BE eviction", lambda: [r for r in agent.audit() if r["action"] == "evict"], 60)
+            time.sleep(3)  # three cool-downs: the first eviction is still pending (the pod is listed)
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+        yield CPUEvictRun(node, node.quota(node.layout.qos_dir("BestEffort")), evictions, procs, ls_proc)
+
+
+def test_be_cpu_eviction_kills_a_starved_be_pod(cpu_evict_run: CPUEvictRun) -> None:
+    """BE's quota sits at its floor and the first BECPUEvict decision kills one BE pod's processes
+    exactly (the LS pod runs on)."""
+    r = cpu_evict_run
+    assert r.quota == 20 * r.node.cpus * 1000, "20 % of the node per 100 ms"
+    first = r.evictions[0]
+    assert first["strategy"] == "cpuEvict" and first["executed"], first
+    victim = first["target"].split("/")[1]
+    assert all(p.wait(5) == -signal.SIGKILL for p in r.procs[victim]), "the victim's processes got SIGKILL"
+    assert r.ls_proc.poll() is None
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known bug: the coordinator counts a pending (already evicted) pod as released only when it reaches "
+    "that pod in the victim order; a killed pod's usage is 0, so it sorts last and the next round evicts "
+    "the other BE pod first"))
+def test_be_cpu_eviction_stops_when_one_pod_is_enough(cpu_evict_run: CPUEvictRun) -> None:
+    """The killed pod, still listed (no kubelet here removes it), releases its request: no other BE pod
+    is evicted in the following rounds."""
+    r = cpu_evict_run
+    assert len(r.evictions) == 1, [(e["target"], e["reason"]) for e in r.evictions]
+    survivor = next(n for n in r.procs if n != r.evictions[0]["target"].split("/")[1])
+    assert all(p.poll() is None for p in r.procs[survivor])
