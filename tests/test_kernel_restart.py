@@ -17,9 +17,10 @@ QUOTA_FILES = ("/cpu.cfs_quota_us", "/cpu.max")
 FAST = ("--strategies", "cpuSuppress", "--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
 
 
-def suppress(threshold: int) -> dict:
-    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold,
-                                            "cpuSuppressPolicy": "cfsQuota"}}
+def suppress(floor: int) -> dict:
+    """A threshold LS alone exceeds, so BE's quota is exactly its floor: ``floor`` % of the node."""
+    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 10,
+                                            "cpuSuppressMinPercent": floor, "cpuSuppressPolicy": "cfsQuota"}}
 
 
 def test_sigkilled_agent_restarts_without_undoing_the_suppression(tmp_path) -> None:
@@ -32,15 +33,15 @@ def test_sigkilled_agent_restarts_without_undoing_the_suppression(tmp_path) -> N
         node.start(be)
         node.start(be)
         be_dir = node.layout.qos_dir("BestEffort")
-        node.write_nodeslo(suppress(65))
+        node.write_nodeslo(suppress(40))
+        left = 40 * node.cpus * 1000
         with node.agent(*FAST) as first:
-            first.wait_for("BE quota", lambda: node.quota(be_dir) != -1, 60)
+            first.wait_for("BE quota", lambda: node.quota(be_dir) == left, 60)
             time.sleep(1.0)
             first.proc.send_signal(signal.SIGKILL)  # wherever it is in its tick
             first.proc.wait(10)
-        left = node.quota(be_dir)
-        assert left != -1
-        node.write_nodeslo(suppress(50))  # 15 % of the node less for BE: about 0.3 cores on 2 CPUs
+        assert node.quota(be_dir) == left
+        node.write_nodeslo(suppress(20))  # half the budget for BE from now on
         restarted_at = time.time()
         throttled = node.cpu_stat(be_dir)["nr_throttled"]
         seen = [left]
@@ -58,4 +59,4 @@ def test_sigkilled_agent_restarts_without_undoing_the_suppression(tmp_path) -> N
         assert node.cpu_stat(be_dir)["nr_throttled"] > throttled, "BE stayed throttled across the restart"
         writes = [int(r["value"].split()[0]) for r in second.audit("cpuSuppress")
                   if r["ts"] >= restarted_at and r["action"] == "write" and r["target"].endswith(QUOTA_FILES)]
-        assert writes and writes[0] < left, f"left {left}, then {writes}: the new, lower budget at once"
+        assert writes[0] == left // 2 == node.quota(be_dir), f"left {left}, then {writes}: the new budget at once"
