@@ -52,8 +52,8 @@ def _read(path: str) -> str:
 
 def test_memory_eviction_under_real_pressure(tmp_path) -> None:
     """cgroup v2: a BE pod that really allocates pushes the node's memory (``/proc/meminfo``) over
-    the threshold; the agent, reading the pods' real memory use, kills that pod, which frees enough,
-    and leaves a small BE pod and an LS pod alone."""
+    the threshold; the agent, reading the pods' real memory use, kills that pod's every process (a
+    background child included), which frees enough, and leaves a small BE pod and an LS pod alone."""
     with real_node(tmp_path, version=2, controllers=("cpu", "memory")) as node:
         total, _ = meminfo()
         hog_bytes = total * 30 // 100
@@ -70,9 +70,12 @@ def test_memory_eviction_under_real_pressure(tmp_path) -> None:
                         "--evict-mode", "kill", "--collect-interval", "500ms",
                         "--memory-evict-interval-seconds", "0.5") as agent:
             code = f"import time\nb = b'x' * {hog_bytes}\ntime.sleep(600)\n"
+            helper = node.start(hog, ["sh", "-c", "sleep 600 & wait"])  # and its background child
             proc = node.start(hog, [sys.executable, "-c", code])
             agent.wait_for("the hog's end", lambda: proc.poll() is not None, 90)
-            assert proc.returncode == -signal.SIGKILL
+            agent.wait_for("the hog's cgroup to empty",
+                           lambda: not _read(node.path(hog.containers[0], "cgroup.procs")).split(), 10)
+            assert proc.returncode == -signal.SIGKILL and helper.wait(5) == -signal.SIGKILL
             time.sleep(2)  # a few more eviction rounds: memory is back under the threshold
             evictions = [r for r in agent.audit() if r["action"] == "evict"]
             assert {r["target"] for r in evictions} == {f"default/{hog.name}"}, evictions
