@@ -102,9 +102,6 @@ def test_cfs_quota_suppression(tmp_path) -> None:
         assert rises and max(rises) <= step, f"BE quota writes around the LS stop: {after} (step {step})"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: the collector opens a container's CPU and memory stat files as one slot, so a missing "
-    "memory.stat (ENOENT) leaves the whole slot pending and its CPU use unread; strict: passes once fixed"))
 def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
     """cgroup v1: an LS pod without a memory cgroup still has its CPU use counted, so cpuSuppress
     subtracts what both LS pods use (about 1 core), not just the complete one's (0.5)."""

@@ -82,7 +82,7 @@ def test_io_max_holds_be_reads_to_the_limit(io_run: IORun) -> None:
 
 @pytest.mark.xfail(strict=True, reason=(
     "known bug: a per-disk io.weight needs the iocost controller enabled on that disk (io.cost.qos), else the "
-    "kernel answers ENOTSUP; the agent writes it anyway and fails again on every reconcile round"))
+    "kernel answers ENOTSUP; the agent writes it anyway and retries it every reconcile round"))
 def test_io_weight_is_accepted_or_left_alone(io_run: IORun) -> None:
     """ioWeightPercent 50 is ``MAJ:MIN 4950`` in ``io.weight`` where the kernel takes it; where it cannot
     (no iocost on the disk) the agent must not keep writing what the kernel refuses."""

@@ -148,20 +148,20 @@ def test_static_burst_percent_truncation_clamp_and_policy_off() -> None:
 def test_a_dropped_burst_percent_leaves_the_static_burst_files_as_they_are() -> None:
     """koordlet computes a negative cfs_burst_us from cpuBurstPercent -7 and its validator skips the
     write: the containers with a limit, and their pod, keep what they have; the rest still runs."""
-    ann = {"koordinator.sh/cpuBurst": json.dumps({"cpuBurstPercent": 300})}
+    ann = {"koordinator.sh/cpuBurst": json.dumps({"cpuBurstPercent": 30})}
     p1 = pod("ls-1", [("a", "a", 1000), ("b", "b", None)])
     p2 = pod("ls-2", [("a", "c", 1000)], annotations=ann)
-    h = make(burst={"policy": "auto", "cpuBurstPercent": 200}, pods=[p1, p2])
+    h = make(burst={"policy": "auto", "cpuBurstPercent": 20}, pods=[p1, p2])
     h.tick("cpuBurst", NOW)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000 and get_burst(h, h.host.pod_dir("ls-1")) == 20_000
     h.write_file(h.cgroup_file("cpu", cdir(h, "ls-1", "b"), "cpu.cfs_burst_us"), "7\n")
     h.set_nodeslo({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}})
     assert [p for p, _ in h.store.nodeslo.invalid_fields] == ["spec.cpuBurstStrategy.cpuBurstPercent"]
     h.tick("cpuBurst", NOW + 100)  # past the forced re-send
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000  # left as it is
-    assert get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000  # left as it is
+    assert get_burst(h, h.host.pod_dir("ls-1")) == 20_000
     assert get_burst(h, cdir(h, "ls-1", "b")) == 0  # no CPU limit: 0, whatever the percentage
-    assert get_burst(h, cdir(h, "ls-2", "c")) == 300_000  # the pod's own percentage still applies
+    assert get_burst(h, cdir(h, "ls-2", "c")) == 30_000  # the pod's own percentage still applies
 
 
 def test_pod_annotation_overrides_node_config() -> None:
@@ -179,11 +179,11 @@ def test_pod_annotation_overrides_node_config() -> None:
 def test_a_garbled_annotation_leaves_the_pods_burst_and_quota_as_they_are() -> None:
     """koordlet fix: koordlet would give the pod the node's config (policy none: burst 0, quota back
     to the limit); the pod's files stay as its last good annotation left them."""
-    good = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 200})}
+    good = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 20})}
     h = make(burst={"policy": "none"}, pods=[pod("ls-1", [("a", "a", 1000)], annotations=good),
                                              pod("ls-2", [("a", "b", 1000)], annotations=good)])
     h.tick("cpuBurst", NOW)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000
     set_quota(h, cdir(h, "ls-1", "a"), 120_000)  # burst up earlier
     garbled = {"koordinator.sh/cpuBurst": "[" * 1000 + "]" * 1000}
     h.set_pods([pod("ls-1", [("a", "a", 1000)], annotations=garbled),
@@ -191,7 +191,7 @@ def test_a_garbled_annotation_leaves_the_pods_burst_and_quota_as_they_are() -> N
     h.recorded.writes.clear()
     for k in range(1, 4):
         h.tick("cpuBurst", NOW + k)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_quota(h, cdir(h, "ls-1", "a")) == 120_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000 and get_quota(h, cdir(h, "ls-1", "a")) == 120_000
     assert not [w for w in h.recorded.writes if "ls-1" in w["file"]]
     assert get_burst(h, cdir(h, "ls-2", "b")) == 0  # the other pod follows its (now empty) annotation
     skips = [r for r in h.audit.recent if r["action"] == "skip"]
