@@ -104,7 +104,8 @@ def test_cfs_quota_suppression(tmp_path) -> None:
 
 def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
     """cgroup v1: an LS pod without a memory cgroup still has its CPU use counted, so cpuSuppress
-    subtracts what both LS pods use (about 1 core), not just the complete one's (0.5)."""
+    subtracts what both LS pods use (about 1 core), not just the complete one's (0.5), as the kernel
+    measures them over the same seconds."""
     with real_node(tmp_path) as node:
         if node.version != 1:
             pytest.skip("cgroup v2 has one hierarchy for every controller")
@@ -116,13 +117,18 @@ def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
             node.start(pod)
         node.write_nodeslo(suppress_slo("cfsQuota", threshold=100))
         with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
-            def explained() -> list[float]:
+            def explained(since: float = 0.0) -> list[float]:
                 return [float(m.group(1)) for r in agent.audit("cpuSuppress")
-                        if (m := NON_BE_TERM.search(r.get("reason", "")))]
-            terms = agent.wait_for("three BE quota decisions", lambda: len(explained()) >= 3 and explained(), 60)
-            (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 1.0)
-        assert used_b > 0.3, f"the partial pod's process runs ({used_a:.2f}, {used_b:.2f} cores)"
-        assert sorted(terms)[len(terms) // 2] > 0.8, f"non-BE pod use the agent counted: {terms}"
+                        if r["ts"] >= since and (m := NON_BE_TERM.search(r.get("reason", "")))]
+            agent.wait_for("a BE quota decision", explained, 60)
+            t0 = time.time()
+            (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 2.0)
+            terms = agent.wait_for("decisions while the kernel was measured", lambda: explained(t0), 10)
+        context = f"kernel: complete pod {used_a:.2f}, partial pod {used_b:.2f} cores; the agent counted {terms}"
+        assert used_b > 0.1, "the partial pod's process runs: " + context
+        median = sorted(terms)[len(terms) // 2]
+        # both pods' use, not the complete one's alone (the machine may be shared: relative bounds)
+        assert used_a + 0.5 * used_b < median < 1.5 * (used_a + used_b) + 0.1, context
 
 
 def test_cpu_burst(tmp_path) -> None:
