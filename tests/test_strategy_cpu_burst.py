@@ -115,26 +115,30 @@ def test_static_burst_from_limits_and_pod_sum(version: int) -> None:
     p = pod("ls-1", [("a", "a", 2000), ("b", "b", 500), ("c", "c", None)])
     h = make(version, burst={"policy": "cpuBurstOnly"}, pods=[p])
     h.tick("cpuBurst", NOW)
-    # a: 2 cores x 1000% x 100000 = 2000000; b: 0.5 x 10 x 100000 = 500000; c: no limit -> 0
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 2_000_000
-    assert get_burst(h, cdir(h, "ls-1", "b")) == 500_000
+    # a: 2 cores x 1000% x 100000 = 2000000, b: 0.5 x 10 x 100000 = 500000, both above the quota the
+    # kernel caps a burst at (koordlet fix): 200000 and 50000; c: no limit -> 0
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "b")) == 50_000
     assert get_burst(h, cdir(h, "ls-1", "c")) == 0
-    assert get_burst(h, h.host.pod_dir("ls-1")) == 2_500_000
+    assert get_burst(h, h.host.pod_dir("ls-1")) == 250_000
 
 
 def test_static_burst_percent_truncation_clamp_and_policy_off() -> None:
     p1 = pod("ls-1", [("a", "a", 333)])
     p2 = pod("ls-2", [("a", "d", 16000)])
-    h = make(burst={"policy": "auto", "cpuBurstPercent": 150}, pods=[p1, p2])
+    p3 = pod("ls-3", [("a", "e", 2_000_000)])
+    h = make(burst={"policy": "auto", "cpuBurstPercent": 30}, pods=[p1, p2, p3])
     h.tick("cpuBurst", NOW)
-    # 0.333 x 1.5 x 100000 = 49950.000000000004 -> 49950
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 49950
-    # 16 x 1.5 x 100000 = 2400000
-    assert get_burst(h, cdir(h, "ls-2", "d")) == 2_400_000
+    # 0.333 x 0.3 x 100000 = 9990.000000000002 -> 9990
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 9990
+    # 16 x 0.3 x 100000 = 480000
+    assert get_burst(h, cdir(h, "ls-2", "d")) == 480_000
     h.set_nodeslo({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": 10000}})
     h.tick("cpuBurst", NOW + 1)
-    # 16 x 100 x 100000 = 160000000, above the knob's range: clamped to 100000000
-    assert get_burst(h, cdir(h, "ls-2", "d")) == 100_000_000
+    # 16 x 100 x 100000 = 160000000: capped at the quota, 1600000 (the kernel refuses more)
+    assert get_burst(h, cdir(h, "ls-2", "d")) == 1_600_000
+    # 2000 x 100 x 100000: above the knob's range as well as the quota: clamped to 100000000
+    assert get_burst(h, cdir(h, "ls-3", "e")) == 100_000_000
     # a policy without the static burst writes 0 back (koordlet's way of turning it off)
     h.set_nodeslo({"cpuBurstStrategy": {"policy": "cfsQuotaBurstOnly"}})
     h.tick("cpuBurst", NOW + 2)
@@ -144,30 +148,30 @@ def test_static_burst_percent_truncation_clamp_and_policy_off() -> None:
 def test_a_dropped_burst_percent_leaves_the_static_burst_files_as_they_are() -> None:
     """koordlet computes a negative cfs_burst_us from cpuBurstPercent -7 and its validator skips the
     write: the containers with a limit, and their pod, keep what they have; the rest still runs."""
-    ann = {"koordinator.sh/cpuBurst": json.dumps({"cpuBurstPercent": 300})}
+    ann = {"koordinator.sh/cpuBurst": json.dumps({"cpuBurstPercent": 30})}
     p1 = pod("ls-1", [("a", "a", 1000), ("b", "b", None)])
     p2 = pod("ls-2", [("a", "c", 1000)], annotations=ann)
-    h = make(burst={"policy": "auto", "cpuBurstPercent": 200}, pods=[p1, p2])
+    h = make(burst={"policy": "auto", "cpuBurstPercent": 20}, pods=[p1, p2])
     h.tick("cpuBurst", NOW)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000 and get_burst(h, h.host.pod_dir("ls-1")) == 20_000
     h.write_file(h.cgroup_file("cpu", cdir(h, "ls-1", "b"), "cpu.cfs_burst_us"), "7\n")
     h.set_nodeslo({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}})
     assert [p for p, _ in h.store.nodeslo.invalid_fields] == ["spec.cpuBurstStrategy.cpuBurstPercent"]
     h.tick("cpuBurst", NOW + 100)  # past the forced re-send
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000  # left as it is
-    assert get_burst(h, h.host.pod_dir("ls-1")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000  # left as it is
+    assert get_burst(h, h.host.pod_dir("ls-1")) == 20_000
     assert get_burst(h, cdir(h, "ls-1", "b")) == 0  # no CPU limit: 0, whatever the percentage
-    assert get_burst(h, cdir(h, "ls-2", "c")) == 300_000  # the pod's own percentage still applies
+    assert get_burst(h, cdir(h, "ls-2", "c")) == 30_000  # the pod's own percentage still applies
 
 
 def test_pod_annotation_overrides_node_config() -> None:
-    ann = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 200})}
+    ann = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 40})}
     p1 = pod("ls-1", [("a", "a", 1000)], annotations=ann)
     p2 = pod("ls-2", [("a", "b", 1000)])
     p3 = pod("ls-3", [("a", "c", 1000)], annotations={"koordinator.sh/cpuBurst": "{bad json"})
     h = make(burst={"policy": "none"}, pods=[p1, p2, p3])
     h.tick("cpuBurst", NOW)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000  # 1 x 200% x 100000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 40_000  # 1 x 40% x 100000
     assert get_burst(h, cdir(h, "ls-2", "b")) == 0  # node policy none
     assert get_burst(h, cdir(h, "ls-3", "c")) == 0  # invalid annotation: left as it is (the default)
 
@@ -175,11 +179,11 @@ def test_pod_annotation_overrides_node_config() -> None:
 def test_a_garbled_annotation_leaves_the_pods_burst_and_quota_as_they_are() -> None:
     """koordlet fix: koordlet would give the pod the node's config (policy none: burst 0, quota back
     to the limit); the pod's files stay as its last good annotation left them."""
-    good = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 200})}
+    good = {"koordinator.sh/cpuBurst": json.dumps({"policy": "auto", "cpuBurstPercent": 20})}
     h = make(burst={"policy": "none"}, pods=[pod("ls-1", [("a", "a", 1000)], annotations=good),
                                              pod("ls-2", [("a", "b", 1000)], annotations=good)])
     h.tick("cpuBurst", NOW)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000
     set_quota(h, cdir(h, "ls-1", "a"), 120_000)  # burst up earlier
     garbled = {"koordinator.sh/cpuBurst": "[" * 1000 + "]" * 1000}
     h.set_pods([pod("ls-1", [("a", "a", 1000)], annotations=garbled),
@@ -187,7 +191,7 @@ def test_a_garbled_annotation_leaves_the_pods_burst_and_quota_as_they_are() -> N
     h.recorded.writes.clear()
     for k in range(1, 4):
         h.tick("cpuBurst", NOW + k)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_quota(h, cdir(h, "ls-1", "a")) == 120_000
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 20_000 and get_quota(h, cdir(h, "ls-1", "a")) == 120_000
     assert not [w for w in h.recorded.writes if "ls-1" in w["file"]]
     assert get_burst(h, cdir(h, "ls-2", "b")) == 0  # the other pod follows its (now empty) annotation
     skips = [r for r in h.audit.recent if r["action"] == "skip"]
@@ -205,12 +209,12 @@ def test_only_ls_system_and_unlabelled_pending_or_running_pods_burst() -> None:
         pod("sys-1", [("a", "f", 1000)], qos="SYSTEM"),
         pod("pend-1", [("a", "1", 1000)], phase="Pending", running=False),
     ]
-    h = make(burst={"policy": "cpuBurstOnly", "cpuBurstPercent": 200}, pods=pods)
+    h = make(burst={"policy": "cpuBurstOnly", "cpuBurstPercent": 40}, pods=pods)
     h.tick("cpuBurst", NOW)
     uids = ("lsr-1", "lse-1", "be-1", "done-1", "plain-1", "sys-1", "pend-1")
     touched = {u for u in uids if any(f"/{h.host.pod_dir(u)}/" in "/" + w["file"] for w in h.recorded.writes)}
     assert touched == {"plain-1", "sys-1", "pend-1"}
-    assert get_burst(h, cdir(h, "pend-1", "1")) == 200_000  # not running yet, but it has a container id
+    assert get_burst(h, cdir(h, "pend-1", "1")) == 40_000  # not running yet, but it has a container id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,7 +471,8 @@ def test_without_nodeslo_nothing_and_after_it_goes_the_defaults_restore() -> Non
     assert h.recorded.writes == []  # koordlet: no NodeSLO, no burst work
     h.set_nodeslo({"cpuBurstStrategy": {"policy": "auto"}})
     h.tick("cpuBurst", NOW + 1)
-    assert get_burst(h, cdir(h, "ls-1", "a")) == 2_000_000 and get_quota(h, cdir(h, "ls-1", "a")) == 300000
+    # burst: 2 cores x 1000 %, capped at the limit's quota
+    assert get_burst(h, cdir(h, "ls-1", "a")) == 200_000 and get_quota(h, cdir(h, "ls-1", "a")) == 300000
     h.set_nodeslo(None)
     h.tick("cpuBurst", NOW + 2)
     # the defaults (policy none): burst 0, quota back to the limit

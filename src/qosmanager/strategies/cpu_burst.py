@@ -5,8 +5,9 @@ Two mechanisms, chosen by ``cpuBurstStrategy.policy`` (``none`` | ``cpuBurstOnly
 ``koordinator.sh/cpuBurst`` (fields it sets override the node's):
 
 * **static burst** -- ``cpu.cfs_burst_us`` (v2 ``cpu.max.burst``) of every container is
-  ``limit x cpuBurstPercent% x period``, and the pod's is the sum; 0 when the policy does not
-  include it or the container has no CPU limit (which is how turning it off restores the default).
+  ``limit x cpuBurstPercent% x period``, at most the container's quota (the kernel refuses more),
+  and the pod's is the sum; 0 when the policy does not include it or the container has no CPU limit
+  (which is how turning it off restores the default).
   Without a usable ``cpuBurstPercent`` (the NodeSLO's was dropped as invalid) the files of the
   containers with a limit, and their pod's, are left as they are, as koordlet's validator leaves
   them when it refuses the value a bad percentage gives.
@@ -105,14 +106,21 @@ def gen_pod_burst_config(pod: PodMeta, node_cfg: CPUBurstStrategy) -> CPUBurstCo
 
 
 def static_burst_us(cfg: CPUBurstConfig, limit_milli: int) -> int | None:
-    """``applyCPUBurst``'s value for one container, clamped to the knob's valid range; None (leave the
-    file as it is) when the policy needs ``cpuBurstPercent`` and there is none."""
+    """``applyCPUBurst``'s value for one container, clamped to the knob's valid range and to the
+    container's quota; None (leave the file as it is) when the policy needs ``cpuBurstPercent`` and
+    there is none.
+
+    koordlet fix: koordlet writes ``limit x cpuBurstPercent%`` (1000 % by default), but the kernel
+    refuses a burst above the quota (EINVAL; seen on real v1 and v2 cgroups), so with the defaults
+    every write failed on every tick and no container ever had a burst.  The quota from the limit is
+    the largest burst the kernel accepts: the quota burst only raises the quota above it.
+    """
     if cfg.policy not in (CPU_BURST_AUTO, CPU_BURST_ONLY) or limit_milli <= 0:
         return 0
     if cfg.cpu_burst_percent is None:
         return None
     value = int((limit_milli / 1000) * (cfg.cpu_burst_percent / 100) * CFS_PERIOD_US)
-    return min(max(value, 0), CFS_BURST_US_MAX)
+    return min(max(value, 0), CFS_BURST_US_MAX, milli_cpu_to_quota(limit_milli))
 
 
 def ceil_quota(cfg: CPUBurstConfig, base: int) -> int:

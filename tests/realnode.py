@@ -1,0 +1,379 @@
+"""A Kubernetes node made of real cgroups and real processes, and the real agent run against it.
+
+:class:`RealNode` builds a kubepods tree (cgroupfs or systemd layout) inside a
+:class:`kernelcg.KernelTree`, lays out pods and containers the way the kubelet would (CPU and
+memory limits included), starts real processes in the containers' cgroups, writes the standalone
+files (pods, Node, NodeSLO) and starts ``qosmanager run`` as a subprocess on it.  What a test then
+checks is what the kernel reports -- ``cpu.stat``, ``cpu.max``, ``memory.events``,
+``/proc/<pid>/status`` -- read here without the agent's code, so the tests hold whatever the agent's
+internals become.
+
+The same helpers run on the host's cgroup v1 hierarchies and on the cgroup v2 guest
+(``kernelvm.py``); paths are relative to the tree (``kubepods/besteffort/pod<uid>/<id>``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import kernelcg
+from kernelcg import KernelTree
+from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.roots import HostRoots
+from qosmanager.sim.fakehost import FakeContainer, FakePod
+from qosmanager.sim.objects import nodeslo_object, pod_list, pod_object
+
+PERIOD_US = 100_000
+BUSY = ["sh", "-c", "while :; do :; done"]  # a CPU-bound process that starts fast even in the guest
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+KUBE_QOS_OF = {"LSE": KubeQoS.GUARANTEED, "LSR": KubeQoS.GUARANTEED, "LS": KubeQoS.BURSTABLE,
+               "BE": KubeQoS.BESTEFFORT}
+
+
+GUEST_HINT = "cgroup v2 tests run in the test guest (tests/test_guest.py)"
+
+
+def kernel_version() -> int:
+    """The cgroup version real-kernel tests use here: 2 on a pure v2 host (the guest), else 1."""
+    return 2 if kernelcg.pure_v2() else 1
+
+
+@contextlib.contextmanager
+def real_node(workdir: str, *, version: int | None = None, driver: str = "cgroupfs",
+              controllers: tuple[str, ...] = ("cpu",)) -> Iterator[RealNode]:
+    """A :class:`RealNode` on this kernel's cgroups (``version``: only that one), removed afterwards;
+    the test skips, saying why, where that cannot be had."""
+    have = kernel_version()
+    if version is not None and version != have:
+        pytest.skip(f"needs cgroup v{version}, this kernel's tests use v{have}"
+                    + (f"; {GUEST_HINT}" if version == 2 else ""))
+    reason = kernelcg.unavailable(have, controllers if have == 2 else ())
+    if reason:
+        pytest.skip(f"real cgroups v{have} unavailable: {reason}")
+    tree = KernelTree(have)
+    try:
+        yield RealNode(tree, str(workdir), driver=driver)
+    finally:
+        tree.cleanup()
+
+
+@dataclass
+class Pod:
+    name: str
+    qos: str  # koordinator's class: LS, BE ...
+    fake: FakePod
+    obj: dict[str, Any]
+    dir: str  # relative to the tree
+    containers: list[str]  # container dirs, relative to the tree
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def uid(self) -> str:
+        return self.fake.uid
+
+
+class RealNode:
+    """A kubepods tree of real cgroups with pods in it, and the files the agent reads."""
+
+    def __init__(self, tree: KernelTree, workdir: str, *, driver: str = "cgroupfs") -> None:
+        self.tree = tree
+        self.version = tree.version
+        self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
+        # relative dirs only: the kubelet cgroup root is the tree itself
+        self.layout = CgroupLayout(HostRoots(cgroup=tree.root), tree.version, driver)
+        self.cpus = os.cpu_count() or 1
+        self.pods: list[Pod] = []
+        for q in KubeQoS:
+            tree.mkdir(self.layout.qos_dir(q))
+        self.pods_file = os.path.join(workdir, "pods.json")
+        self.node_file = os.path.join(workdir, "node.json")
+        self.slo_file = os.path.join(workdir, "nodeslo.json")
+        self.audit_file = os.path.join(workdir, "audit.jsonl")
+        self.write_node()
+        self.write_nodeslo({})
+
+    # ------------------------------------------------------------------ pods, as the kubelet lays them out
+    def add_pod(self, name: str, qos: str, *, containers: int = 1, cpu_milli: int = 1000,
+                memory: int = 1 << 30, cpu_limit: bool = False, memory_limit: bool = False,
+                annotations: Mapping[str, str] | None = None) -> Pod:
+        """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources).
+        ``cpu_limit`` / ``memory_limit``: set the limits of ``pod_object`` in the pod's and containers'
+        cgroups, as the kubelet does (LS pods: requests are half the limits)."""
+        uid = str(uuid.uuid4())
+        fake = FakePod(uid, "default", name, KUBE_QOS_OF[qos],
+                       [FakeContainer(f"c{i}", "containerd://" + uuid.uuid4().hex * 2) for i in range(containers)])
+        labels = {"koordinator.sh/qosClass": qos}
+        obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, labels=labels, annotations=annotations)
+        pod_dir = self.layout.pod_dir(fake.qos, uid)
+        ctr_dirs = [self.layout.container_dir(pod_dir, c.container_id) for c in fake.containers]
+        for d in ctr_dirs:
+            self.tree.mkdir(d)
+        if cpu_limit:
+            for d in ctr_dirs:
+                self.set_quota(d, cpu_milli * PERIOD_US // 1000)
+            self.set_quota(pod_dir, containers * cpu_milli * PERIOD_US // 1000)
+        if memory_limit:
+            for d in ctr_dirs:
+                self.set_memory_limit(d, memory)
+            self.set_memory_limit(pod_dir, containers * memory)
+        pod = Pod(name, qos, fake, obj, pod_dir, ctr_dirs)
+        self.pods.append(pod)
+        self._kubelet_shares()
+        self.write_pods()
+        return pod
+
+    def _kubelet_shares(self) -> None:
+        """CPU weights as the kubelet keeps them: pods and containers by their CPU request, the
+        Burstable dir by the sum over its pods, BestEffort the least (2 shares, weight 1)."""
+        burstable = 0
+        for pod in self.pods:
+            requests = [int(c["resources"].get("requests", {}).get("cpu", "0m").rstrip("m"))
+                        for c in pod.obj["spec"]["containers"]]
+            for d, milli in zip(pod.containers, requests):
+                self.set_shares(d, milli)
+            self.set_shares(pod.dir, sum(requests))
+            if pod.fake.qos == KubeQoS.BURSTABLE:
+                burstable += sum(requests)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BURSTABLE), burstable)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BESTEFFORT), 0)
+
+    def set_shares(self, rel: str, request_milli: int) -> None:
+        shares = max(2, request_milli * 1024 // 1000)
+        if self.version == 1:
+            self.write(rel, "cpu.shares", str(shares))
+        else:  # the kubelet's conversion of shares to a v2 weight
+            self.write(rel, "cpu.weight", str(1 + ((shares - 2) * 9999) // 262142))
+
+    def remove_hierarchy(self, pod: Pod, hierarchy: str) -> None:
+        """v1: take the pod's dirs out of one hierarchy, as on a node where that controller is not
+        mounted for it (the kubelet would not have created them)."""
+        for d in [*pod.containers, pod.dir]:
+            os.rmdir(self.tree.path(hierarchy, d))
+
+    def start(self, pod: Pod, argv: list[str] | None = None, container: int = 0, *, memory: bool = False,
+              **popen: Any) -> subprocess.Popen[bytes]:
+        """A real process in one of the pod's containers (default: a busy loop)."""
+        proc = self.tree.spawn(pod.containers[container], argv or BUSY, memory=memory, **popen)
+        pod.procs.append(proc)
+        return proc
+
+    # ------------------------------------------------------------------ the agent's input files
+    def write_pods(self) -> None:
+        _write_json(self.pods_file, pod_list(p.obj for p in self.pods))
+
+    def write_node(self, *, cpus: int | None = None, memory: int | None = None) -> None:
+        cpus = cpus or self.cpus
+        memory = memory or _meminfo_total()
+        alloc = {"cpu": str(cpus), "memory": str(memory), "pods": "110"}
+        _write_json(self.node_file, {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "real-node", "labels": {"kubernetes.io/hostname": "real-node"}},
+            "status": {"capacity": dict(alloc), "allocatable": alloc},
+        })
+
+    def write_nodeslo(self, spec: Mapping[str, Any]) -> None:
+        _write_json(self.slo_file, nodeslo_object(spec, name="real-node"))
+
+    # ------------------------------------------------------------------ the agent
+    def agent_command(self, *flags: str) -> list[str]:
+        # version and driver are left to the agent's detection on the real tree
+        return [sys.executable, "-m", "qosmanager", "run", *self.tree.agent_flags(), "--pods-file", self.pods_file,
+                "--node-file", self.node_file, "--node-slo-file", self.slo_file, "--metrics-addr", "",
+                "--audit-log", self.audit_file, *flags]
+
+    @contextlib.contextmanager
+    def agent(self, *flags: str) -> Iterator[Agent]:
+        """``qosmanager run`` on this node while the block runs; SIGTERM (then SIGKILL) after it."""
+        log = open(os.path.join(self.workdir, "agent.log"), "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(self.agent_command(*flags), stdout=log, stderr=subprocess.STDOUT)
+        agent = Agent(proc, self.audit_file, log.name)
+        try:
+            yield agent
+        finally:
+            agent.stop()
+            log.close()
+
+    # ------------------------------------------------------------------ what the kernel says
+    def path(self, rel: str, name: str, hierarchy: str = "cpu") -> str:
+        return os.path.join(self.tree.path(hierarchy, rel), name)
+
+    def read(self, rel: str, name: str, hierarchy: str = "cpu") -> str:
+        with open(self.path(rel, name, hierarchy)) as f:
+            return f.read().strip()
+
+    def write(self, rel: str, name: str, value: str, hierarchy: str = "cpu") -> None:
+        """The kubelet's part: a cgroup file of the node's own tree."""
+        with open(self.path(rel, name, hierarchy), "w") as f:
+            f.write(value)
+
+    def set_quota(self, rel: str, quota: int) -> None:
+        if self.version == 1:
+            self.write(rel, "cpu.cfs_quota_us", str(quota))
+        else:
+            self.write(rel, "cpu.max", f"{quota} {PERIOD_US}")
+
+    def set_memory_limit(self, rel: str, limit: int) -> None:
+        if self.version == 1:
+            self.write(rel, "memory.limit_in_bytes", str(limit), "memory")
+        else:
+            self.write(rel, "memory.max", str(limit))
+
+    def quota(self, rel: str) -> int:
+        """The CFS quota in µs per 100 ms period; -1 for unlimited."""
+        if self.version == 1:
+            return int(self.read(rel, "cpu.cfs_quota_us"))
+        q, _period = self.read(rel, "cpu.max").split()
+        return -1 if q == "max" else int(q)
+
+    def burst(self, rel: str) -> int:
+        """The CFS burst in µs (v1 ``cpu.cfs_burst_us``, v2 ``cpu.max.burst``)."""
+        return int(self.read(rel, "cpu.cfs_burst_us" if self.version == 1 else "cpu.max.burst"))
+
+    def cpu_stat(self, rel: str) -> dict[str, int]:
+        return _kv(self.read(rel, "cpu.stat"))
+
+    def usage_us(self, rel: str) -> int:
+        """CPU time the cgroup's processes used, µs (v1 cpuacct.usage, v2 cpu.stat usage_usec)."""
+        if self.version == 1:
+            return int(self.read(rel, "cpuacct.usage", "cpuacct")) // 1000
+        return self.cpu_stat(rel)["usage_usec"]
+
+    def cpus_allowed(self, pid: int) -> set[int]:
+        """``Cpus_allowed_list`` of ``/proc/<pid>/status``: where the scheduler may run the process."""
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return parse_cpus(line.split(":", 1)[1])
+        raise ValueError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+    def rates(self, rels: list[str], seconds: float) -> tuple[list[float], float]:
+        """CPU used by each of ``rels`` and by the whole node (``/proc/stat``) over ``seconds``, in cores."""
+        before = [self.usage_us(r) for r in rels]
+        node0, t0 = node_busy_seconds(), time.monotonic()
+        time.sleep(seconds)
+        after = [self.usage_us(r) for r in rels]
+        node1, t1 = node_busy_seconds(), time.monotonic()
+        dt = t1 - t0
+        return [(a - b) / 1e6 / dt for a, b in zip(after, before)], (node1 - node0) / dt
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    audit_file: str
+    log_file: str
+
+    def audit(self, strategy: str | None = None, target_suffix: str | None = None) -> list[dict[str, Any]]:
+        """The audit records so far (the agent flushes once per batch)."""
+        out = []
+        try:
+            with open(self.audit_file) as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if strategy and rec.get("strategy") != strategy:
+                continue
+            if target_suffix and not str(rec.get("target", "")).endswith(target_suffix):
+                continue
+            out.append(rec)
+        return out
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float) -> Any:
+        """Poll ``check`` until it returns something true; fail with the agent's log after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the agent exited ({self.proc.returncode}) before {what}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {timeout:.0f} s in vain for {what}; agent log:\n{self.log()}")
+            time.sleep(0.1)
+
+    def log(self) -> str:
+        try:
+            with open(self.log_file, errors="replace") as f:
+                return "".join(f.readlines()[-40:])
+        except OSError:
+            return ""
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# plain readers of kernel files
+
+
+def node_busy_seconds() -> float:
+    """CPU seconds the node has been busy (``/proc/stat``: user + nice + system + irq + softirq)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    assert fields[0] == "cpu"
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return (user + nice + system + irq + softirq) / CLK_TCK
+
+
+def parse_cpus(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _kv(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            out[k] = int(v)
+    return out
+
+
+def kv_file(path: str) -> dict[str, int]:
+    with open(path) as f:
+        return _kv(f.read())
+
+
+def _meminfo_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise ValueError("/proc/meminfo has no MemTotal")
+
+
+def _write_json(path: str, obj: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)

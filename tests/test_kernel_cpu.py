@@ -1,0 +1,162 @@
+"""CPU strategies on a real kernel: the real agent (``qosmanager run``) on a kubepods tree of real
+cgroups with busy processes in it, judged by what the kernel reports.
+
+The host runs these on cgroup v1; ``test_guest.py`` runs the same file in a cgroup v2 guest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+
+import pytest
+
+from realnode import PERIOD_US, RealNode, real_node
+
+pytestmark = pytest.mark.kernel
+
+FAST = ("--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
+THRESHOLD = 65  # percent of the node's capacity LS and the system may use before BE is squeezed
+
+
+NON_BE_TERM = re.compile(r"non-BE pods (\d+\.\d+)")  # the term cpuSuppress's audit reasons explain
+QUOTA_FILES = ("/cpu.cfs_quota_us", "/cpu.max")  # what the audit names: v1, v2
+
+
+def quota_value(text: str) -> int:
+    """An audited quota: ``70000`` (v1) or ``70000 100000`` (v2 cpu.max); unlimited is -1."""
+    q = text.split()[0]
+    return -1 if q == "max" else int(q)
+
+
+def suppress_slo(policy: str, threshold: int = THRESHOLD) -> dict:
+    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold,
+                                            "cpuSuppressPolicy": policy}}
+
+
+def watch(node: RealNode, rels: list[str], be_dir: str, seconds: float, steps: int = 5):
+    """CPU used by ``rels`` and the node over ``seconds``, and the BE quotas seen meanwhile."""
+    quotas = [node.quota(be_dir)]
+    used = [0.0] * len(rels)
+    node_used = 0.0
+    for _ in range(steps):
+        r, n = node.rates(rels, seconds / steps)
+        used = [u + x / steps for u, x in zip(used, r)]
+        node_used += n / steps
+        quotas.append(node.quota(be_dir))
+    return used, node_used, quotas
+
+
+def test_cfs_quota_suppression(tmp_path) -> None:
+    """BE's quota is capacity x threshold - LS use - system use as the node shows it; the kernel
+    throttles BE to it while LS keeps its CPU; when LS stops, BE's quota rises in bounded steps."""
+    with real_node(tmp_path) as node:
+        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # one busy loop capped at 0.5 core
+        be = node.add_pod("be", "BE")
+        node.start(ls)
+        node.start(be)
+        node.start(be)  # BE wants two whole CPUs
+        be_dir = node.layout.qos_dir("BestEffort")
+        pods_dir = node.layout.kubepods_dir()
+        node.write_nodeslo(suppress_slo("cfsQuota"))
+        (ls_before,), _ = node.rates([ls.dir], 1.0)
+        assert node.quota(be_dir) == -1
+        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+            agent.wait_for("BE quota from the agent", lambda: node.quota(be_dir) != -1, 60)
+            throttled0 = node.cpu_stat(be_dir)["nr_throttled"]
+            (ls_used, be_used, pods_used), node_used, quotas = watch(node, [ls.dir, be_dir, pods_dir], be_dir, 2.5)
+            throttled = node.cpu_stat(be_dir)["nr_throttled"] - throttled0
+
+            # the formula, from the kernel's own counters over the same seconds
+            cap = node.cpus
+            system = max(node_used - pods_used, 0.0)
+            expected = cap * THRESHOLD / 100 - ls_used - system
+            seen = [q / PERIOD_US for q in quotas]
+            context = (f"BE quotas {quotas}; kernel: node {node_used:.2f}, pods {pods_used:.2f}, LS {ls_used:.2f}, "
+                       f"BE {be_used:.2f} cores, system {system:.2f} -> expected {expected:.2f} cores")
+            assert all(q >= 2000 for q in quotas), context  # never unlimited, never below koordlet's minimum
+            median = sorted(seen)[len(seen) // 2]
+            assert abs(median - max(expected, 0.02)) < 0.3, context
+
+            # the kernel enforces it: BE is throttled and uses no more than its quota; LS is untouched
+            assert throttled >= 5, context
+            assert be_used <= max(seen) * 1.1 + 0.05, context
+            if node_used < cap - 0.3:  # CPU was idle: BE, wanting two CPUs, took what its quota allows
+                assert be_used >= min(seen) * 0.6, context
+            assert ls_used >= 0.7 * ls_before, f"LS before the agent {ls_before:.2f} cores; " + context
+
+            # LS stops: the budget grows, but by at most 10 % of the node per tick
+            last_before = node.quota(be_dir)
+            stop_at = time.time()
+            for p in ls.procs:
+                p.kill()
+            agent.wait_for("a higher BE quota", lambda: node.quota(be_dir) > last_before, 30)
+            time.sleep(1.5)
+        writes = [(r["ts"], quota_value(r["value"])) for r in agent.audit("cpuSuppress")
+                  if r["action"] == "write" and r["executed"] and r["target"].endswith(QUOTA_FILES)]
+        assert writes and node.quota(be_dir) == writes[-1][1], "the kernel holds the agent's last write"
+        step = int(cap * PERIOD_US * 0.1)
+        after = [v for ts, v in writes if ts >= stop_at - 1.0]
+        rises = [b - a for a, b in itertools.pairwise(after) if b > a]
+        assert rises and max(rises) <= step, f"BE quota writes around the LS stop: {after} (step {step})"
+
+
+def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
+    """cgroup v1: an LS pod without a memory cgroup still has its CPU use counted, so cpuSuppress
+    subtracts what both LS pods use (about 1 core), not just the complete one's (0.5), as the kernel
+    measures them over the same seconds."""
+    with real_node(tmp_path) as node:
+        if node.version != 1:
+            pytest.skip("cgroup v2 has one hierarchy for every controller")
+        complete = node.add_pod("ls-a", "LS", cpu_milli=500, cpu_limit=True)
+        partial = node.add_pod("ls-b", "LS", cpu_milli=500, cpu_limit=True)
+        node.remove_hierarchy(partial, "memory")
+        be = node.add_pod("be", "BE")
+        for pod in (complete, partial, be):
+            node.start(pod)
+        node.write_nodeslo(suppress_slo("cfsQuota", threshold=100))
+        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+            def explained(since: float = 0.0) -> list[float]:
+                return [float(m.group(1)) for r in agent.audit("cpuSuppress")
+                        if r["ts"] >= since and (m := NON_BE_TERM.search(r.get("reason", "")))]
+            agent.wait_for("a BE quota decision", explained, 60)
+            t0 = time.time()
+            (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 2.0)
+            terms = agent.wait_for("decisions while the kernel was measured", lambda: explained(t0), 10)
+        context = f"kernel: complete pod {used_a:.2f}, partial pod {used_b:.2f} cores; the agent counted {terms}"
+        assert used_b > 0.1, "the partial pod's process runs: " + context
+        median = sorted(terms)[len(terms) // 2]
+        # both pods' use, not the complete one's alone (the machine may be shared: relative bounds)
+        assert used_a + 0.5 * used_b < median < 1.5 * (used_a + used_b) + 0.1, context
+
+
+def test_cpu_burst(tmp_path) -> None:
+    """A CPU-limited LS container gets a CFS burst the kernel accepts (it refuses one above the quota),
+    its pod the sum; throttled, its quota rises above the limit up to the ceiling, and both return to
+    the kubelet's values when the NodeSLO turns burst off."""
+    with real_node(tmp_path) as node:
+        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # quota 50000 per 100 ms
+        node.start(ls)
+        node.start(ls)  # two busy loops under half a CPU: throttled in every period
+        ctr, limit = ls.containers[0], 50_000
+        # auto: the static burst (cpuBurstPercent 1000 %) and the quota burst (up to 300 % of the limit)
+        node.write_nodeslo({"cpuBurstStrategy": {"policy": "auto", "sharePoolThresholdPercent": 100}})
+        with node.agent("--strategies", "cpuBurst", *FAST) as agent:
+            agent.wait_for("a CFS burst", lambda: node.burst(ctr) > 0 and node.burst(ls.dir) > 0, 60)
+            agent.wait_for("a quota above the limit", lambda: node.quota(ctr) > limit, 30)
+            seen = [node.quota(ctr)]
+            for _ in range(10):
+                time.sleep(0.2)
+                seen.append(node.quota(ctr))
+            assert all(limit < q <= 3 * limit for q in seen[1:]), seen
+            assert node.quota(ls.dir) >= seen[-1], "the pod's quota moves with its container's"
+            assert 0 < node.burst(ctr) <= limit, "the kernel holds no burst above the quota"
+            assert node.burst(ls.dir) == node.burst(ctr), "the pod's burst is the sum of its one container's"
+            refused = [r for r in agent.audit("cpuBurst") if not r["executed"]]
+            assert not refused, f"writes the kernel refused: {refused[:3]}"
+
+            node.write_nodeslo({"cpuBurstStrategy": {"policy": "none"}})
+            agent.wait_for("the limit and no burst again", lambda: (node.quota(ctr), node.burst(ctr),
+                                                                    node.burst(ls.dir)) == (limit, 0, 0), 30)
+            assert node.quota(ls.dir) == limit

@@ -1,0 +1,95 @@
+"""cpuset suppression on a real kernel: BE processes' allowed CPUs, as the scheduler sees them.
+
+The policy never gives BE fewer than two CPUs, so a node needs three or more to show a shrink:
+``test_guest.py`` runs this file in a three-CPU cgroup v2 guest; on a host with enough CPUs it runs
+on cgroup v1 too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from realnode import parse_cpus, real_node
+
+pytestmark = pytest.mark.kernel
+
+FAST = ("--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
+
+
+def last_cpu(pid: int) -> int:
+    """The CPU the process last ran on (``/proc/<pid>/stat`` field 39)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+def test_cpuset_suppression_and_recovery(tmp_path) -> None:
+    """With LS using a CPU, BE's processes are confined to the two CPUs the budget leaves (koordlet's
+    minimum), run only there, and get every CPU back when the NodeSLO switches suppression off;
+    the LS process keeps every CPU throughout."""
+    with real_node(tmp_path, driver="systemd", controllers=("cpu", "cpuset")) as node:
+        if node.cpus < 3:
+            pytest.skip(f"BE keeps at least 2 CPUs: a shrink needs 3 or more, this node has {node.cpus}")
+        ls = node.add_pod("ls", "LS", cpu_milli=1000, cpu_limit=True)
+        be = node.add_pod("be", "BE")
+        ls_proc = node.start(ls)
+        be_procs = [node.start(be), node.start(be)]  # busy, but leaving the agent a CPU of the guest
+        every = node.cpus_allowed(be_procs[0].pid)
+        assert len(every) == node.cpus
+        # budget: 65 % of the node - one LS core - the system < 2 CPUs, so BE gets the minimum, 2
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset"}})
+        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+            agent.wait_for("BE's CPUs to shrink", lambda: node.cpus_allowed(be_procs[0].pid) != every, 60)
+            narrowed = node.cpus_allowed(be_procs[0].pid)
+            assert len(narrowed) == 2 and narrowed < every, narrowed
+            assert all(node.cpus_allowed(p.pid) == narrowed for p in be_procs)
+            effective = "cpuset.cpus" if node.version == 1 else "cpuset.cpus.effective"
+            assert parse_cpus(node.read(be.containers[0], effective, "cpuset")) == narrowed
+            ran_on = set()
+            for _ in range(10):
+                time.sleep(0.1)
+                ran_on.update(last_cpu(p.pid) for p in be_procs)
+            assert ran_on <= narrowed, f"BE ran on {ran_on}, allowed {narrowed}"
+            assert node.cpus_allowed(ls_proc.pid) == every
+
+            node.write_nodeslo({"resourceUsedThresholdWithBE": {"enable": False}})
+            agent.wait_for("BE's CPUs back", lambda: all(node.cpus_allowed(p.pid) == every for p in be_procs), 30)
+            assert node.cpus_allowed(ls_proc.pid) == every
+
+
+def test_static_cpu_manager_node_keeps_exclusive_cpus_out(tmp_path) -> None:
+    """A static-policy kubelet gave an LSE pod a CPU of its own and every other container the shared
+    pool; with the agent's cpuset suppression the BE dirs and processes stay off that CPU, and the
+    LSE process keeps it to itself."""
+    with real_node(tmp_path, controllers=("cpu", "cpuset")) as node:
+        every = node.cpus_allowed(os.getpid())
+        exclusive = max(every)
+        shared = every - {exclusive}
+        lse = node.add_pod("lse", "LSE", cpu_milli=1000, cpu_limit=True, annotations={
+            "scheduling.koordinator.sh/resource-status": json.dumps({"cpuset": str(exclusive)})})
+        be = node.add_pod("be", "BE")
+        # the kubelet's static policy: the LSE container on its CPU, the other containers in the shared pool
+        node.write(lse.containers[0], "cpuset.cpus", str(exclusive), "cpuset")
+        node.write(be.containers[0], "cpuset.cpus", format_cpus(shared), "cpuset")
+        lse_proc, be_proc = node.start(lse), node.start(be)
+        assert node.cpus_allowed(lse_proc.pid) == {exclusive} and node.cpus_allowed(be_proc.pid) == shared
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset"}})
+        be_dir = node.layout.qos_dir("BestEffort")
+        with node.agent("--strategies", "cpuSuppress", "--kubelet-cpu-manager-policy", "static", *FAST) as agent:
+            agent.wait_for("the BE cpuset", lambda: any(r["executed"] for r in agent.audit("cpuSuppress")), 60)
+            time.sleep(1.0)
+            refused = [r for r in agent.audit("cpuSuppress") if not r["executed"]]
+        assert not refused, f"writes the kernel refused: {refused[:3]}"
+        for d in (be_dir, be.dir):  # static policy: the QoS and pod dirs hold every CPU BE may have
+            assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == shared, d
+        assert exclusive not in node.cpus_allowed(be_proc.pid)
+        assert node.cpus_allowed(lse_proc.pid) == {exclusive}
+
+
+def format_cpus(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
