@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
+from fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
 
 NODE = "node-a"
 

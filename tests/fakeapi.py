@@ -1229,8 +1229,8 @@ def load_documents(text: str) -> Iterator[Obj]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m qosmanager.sim.fakeapi``: serve a fake cluster for demos and measurements."""
-    p = argparse.ArgumentParser(prog="python -m qosmanager.sim.fakeapi", description=__doc__.split("\n")[0])
+    """``python tests/fakeapi.py``: serve a fake cluster for demos and measurements."""
+    p = argparse.ArgumentParser(prog="python tests/fakeapi.py", description=__doc__.split("\n")[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--tls-dir", default=None, help="serve HTTPS with a certificate made here")
     p.add_argument("--load", action="append", default=[], help="YAML/JSON objects to create (repeatable)")
