@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s  # the official client: a test dependency (pyproject's test extra)
+from kubernetes import watch as k8s_watch
 
 from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.api.node import node_meta
@@ -26,10 +28,6 @@ from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
 from qosmanager.states.kube.client import KubeClient
 from qosmanager.states.kube.config import KubeConfig
-
-kubernetes = pytest.importorskip("kubernetes", reason="the official kubernetes client is a test dependency")
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes import watch as k8s_watch  # noqa: E402
 
 NODE = "fake-node"
 SLO = ("slo.koordinator.sh", "v1alpha1", "nodeslos")
