@@ -28,6 +28,7 @@ from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
 from qosmanager.states.kube.client import KubeClient
 from qosmanager.states.kube.config import KubeConfig
+from qosmanager.states.kube.events import EventRecorder, ObjectRef
 
 NODE = "fake-node"
 SLO = ("slo.koordinator.sh", "v1alpha1", "nodeslos")
@@ -228,3 +229,28 @@ def test_the_agent_client_reads_what_the_official_client_reads(
         (p.metadata.uid, p.metadata.name, p.metadata.resource_version) for p in typed.items}
     assert {p.name: p.kube_qos for p in pods} == {"ls": "Guaranteed", "be": "BestEffort"}
     assert node_meta(node).name == NODE
+
+
+def test_the_events_the_agent_writes_decode_as_typed_core_v1_events(
+        api: FakeAPIServer, official: k8s.ApiClient) -> None:
+    own = KubeClient(KubeConfig(server=api.url, origin="test"), timeout=5)
+    rec = EventRecorder(own, NODE, clock=lambda: 1_767_225_600.0)  # 2026-01-01T00:00:00Z
+    rec.start()
+    try:
+        ref = ObjectRef("Pod", "be", "default", "uid-be")
+        assert rec.record(ref, "Warning", "EvictPodSuccess", "evicted", action="Evict")
+        assert rec.drain()
+        assert rec.record(ref, "Warning", "EvictPodSuccess", "evicted", action="Evict")
+        assert rec.drain()  # the repeat is a strategic-merge patch of the same Event
+    finally:
+        rec.stop()
+        own.close()
+    [ev] = k8s.CoreV1Api(official).list_namespaced_event("default").items
+    assert isinstance(ev, k8s.CoreV1Event)
+    assert (ev.type, ev.reason, ev.count, ev.action) == ("Warning", "EvictPodSuccess", 2, "Evict")
+    assert (ev.involved_object.kind, ev.involved_object.uid) == ("Pod", "uid-be")
+    assert ev.first_timestamp == datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    assert ev.source.component == "qosmanager" and ev.source.host == NODE
+    # the agent is the Event's field manager (its User-Agent), for both the create and the patch
+    [entry] = ev.metadata.managed_fields
+    assert entry.manager == "qosmanager" and entry.operation == "Update" and "f:count" in _fields(entry)
