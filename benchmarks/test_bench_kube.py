@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import RATIOS, RESULTS
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.exporter import Exporter
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from test_kube_agent import CPUS, GIB, NODE, PODS, Clock, Scenario, fake_pod, scenario, suppress_slo

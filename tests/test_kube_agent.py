@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.agent import Agent, AgentConfig, kubernetes_mode
 from qosmanager.exporter import Exporter
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.cpuset import parse_cpu_list
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
 from qosmanager.states.kube.client import KubeClient

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import qosmanager.states.kube.client as client_module
+from fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
 from qosmanager import __version__
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
 from qosmanager.states.kube.client import KubeClient, KubeError
 from qosmanager.states.kube.config import (
     KubeConfig,

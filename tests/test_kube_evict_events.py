@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.coordinator import EvictionCoordinator
 from qosmanager.eviction.types import TARGET_POD_USED, EvictDecision, EvictTask, Victim
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Write, WriteResult
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import pod_object
 from qosmanager.states.kube.client import KubeClient

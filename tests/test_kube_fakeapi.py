@@ -21,7 +21,10 @@ from typing import Any
 
 import pytest
 
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
+from fakeapi import FakeAPIServer, FakeCluster, make_self_signed_cert
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
+from qosmanager.sim.objects import node_object, pod_object
 
 NODE = "node-a"
 
@@ -404,6 +407,8 @@ def test_kubectl_apply_creates_and_configures_a_nodeslo_and_a_pod(
     assert out.returncode == 0 and "configured" in out.stdout, out.stderr
     [obj] = [o for o in server.cluster.items("NodeSLO") if o["metadata"]["name"] == "node-k"]
     assert obj["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 45
+    assert obj["metadata"]["generation"] == 2  # the spec changed once after the creation
+    assert {m["manager"] for m in obj["metadata"]["managedFields"]} == {"kubectl-client-side-apply"}
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(json.dumps(pod("k-applied", labels={"v": "1"})))
     assert kubectl(env, "apply", "-f", str(manifest)).returncode == 0
@@ -415,6 +420,32 @@ def test_kubectl_apply_creates_and_configures_a_nodeslo_and_a_pod(
     out = kubectl(env, "delete", "-f", str(manifest), "--wait=true")
     assert out.returncode == 0, out.stderr
     assert all(p["metadata"]["name"] != "k-applied" for p in server.cluster.items("Pod"))
+
+
+@needs_kubectl
+def test_kubectl_reads_the_complete_objects_of_a_simulated_node(
+        tls_api: tuple[FakeAPIServer, dict[str, str]], tmp_path: Any) -> None:
+    server, env = tls_api
+    host = FakeHost(str(tmp_path / "host"), n_cpus=4)
+    server.cluster.put(node_object(host, "node-sim"))
+    sim_pod = FakePod("uid-k-sim", "default", "k-sim", KubeQoS.BURSTABLE,
+                      [FakeContainer("app", "containerd://k")])
+    server.cluster.put(pod_object(sim_pod, node_name="node-sim"))
+    # the fake serves no server-side Table, so kubectl's columns come from a template
+    columns = ("custom-columns=IP:.status.addresses[0].address,"
+               "RUNTIME:.status.nodeInfo.containerRuntimeVersion,"
+               "READY:.status.conditions[?(@.type=='Ready')].status")
+    out = kubectl(env, "get", "nodes", "node-sim", "-o", columns, "--no-headers")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["10.0.0.1", "containerd://1.7.24", "True"]
+    out = kubectl(env, "get", "pod", "k-sim", "-o", "json", "--show-managed-fields")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["status"]["containerStatuses"][0]["imageID"].startswith("registry.local/app@sha256:")
+    assert {m["manager"] for m in got["metadata"]["managedFields"]} == {"kube-controller-manager", "kubelet"}
+    started = "jsonpath={.status.containerStatuses[0].state.running.startedAt}"
+    out = kubectl(env, "get", "pod", "k-sim", "-o", started)
+    assert out.returncode == 0 and out.stdout == "2026-01-01T00:00:00Z", out.stderr
 
 
 @needs_kubectl

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.states.kube.client import KubeClient
 from qosmanager.states.kube.config import KubeConfig
 from qosmanager.states.kube.source import Backoff, KubeSource

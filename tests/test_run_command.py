@@ -334,7 +334,7 @@ def test_sigterm_with_an_audit_log_on_a_full_disk_exits_0_without_a_traceback(tm
 
 
 def test_the_summary_in_kubernetes_mode_names_the_api_server_and_the_node(tmp_path) -> None:
-    from qosmanager.sim.fakeapi import FakeAPIServer, FakeCluster
+    from fakeapi import FakeAPIServer, FakeCluster
 
     host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=2)
     cluster = FakeCluster()

@@ -1,8 +1,9 @@
 """A loopback fake of the Kubernetes API server, speaking the real wire protocol.
 
-It is a fake like :mod:`qosmanager.sim.fakehost`: tests and demos run the agent's real
-Kubernetes client against it, and ``kubectl`` works against it too (the tests use kubectl as an
-independent client to show the answers are well-formed).  Two parts:
+A test double, kept with the tests (the agent's package ships none): tests and benchmarks run the
+agent's real Kubernetes client against it, and two independent clients check its answers --
+``kubectl`` and the official ``kubernetes`` Python client, whose typed models refuse objects a real
+server would not send (tests/test_kube_official_client.py).  Two parts:
 
 * :class:`FakeCluster` -- the state: objects by resource, one global resourceVersion counter,
   the change history watches are served from, the eviction policy per pod and a record of every
@@ -29,12 +30,19 @@ What it speaks:
 * 410 Gone for a resourceVersion older than the retained history (:meth:`FakeCluster.compact`
   drops it all; ``history_limit`` bounds it), as an ``ERROR`` event in the stream (what a real
   server sends) or, with ``gone_as_status``, as a 410 response;
-* Status objects for every error; bearer-token authentication when ``tokens`` is set.
+* Status objects for every error; bearer-token authentication when ``tokens`` is set;
+* server-set metadata on every write: uid, resourceVersion, creationTimestamp, ``generation``
+  (pods, PodDisruptionBudgets and NodeSLOs: 1 on create, +1 when anything but metadata and status
+  changes) and ``managedFields`` (one FieldsV1 entry per field manager, operation and subresource:
+  the request's ``fieldManager`` or its User-Agent up to the first ``/``); lists of built-in kinds
+  carry no kind on their items, custom resources' lists (NodeSLOs) do.
 
 Liberties a real server does not take, on purpose: a client-supplied ``metadata.uid`` is kept on
 create (so a pod's uid can match its cgroup dirs on a :class:`~qosmanager.sim.fakehost.FakeHost`),
 deletion is immediate (no grace period, no kubelet), and strategic-merge patches merge lists of
-objects by their ``name`` (the merge key of containers, volumes and env) and replace other lists.
+objects by their ``name`` (the merge key of containers, volumes and env) and replace other lists;
+a manager's managedFields entry lists the fields of its last write only (the real server merges
+them with what it owned before).
 
 Fault injection: :meth:`FakeAPIServer.drop_connections` (every open connection is cut, watches
 included), :meth:`FakeAPIServer.outage` (the port refuses connections until
@@ -66,6 +74,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from qosmanager.sim.objects import managed_field
 
 Obj = dict[str, Any]
 
@@ -103,6 +113,12 @@ RESOURCES = (
     ResourceType("slo.koordinator.sh", "v1alpha1", "nodeslos", "NodeSLO", False),
 )
 _BY_KIND = {r.kind: r for r in RESOURCES}
+# resources whose metadata.generation the real server keeps (pods since 1.33; nodes and events have none)
+CUSTOM = frozenset({"nodeslos"})  # served from a CustomResourceDefinition
+GENERATION = frozenset({"pods", "poddisruptionbudgets", "nodeslos"})
+# metadata the server sets, never a manager's field
+_SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "name",
+                "namespace", "deletionTimestamp", "selfLink")
 
 
 class ApiError(Exception):
@@ -139,6 +155,61 @@ def _not_found(rt: ResourceType, name: str) -> ApiError:
 
 def _now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who writes and how, for the object's ``managedFields``: the field manager (the request's
+    ``fieldManager`` or its User-Agent up to the first ``/``, as the real server defaults it), the
+    operation (``Update``, or ``Apply`` for server-side apply) and the subresource (``status``)."""
+
+    manager: str = "fakecluster"
+    operation: str = "Update"
+    subresource: str = ""
+
+
+def _owned_fields(rt: ResourceType, written: Any) -> Obj:
+    """The part of a written body a manager owns: everything but the server's metadata."""
+    if not isinstance(written, dict):
+        return {}
+    out = {k: v for k, v in written.items() if k not in ("kind", "apiVersion", "metadata")}
+    meta = written.get("metadata")
+    if isinstance(meta, dict):
+        mine = {k: v for k, v in meta.items() if k not in _SERVER_META}
+        if mine:
+            out["metadata"] = mine
+    return out
+
+
+def _track(rt: ResourceType, new: Obj, old: Obj | None, written: Any, writer: Writer) -> None:
+    """Server-set metadata on a write: ``generation`` (1, then +1 when anything but metadata and
+    status changes) and the writer's ``managedFields`` entry (replacing its previous one)."""
+    meta = new["metadata"]
+    old_meta = (old or {}).get("metadata") or {}
+    if rt.plural in GENERATION:
+        gen = old_meta.get("generation") or 1
+        if old is not None and {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+                k: v for k, v in old.items() if k not in ("metadata", "status")}:
+            gen += 1
+        meta["generation"] = gen
+    sent = meta.get("managedFields")
+    if old is not None and sent is not None and sent != old_meta.get("managedFields"):
+        return  # a client that writes managedFields itself gets what it wrote, as on a real server
+    if old is None and sent:
+        return
+    fields = _owned_fields(rt, written)
+    if writer.subresource == "status":
+        fields = {"status": fields.get("status")} if fields.get("status") is not None else {}
+    entries = [e for e in (old_meta.get("managedFields") or []) if isinstance(e, dict) and (
+        e.get("manager"), e.get("operation"), e.get("subresource", "")) != (
+        writer.manager, writer.operation, writer.subresource)]
+    if fields:
+        entries.append(managed_field(writer.manager, rt.api_version, _now_rfc3339(), fields,
+                                     operation=writer.operation, subresource=writer.subresource))
+    if entries:
+        meta["managedFields"] = entries
+    else:
+        meta.pop("managedFields", None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,9 +463,11 @@ class FakeCluster:
                 return r
         raise KeyError(f"the fake API server has no resource {kind_or_plural!r}")
 
-    def create(self, rt: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
+    def create(self, rt: ResourceType, obj: Obj, namespace: str | None = None, *,
+               writer: Writer = Writer()) -> Obj:
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
+        written = obj
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -414,6 +487,7 @@ class FakeCluster:
             meta.setdefault("uid", str(uuid.uuid4()))  # fake liberty: a supplied uid is kept
             meta["resourceVersion"] = str(self._bump())
             meta.setdefault("creationTimestamp", _now_rfc3339())
+            _track(rt, obj, None, written, writer)
             if rt.plural == "events":
                 obj.setdefault("count", 1)
             store[(ns, name)] = obj
@@ -439,8 +513,8 @@ class FakeCluster:
             raise _not_found(rt, name)
         return obj
 
-    def update(self, rt: ResourceType, name: str, obj: Obj, namespace: str = "", *, only_status: bool = False
-               ) -> Obj:
+    def update(self, rt: ResourceType, name: str, obj: Obj, namespace: str = "", *, only_status: bool = False,
+               writer: Writer = Writer()) -> Obj:
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
         ns = namespace if rt.namespaced else ""
@@ -459,14 +533,20 @@ class FakeCluster:
                 new["status"] = copy.deepcopy(obj.get("status"))
             else:
                 new = copy.deepcopy(obj)
-            return self._replace(rt, ns, name, old, new)
+            return self._replace(rt, ns, name, old, new, obj, writer)
 
-    def _replace(self, rt: ResourceType, ns: str, name: str, old: Obj, new: Obj) -> Obj:
+    def _replace(self, rt: ResourceType, ns: str, name: str, old: Obj, new: Obj, written: Any = None,
+                 writer: Writer = Writer()) -> Obj:
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict) or meta.get("name", name) != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         for key in ("uid", "creationTimestamp", "name"):
             meta[key] = old["metadata"].get(key, name if key == "name" else None)
+        if "managedFields" not in meta and "managedFields" in old["metadata"]:
+            meta["managedFields"] = old["metadata"]["managedFields"]
+        meta.pop("generation", None)
+        if "generation" in old["metadata"]:
+            meta["generation"] = old["metadata"]["generation"]
         if rt.namespaced:
             meta["namespace"] = ns
         else:
@@ -478,13 +558,14 @@ class FakeCluster:
         old_meta = {k: v for k, v in old["metadata"].items() if k != "resourceVersion"}
         if new_cmp == old_cmp and meta_cmp == old_meta:
             return old  # a no-op update keeps the resourceVersion, as the real server does
+        _track(rt, new, old, new if written is None else written, writer)
         meta["resourceVersion"] = str(self._bump())
         self.objects[rt.plural][(ns, name)] = new
         self._record(rt.plural, "MODIFIED", new, old)
         return new
 
     def patch(self, rt: ResourceType, name: str, content_type: str, body: bytes, namespace: str = "", *,
-              only_status: bool = False) -> Obj:
+              only_status: bool = False, writer: Writer = Writer()) -> Obj:
         ct = content_type.split(";")[0].strip()
         ns = namespace if rt.namespaced else ""
         try:
@@ -498,7 +579,7 @@ class FakeCluster:
             old = self.objects[rt.plural].get((ns, name))
             if old is None:
                 if ct == "application/apply-patch+yaml":  # server-side apply creates
-                    return self.create(rt, patch, namespace)
+                    return self.create(rt, patch, namespace, writer=writer)
                 raise _not_found(rt, name)
             if only_status and isinstance(patch, dict):
                 patch = {"status": patch.get("status")}
@@ -520,7 +601,8 @@ class FakeCluster:
             if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": the '
                                                 "object has been modified")
-            return self._replace(rt, ns, name, old, new)
+            written = new if ct == "application/json-patch+json" else patch
+            return self._replace(rt, ns, name, old, new, written, writer)
 
     def delete(self, rt: ResourceType, name: str, namespace: str = "", uid: str | None = None) -> Obj:
         ns = namespace if rt.namespaced else ""
@@ -591,7 +673,9 @@ class FakeCluster:
 
     def evict(self, namespace: str, name: str, body: Obj) -> Obj:
         pods = _BY_KIND["Pod"]
-        if not isinstance(body, dict) or body.get("kind") != "Eviction":
+        # as the real server decodes a create: a body without kind/apiVersion is taken as the expected kind
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction" or body.get(
+                "apiVersion", "policy/v1") not in ("policy/v1", "policy/v1beta1"):
             raise ApiError(400, "BadRequest", "the body must be a policy Eviction")
         pre = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
         with self.cond:
@@ -848,7 +932,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return 200
                 return self._list(rt, selector, query)
             if method == "POST":
-                self._send(201, cluster.create(rt, self._json(body), namespace))
+                self._send(201, cluster.create(rt, self._json(body), namespace, writer=self._writer(query)))
                 return 201
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
         if sub == "eviction":
@@ -857,13 +941,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(201, cluster.evict(ns, name, self._json(body)))
             return 201
         only_status = sub == "status"
+        writer = self._writer(query, content_type=self.headers.get("Content-Type", ""), subresource=sub)
         if method == "GET":
             self._send(200, cluster.get(rt, name, ns))
         elif method == "PUT":
-            self._send(200, cluster.update(rt, name, self._json(body), ns, only_status=only_status))
+            self._send(200, cluster.update(rt, name, self._json(body), ns, only_status=only_status,
+                                           writer=writer))
         elif method == "PATCH":
             self._send(200, cluster.patch(rt, name, self.headers.get("Content-Type", ""), body, ns,
-                                          only_status=only_status))
+                                          only_status=only_status, writer=writer))
         elif method == "DELETE":
             opts = json.loads(body) if body.strip() else {}
             uid = ((opts.get("preconditions") or {}).get("uid")) if isinstance(opts, dict) else None
@@ -871,6 +957,11 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported")
         return 200
+
+    def _writer(self, query: dict[str, str], *, content_type: str = "", subresource: str = "") -> Writer:
+        manager = query.get("fieldManager") or self.headers.get("User-Agent", "").split("/")[0].strip()
+        apply = content_type.split(";")[0].strip() == "application/apply-patch+yaml"
+        return Writer(manager or "unknown", "Apply" if apply else "Update", subresource)
 
     def _discovery(self, parts: list[str]) -> Obj | None:
         owner = self.server.owner
@@ -934,9 +1025,10 @@ class _Handler(BaseHTTPRequestHandler):
             items = items[start:start + limit]
         else:
             items = items[start:]
-        # real lists carry no kind/apiVersion on their items
-        out = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta,
-               "items": [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]}
+        # lists of built-in kinds carry no kind/apiVersion on their items; custom resources' lists do
+        if rt.plural not in CUSTOM:
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        out = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
         self._send(200, out)
         return 200
 
@@ -1229,8 +1321,8 @@ def load_documents(text: str) -> Iterator[Obj]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m qosmanager.sim.fakeapi``: serve a fake cluster for demos and measurements."""
-    p = argparse.ArgumentParser(prog="python -m qosmanager.sim.fakeapi", description=__doc__.split("\n")[0])
+    """``python tests/fakeapi.py``: serve a fake cluster for demos and measurements."""
+    p = argparse.ArgumentParser(prog="python tests/fakeapi.py", description=__doc__.split("\n")[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--tls-dir", default=None, help="serve HTTPS with a certificate made here")
     p.add_argument("--load", action="append", default=[], help="YAML/JSON objects to create (repeatable)")
