@@ -591,16 +591,9 @@ cdef class StatReader:
     # slot management
     # ------------------------------------------------------------------
     cdef void _release(self, int slot) noexcept nogil:
-        cdef int f, i
+        cdef int f
         for f in range(C_NFILES):
-            i = slot * C_NFILES + f
-            if self.fds[i] >= 0:
-                close(self.fds[i])
-                self.fds[i] = -1
-                self.open_fds -= 1
-            if self.paths[i] != NULL:
-                free(self.paths[i])
-                self.paths[i] = NULL
+            self._drop_file(slot, f)
 
     cdef void _drop_file(self, int slot, int f) noexcept nogil:
         cdef int i = slot * C_NFILES + f

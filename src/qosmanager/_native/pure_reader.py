@@ -184,12 +184,7 @@ class StatReader:
     # -- slots -----------------------------------------------------------
     def _release(self, slot: int) -> None:
         for f in range(NFILES):
-            i = slot * NFILES + f
-            if self._fds[i] >= 0:
-                os.close(self._fds[i])
-                self._fds[i] = -1
-                self.open_fds -= 1
-            self._paths[i] = None
+            self._drop_file(slot, f)
 
     def _reset_slot(self, slot: int) -> None:
         self.has_prev[slot] = 0
