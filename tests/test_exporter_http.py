@@ -178,7 +178,7 @@ def test_health_fails_when_a_state_file_cannot_be_read(running: Any, tmp_path: P
 
 @pytest.mark.parametrize(("content", "says"), [
     ("{not json", "cannot parse"),
-    ('{"kind": "Pod", "metadata": {"name": "p"}}', "not a PodList"),
+    ('{"kind": "Pod", "metadata": {"name": "p"}}', "refused: not a PodList"),
 ])
 def test_a_state_file_that_fails_is_named_and_degraded(running: Any, tmp_path: Path, content: str,
                                                         says: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,18 @@ def test_the_collector_skips_a_pod_it_cannot_track_and_tracks_the_others(
         assert col.stats.pods == len(fakes) - 1
     finally:
         col.close()
+
+
+def test_a_changed_state_file_is_applied_once(tmp_path: Path) -> None:
+    """One change of a file is one new NodeSLO (one generation, one report), not two."""
+    from qosmanager.sim.objects import nodeslo_object
+    from qosmanager.states.files import FileSource
+
+    store = StateStore()
+    path = tmp_path / "slo.json"
+    path.write_text(json.dumps(nodeslo_object({"resourceUsedThresholdWithBE": {"enable": True}})))
+    source = FileSource(store, node_slo_file=str(path))
+    before = store.nodeslo_generation
+    assert source.poll(1000.0) is True
+    assert store.nodeslo_generation == before + 1
+    assert source.poll(1001.0) is False and store.nodeslo_generation == before + 1

@@ -49,7 +49,6 @@ class WatchedFile:
         self._sig = sig
         try:
             obj = read_document_file(self.path)  # bounded in size and depth
-            self.apply(obj)
         except (OSError, ValueError) as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
