@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from qosmanager.api.decode import load_object
+from qosmanager.api.decode import read_document_file
 from qosmanager.api.node import node_meta
 from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
@@ -393,14 +393,12 @@ def strategies_off(cfg: AgentConfig, gates: FeatureGates) -> dict[str, str]:
 def _check_state_file(flag: str, path: str, kind: str) -> None:
     """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        obj = read_document_file(path)  # what the file source reads: bounded in size and depth
     except OSError as e:
         raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise StartupError(flag, f"{path} is not UTF-8 text: {e}") from None
+    except ValueError as e:
+        raise StartupError(flag, str(e)) from None
     try:
-        obj = load_object(text, path)
         if kind == "pods":
             if not isinstance(obj.get("items"), list):
                 raise ValueError(f"{path}: not a PodList (no items list)")
@@ -408,8 +406,6 @@ def _check_state_file(flag: str, path: str, kind: str) -> None:
             node_meta(obj)
         else:
             parse_nodeslo(obj)
-    except RecursionError:
-        raise StartupError(flag, f"{path}: nested too deeply") from None
     except (ValueError, TypeError, KeyError) as e:
         what = {"pods": "a PodList", "node": "a Node", "nodeslo": "a NodeSLO"}[kind]
         detail = str(e)
