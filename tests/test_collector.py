@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -359,6 +360,19 @@ def test_missing_proc_files_at_start_do_not_stop_the_collector(tmp_path) -> None
     assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
 
 
+def busy_pod_tree(tree: Any, version: int, uid: str, hex2: str, **mkdir: Any) -> tuple[Any, FakePod, str, str]:
+    """A Burstable pod with one container in a real kubepods tree (cgroupfs layout): the layout, the
+    pod, its cgroup and its container's cgroup (``mkdir`` options go to the container's mkdir)."""
+    layout = CgroupLayout(HostRoots(cgroup=tree.root), version, "cgroupfs")
+    pod = FakePod(uid, "default", "busy", KubeQoS.BURSTABLE, [FakeContainer("c0", "containerd://" + hex2 * 32)])
+    pod_rel = layout.pod_dir(KubeQoS.BURSTABLE, pod.uid)
+    ctr_rel = layout.container_dir(pod_rel, pod.containers[0].container_id)
+    for q in (KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
+        tree.mkdir(layout.qos_dir(q))
+    tree.mkdir(ctr_rel, **mkdir)
+    return layout, pod, pod_rel, ctr_rel
+
+
 @pytest.mark.kernel
 @pytest.mark.parametrize("version", [1, 2])
 def test_real_kernel_busy_process(version: int) -> None:
@@ -367,14 +381,7 @@ def test_real_kernel_busy_process(version: int) -> None:
     if reason:
         pytest.skip(f"real cgroups v{version} unavailable: {reason}")
     with kernelcg.kernel_tree(version) as tree:
-        layout = CgroupLayout(HostRoots(cgroup=tree.root), version, "cgroupfs")
-        pod = FakePod("1111cccc-0000-4000-8000-000000000003", "default", "busy", KubeQoS.BURSTABLE,
-                      [FakeContainer("c0", "containerd://" + "12" * 32)])
-        pod_rel = layout.pod_dir(KubeQoS.BURSTABLE, pod.uid)
-        ctr_rel = layout.container_dir(pod_rel, pod.containers[0].container_id)
-        for q in (KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
-            tree.mkdir(layout.qos_dir(q))
-        tree.mkdir(ctr_rel)
+        layout, pod, _, ctr_rel = busy_pod_tree(tree, version, "1111cccc-0000-4000-8000-000000000003", "12")
         busy = psutil.Process(tree.spawn_busy(ctr_rel, seconds=20).pid)
         store = StateStore()
         store.set_pods([pod_object(pod)])
@@ -423,14 +430,8 @@ def test_real_kernel_cgroup_without_memory_cgroup_yields_cpu_usage() -> None:
     if reason:
         pytest.skip(f"real cgroups v1 unavailable: {reason}")
     with kernelcg.kernel_tree(1) as tree:
-        layout = CgroupLayout(HostRoots(cgroup=tree.root), 1, "cgroupfs")
-        pod = FakePod("1111dddd-0000-4000-8000-000000000004", "default", "busy", KubeQoS.BURSTABLE,
-                      [FakeContainer("c0", "containerd://" + "34" * 32)])
-        pod_rel = layout.pod_dir(KubeQoS.BURSTABLE, pod.uid)
-        ctr_rel = layout.container_dir(pod_rel, pod.containers[0].container_id)
-        for q in (KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT):
-            tree.mkdir(layout.qos_dir(q))
-        tree.mkdir(ctr_rel, hierarchies=("cpu", "cpuacct", "cpuset"))
+        layout, pod, pod_rel, ctr_rel = busy_pod_tree(tree, 1, "1111dddd-0000-4000-8000-000000000004", "34",
+                                                      hierarchies=("cpu", "cpuacct", "cpuset"))
         assert not os.path.exists(tree.path("memory", pod_rel))
         tree.spawn_busy(ctr_rel, seconds=20)
         store = StateStore()
