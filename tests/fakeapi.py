@@ -439,6 +439,10 @@ class FakeCluster:
         self.eviction_policy: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
         self.evictions: list[EvictionRequest] = []
         self.evict_deletes = True  # a granted eviction deletes the pod (no kubelet to do it)
+        # the Eviction versions pods/eviction accepts: both from Kubernetes 1.22, policy/v1beta1 alone
+        # before (a policy/v1 body is then a 400, worded as the real server words it); empty: the
+        # subresource is not served at all (404 without a pod named, as from a proxy that lacks it)
+        self.eviction_versions: tuple[str, ...] = ("policy/v1", "policy/v1beta1")
 
     # ------------------------------------------------------------------ storage
     def _bump(self) -> int:
@@ -674,11 +678,21 @@ class FakeCluster:
     def evict(self, namespace: str, name: str, body: Obj) -> Obj:
         pods = _BY_KIND["Pod"]
         # as the real server decodes a create: a body without kind/apiVersion is taken as the expected kind
-        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction" or body.get(
-                "apiVersion", "policy/v1") not in ("policy/v1", "policy/v1beta1"):
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
             raise ApiError(400, "BadRequest", "the body must be a policy Eviction")
         pre = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
         with self.cond:
+            if not self.eviction_versions:
+                self.evictions.append(EvictionRequest(namespace, name, pre, 404, copy.deepcopy(body)))
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            version = body.get("apiVersion", self.eviction_versions[0])
+            if version not in self.eviction_versions:
+                self.evictions.append(EvictionRequest(namespace, name, pre, 400, copy.deepcopy(body)))
+                v = str(version).rpartition("/")[2]
+                raise ApiError(400, "BadRequest", f'Eviction in version "{v}" cannot be handled as a '
+                                                  f'Eviction: no kind "Eviction" is registered for version '
+                                                  f'"{version}" in scheme '
+                                                  '"k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"')
             queue = self.eviction_policy.get((namespace, name))
             code, retry_after = queue[0] if queue else (201, None)
             if queue and len(queue) > 1:

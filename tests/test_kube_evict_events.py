@@ -152,6 +152,51 @@ def test_a_refused_pod_is_not_counted_as_released_and_is_retried_after_its_backo
         ("first", 429), ("second", 201), ("first", 429), ("first", 201)]
 
 
+@pytest.mark.parametrize("versions, answer", [
+    (("policy/v1beta1",), "400 BadRequest"),  # Kubernetes < 1.22: policy/v1 is no Eviction kind there
+    ((), "404 NotFound"),  # pods/eviction not served: a 404 that names no pod
+])
+def test_an_eviction_api_that_is_not_there_is_said_once_and_not_taken_for_a_gone_pod(
+        api: FakeAPIServer, client: KubeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        versions: tuple[str, ...], answer: str) -> None:
+    host = FakeHost(str(tmp_path / "host"), n_cpus=2)
+    clock = Clock()
+    objs = [api.cluster.put(be_pod(n)) for n in ("a", "b", "c")]
+    store = StateStore()
+    store.set_pods(objs)
+    api.cluster.eviction_versions = versions
+    audit = AuditLog(None, clock=clock)
+    evictor = KubeEvictor(client, clock=clock, conditions=store.conditions, unserved_recheck=60.0)
+    coord = EvictionCoordinator(store, host.layout, audit, mode="api", clock=clock, api=evictor)
+
+    def task() -> EvictTask:
+        return EvictTask("BEMemoryEvict", "memory high", TARGET_POD_USED, {"memory": 300.0},
+                         [Victim(store.pods[f"uid-{n}"], {"memory": 100.0}) for n in ("a", "b", "c")])
+
+    with caplog.at_level("ERROR", logger="qosmanager.states.kube.evict"):
+        for _ in range(3):  # three rounds of three victims within the recheck interval
+            r = coord.execute("memoryEvict", [task()], clock.t)
+            # no victim counts as released: the pods are all still there
+            assert [d.action for d in r.decisions] == ["failed"] * 3
+            assert not any(coord.is_pending(f"uid-{n}", clock.t) for n in ("a", "b", "c"))
+            clock.t += 10.0
+    # one request told it; the other eight evictions failed without asking again
+    assert [(e.name, e.code) for e in api.cluster.evictions] == [("a", int(answer[:3]))]
+    said = [rec for rec in caplog.records if "policy/v1 Evictions" in rec.getMessage()]
+    assert len(said) == 1 and answer in said[0].getMessage() and ">= 1.22" in said[0].getMessage()
+    cond = store.conditions.get("kube/eviction-api")
+    assert cond is not None and "--evict-mode kill" in cond.message
+    assert all(cond.message == rec["error"] for rec in audit.recent if rec["action"] == "failed")
+    assert evictor.stats == {"evicted": 0, "gone": 0, "refused": 0, "failed": 9}
+    # the cluster is upgraded: asked again after the interval, and the condition clears
+    api.cluster.eviction_versions = ("policy/v1", "policy/v1beta1")
+    clock.t += 60.0
+    r = coord.execute("memoryEvict", [task()], clock.t)
+    assert r.decisions[0].action == "evicted"
+    assert store.conditions.get("kube/eviction-api") is None
+    assert api.cluster.evictions[-1].code == 201 and api.cluster.evictions[-1].body["apiVersion"] == "policy/v1"
+
+
 # ----------------------------------------------------------------------------------------------
 # events
 # ----------------------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ class Agent:
             return None  # the coordinator refuses --evict-mode api without the API, with a clear message
         from qosmanager.states.kube.evict import KubeEvictor
 
-        return KubeEvictor(self.kube_client, clock=clock)
+        return KubeEvictor(self.kube_client, clock=clock, conditions=self.store.conditions)
 
     def _kube_events(self, cfg: AgentConfig, clock: Callable[[], float]) -> None:
         if self.kube_client is None or not cfg.kube_events or cfg.dry_run:
