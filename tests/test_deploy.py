@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
-import ipaddress
 import os
 import re
 import shlex
@@ -26,11 +25,16 @@ import qosmanager
 from qosmanager.api import nodeslo
 from qosmanager.api.quantity import parse_quantity
 from qosmanager.cli import build_parser
+from qosmanager.exporter.server import MetricsServer, parse_addr
 from qosmanager.framework.gates import FeatureGates
+from qosmanager.host.resources import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "kubernetes"
+OVERLAYS = DEPLOY / "overlays"
+# manifests beside the kustomization that it leaves out on purpose (each says why in its header)
+NOT_IN_KUSTOMIZATION = {"nodeslo-example.yaml", "networkpolicy.yaml"}
 CHECK_DEPLOY = ROOT / ".ci" / "check-deploy"
 CHECK_IMAGE = ROOT / ".ci" / "check-image"
 
@@ -105,19 +109,48 @@ def test_host_roots_are_the_host_directories_mounted_writable_where_the_agent_wr
     features = FeatureGates.from_overrides(run_args.feature_gates)
     roots = (("--cgroup-root", "cgroup_root"), ("--proc-root", "proc_root"), ("--sys-root", "sys_root"))
     for flag, attr in roots:
-        mount, volume = mount_for(daemonset, container, flag_value(container, flag))
+        _, volume = mount_for(daemonset, container, flag_value(container, flag))
         assert volume["hostPath"]["path"].rstrip("/") == getattr(defaults, attr).rstrip("/"), flag
-        if attr == "proc_root":
-            # /proc/sys/vm/* and /proc/sys/kernel/* are written only by systemConfigReconcile
-            assert not mount.get("readOnly", False) or not features.enabled("SystemConfig")
-        else:
-            # cgroup knobs, resctrl schemata and tasks are written with the default gates
-            assert not mount.get("readOnly", False), f"{flag} must be writable"
-    _, sys_volume = mount_for(daemonset, container, flag_value(container, "--sys-root"))
-    sys_mount, _ = mount_for(daemonset, container, flag_value(container, "--sys-root"))
+    # the cgroup tree is written with the default gates; /proc only by systemConfigReconcile (its
+    # overlay), and sysfs itself never: its writes are resctrl and debugfs, file systems of their own
+    cgroup, _ = mount_for(daemonset, container, flag_value(container, "--cgroup-root"))
+    proc, _ = mount_for(daemonset, container, flag_value(container, "--proc-root"))
+    sys_mount, sys_volume = mount_for(daemonset, container, flag_value(container, "--sys-root"))
+    assert not cgroup.get("readOnly", False)
+    assert proc.get("readOnly") is True and not features.enabled("SystemConfig")
+    assert sys_mount.get("readOnly") is True and sys_volume["hostPath"]["path"] == "/sys"
     # resctrl mounted on the host after the agent started must reach the container
-    assert sys_mount.get("mountPropagation") in ("HostToContainer", "Bidirectional")
-    assert sys_volume["hostPath"]["path"] == "/sys"
+    assert sys_mount.get("mountPropagation") == "HostToContainer"
+    assert cgroup.get("mountPropagation") == "HostToContainer"
+
+
+def test_only_the_cgroup_tree_and_the_audit_directory_are_writable(
+        daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly", False)}
+    assert writable == {flag_value(container, "--cgroup-root"),
+                        os.path.dirname(flag_value(container, "--audit-log"))}
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
+    assert host_paths == {"/sys", "/sys/fs/cgroup", "/proc", "/var/log/qosmanager", "/var/lib/kubelet"}
+    assert {m["name"] for m in container["volumeMounts"]} == set(volumes), "a volume mounted nowhere"
+
+
+def test_every_sysfs_file_the_agent_writes_has_its_way_through_the_read_only_sys_mount() -> None:
+    """sysfs is mounted read-only; what the agent writes below the sys root is on file systems of their
+    own that a read-only bind does not make read-only (resctrl, debugfs), or in the SystemConfig
+    overlay, which mounts those files read-write one by one.  A new sysfs write must be placed here."""
+    writes = {r.rel for r in REGISTRY.values() if r.root == "sys"}
+    assert writes == {"kernel/mm/memcg_reaper/reap_background", "kernel/mm/pagecache_limit/enabled",
+                      "kernel/debug/sched_features", "fs/resctrl/{group}/schemata", "fs/resctrl/{group}/tasks"}
+    overlay = rendered_daemonset("system-config")
+    (c,) = overlay["spec"]["template"]["spec"]["containers"]
+    volumes = {v["name"]: v for v in overlay["spec"]["template"]["spec"]["volumes"]}
+    sys_root = flag_value(c, "--sys-root")
+    for rel in sorted(w for w in writes if w.startswith("kernel/mm/")):
+        mount, volume = mount_for(overlay, c, f"{sys_root}/{rel}")
+        assert not mount.get("readOnly", False), rel
+        assert volume["hostPath"] == {"path": f"/sys/{rel}", "type": "File"}, rel
+        assert volumes[mount["name"]] == volume
 
 
 def test_kubelet_state_is_mounted_read_only_and_decides_the_cpu_manager_policy(
@@ -135,9 +168,15 @@ def test_kubelet_state_is_mounted_read_only_and_decides_the_cpu_manager_policy(
     # no policy flag: the policy is read from the node, never pinned for every node at once
     assert run_args.kubelet_cpu_manager_policy is None
     assert not any(a.startswith("--kubelet-cpu-manager-policy") for a in container["args"])
-    # nothing else of the kubelet's directory is mounted writable
-    kubelet_mounts = [m for m in container["volumeMounts"] if m["mountPath"].startswith(root.rstrip("/"))]
-    assert kubelet_mounts == [mount]
+    # the pod volumes and CSI mounts below it are masked by empty directories, read-only too
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    below = [m for m in container["volumeMounts"] if m["mountPath"].startswith(root.rstrip("/") + "/")]
+    assert {m["mountPath"] for m in below} == {f"{root}/pods", f"{root}/plugins"}
+    for m in below:
+        assert m.get("readOnly") is True and "emptyDir" in volumes[m["name"]], m
+        assert m.get("mountPropagation", "None") == "None"
+    # and the kubelet's files the agent reads are at the top of the mount, outside the masks
+    assert os.path.dirname(config) == root and defaults.kubelet_root_dir == "/var/lib/kubelet"
 
 
 def test_audit_log_goes_to_a_host_directory(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
@@ -156,11 +195,16 @@ def test_node_name_comes_from_the_downward_api(container: dict[str, Any], run_ar
     assert run_args.kubeconfig is None, "in a pod the agent uses the in-cluster config"
 
 
-def test_metrics_and_probes_reach_the_agent(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
-    host, _, port_text = flag_value(container, "--metrics-addr").rpartition(":")
-    port = int(port_text)
-    # the kubelet probes the pod IP, and Prometheus scrapes it: loopback would hide both
-    assert host not in ("", "localhost") and not ipaddress.ip_address(host.strip("[]")).is_loopback
+def test_metrics_are_bound_to_the_pod_ip_and_probes_reach_the_agent(
+        daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    addr = flag_value(container, "--metrics-addr")
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # the kubelet expands $(POD_IP) before the agent sees it: an IPv4 and an IPv6 pod IP both parse
+    assert "$(POD_IP)" in addr
+    port = parse_addr(addr.replace("$(POD_IP)", "10.244.1.7"))[1]
+    assert parse_addr(addr.replace("$(POD_IP)", "10.244.1.7")) == ("10.244.1.7", port)
+    assert parse_addr(addr.replace("$(POD_IP)", "fd00:10:244::7")) == ("fd00:10:244::7", port)
     ports = {p["name"]: p for p in container["ports"]}
     assert ports["metrics"]["containerPort"] == port
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -169,10 +213,31 @@ def test_metrics_and_probes_reach_the_agent(daemonset: dict[str, Any], container
         want = "/healthz?probe=liveness" if probe == "livenessProbe" else "/healthz"
         assert get["path"] == want, probe
         assert get["port"] in ("metrics", port), probe
+        assert "host" not in get, "the kubelet probes the pod IP, where the agent listens"
     annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(port)
     assert annotations["prometheus.io/path"] == "/metrics"
     assert not daemonset["spec"]["template"]["spec"].get("hostNetwork", False)
+
+
+def test_the_agent_listens_on_the_address_the_daemonset_gives_and_answers_healthz(
+        container: dict[str, Any]) -> None:
+    """The DaemonSet's --metrics-addr with $(POD_IP) expanded (a loopback address standing in for the
+    pod IP, port 0 for a free one): the server binds it and /healthz answers as the probes ask."""
+    import urllib.request
+
+    addr = flag_value(container, "--metrics-addr").replace("$(POD_IP)", "127.0.0.1")
+    addr = addr.rpartition(":")[0] + ":0"
+    server = MetricsServer(addr, lambda: "", lambda liveness=False: (True, {"status": "ok"}))
+    server.start()
+    try:
+        host, port = server.address
+        assert host == "127.0.0.1"
+        for path in ("/healthz", "/healthz?probe=liveness"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                assert resp.status == 200, path
+    finally:
+        server.stop()
 
 
 def test_pod_shape(daemonset: dict[str, Any], container: dict[str, Any]) -> None:
@@ -182,7 +247,8 @@ def test_pod_shape(daemonset: dict[str, Any], container: dict[str, Any]) -> None
     # two agents on one node would fight over the same files
     assert spec["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
-    assert pod["hostPID"] is True  # kill mode signals the host PIDs that cgroup.procs lists
+    # the host's PID namespace is for kill mode only (deploy/overlays/kill-mode)
+    assert "hostPID" not in pod and not pod.get("hostNetwork", False) and not pod.get("hostIPC", False)
     assert {"operator": "Exists"} in pod["tolerations"]
     assert pod["priorityClassName"] == "system-node-critical"
     assert 0 < pod["terminationGracePeriodSeconds"] <= 30  # SIGTERM stops the agent within one interval
@@ -195,9 +261,10 @@ def test_container_is_root_but_not_privileged(container: dict[str, Any], run_arg
     assert sc["runAsUser"] == 0  # root owns the cgroup, sysctl and resctrl files
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"]["drop"] == ["ALL"]
-    # KILL for --evict-mode=kill and nothing else: the agent mounts nothing (not even resctrl)
-    assert sc["capabilities"]["add"] == ["KILL"]
-    assert run_args.evict_mode in (None, "api", "kill", "none")
+    # no capability at all: the default evicts through the Eviction API; KILL is kill mode's
+    # (deploy/overlays/kill-mode), and the agent mounts nothing (not even resctrl)
+    assert "add" not in sc["capabilities"]
+    assert run_args.evict_mode == "api"
     mounts = container["volumeMounts"]
     # Bidirectional propagation is only allowed in privileged containers
     assert all(m.get("mountPropagation") != "Bidirectional" for m in mounts)
@@ -213,6 +280,143 @@ def test_resources_match_the_documented_sizing(container: dict[str, Any]) -> Non
     readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
     for value in expected.values():
         assert f"`{value}`" in readme, f"deploy/README.md does not state {value}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Overlays: what kill mode and SystemConfig add, and nothing else
+
+
+def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 as the overlays use it (add, replace, remove, test): ``doc`` patched, a copy."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = doc
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        kind = op["op"]
+        if isinstance(node, list):
+            index = len(node) if last == "-" else int(last)
+            if kind == "test":
+                assert node[index] == op["value"], f"test failed at {op['path']}: {node[index]!r}"
+            elif kind == "add":
+                node.insert(index, copy.deepcopy(op["value"]))
+            elif kind == "replace":
+                assert index < len(node), op["path"]
+                node[index] = copy.deepcopy(op["value"])
+            else:
+                assert kind == "remove", kind
+                del node[index]
+        elif kind == "test":
+            assert node[last] == op["value"], f"test failed at {op['path']}: {node.get(last)!r}"
+        elif kind == "replace":
+            assert last in node, f"replace of a missing {op['path']}"
+            node[last] = copy.deepcopy(op["value"])
+        elif kind == "add":
+            node[last] = copy.deepcopy(op["value"])
+        else:
+            assert kind == "remove", kind
+            del node[last]
+    return doc
+
+
+def rendered_daemonset(overlay: str) -> dict[str, Any]:
+    """The DaemonSet as ``kubectl apply -k deploy/overlays/<overlay>`` creates it."""
+    kustomization = yaml.safe_load((OVERLAYS / overlay / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert kustomization["resources"] == ["../../kubernetes"]
+    assert set(kustomization) == {"apiVersion", "kind", "resources", "patches"}
+    doc = manifest("daemonset.yaml")
+    for patch in kustomization["patches"]:
+        target = patch["target"]
+        assert (target["kind"], target["name"]) == (doc["kind"], doc["metadata"]["name"])
+        assert f"{target['group']}/{target['version']}" == doc["apiVersion"]
+        ops = yaml.safe_load((OVERLAYS / overlay / patch["path"]).read_text(encoding="utf-8"))
+        doc = json_patch(doc, ops)
+    return doc
+
+
+def _diff(a: Any, b: Any, path: str = "") -> set[str]:
+    """Paths at which ``a`` and ``b`` differ (list items by index)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {d for k in a.keys() | b.keys() for d in _diff(a.get(k), b.get(k), f"{path}/{k}")}
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return {d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _diff(x, y, f"{path}/{i}")}
+    return set() if a == b else {path}
+
+
+def test_the_overlays_are_the_only_ones_and_render() -> None:
+    assert sorted(p.name for p in OVERLAYS.iterdir()) == ["kill-mode", "system-config"]
+    for overlay in ("kill-mode", "system-config"):
+        d = rendered_daemonset(overlay)
+        build_parser().parse_args(["run", *d["spec"]["template"]["spec"]["containers"][0]["args"]])
+
+
+def test_kill_mode_overlay_adds_host_pid_and_cap_kill_and_nothing_else(daemonset: dict[str, Any]) -> None:
+    kill = rendered_daemonset("kill-mode")
+    pod = kill["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    args = build_parser().parse_args(["run", *c["args"]])
+    assert args.evict_mode == "kill"
+    # cgroup.procs lists PIDs as the reader's PID namespace sees them; the victims are other users'
+    assert pod["hostPID"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
+    prefix = "/spec/template/spec"
+    assert _diff(daemonset, kill) == {f"{prefix}/hostPID", f"{prefix}/containers/0/securityContext/capabilities/add",
+                                      f"{prefix}/containers/0/args/{c['args'].index('--evict-mode=kill')}"}
+
+
+def test_system_config_overlay_enables_the_gate_and_makes_only_its_files_writable(
+        daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    overlay = rendered_daemonset("system-config")
+    (c,) = overlay["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(["run", *c["args"]])
+    assert FeatureGates.from_overrides(args.feature_gates).enabled("SystemConfig")
+    # /proc/sys/vm/* and /proc/sys/kernel/*: /proc writable, the sysfs mount still read-only
+    proc, _ = mount_for(overlay, c, flag_value(c, "--proc-root"))
+    assert proc.get("readOnly") is False
+    sys_mount, _ = mount_for(overlay, c, flag_value(c, "--sys-root"))
+    assert sys_mount.get("readOnly") is True
+    base_paths = {m["mountPath"] for m in container["volumeMounts"]}
+    added = [m for m in c["volumeMounts"] if m["mountPath"] not in base_paths]
+    assert {m["mountPath"] for m in added} == {
+        f"{flag_value(c, '--sys-root')}/{r.rel}" for r in REGISTRY.values()
+        if r.root == "sys" and r.rel.startswith("kernel/mm/")}
+    # and the rest is the default DaemonSet's
+    base = copy.deepcopy(daemonset)
+    for doc in (base, overlay):
+        spec = doc["spec"]["template"]["spec"]
+        spec["containers"][0]["volumeMounts"] = [m for m in spec["containers"][0]["volumeMounts"]
+                                                 if m["name"] != "proc" and m not in added]
+        spec["containers"][0]["args"] = [a for a in spec["containers"][0]["args"]
+                                         if not a.startswith("--feature-gates=")]
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in {m["name"] for m in added}]
+    assert base == overlay
+
+
+def test_json_patch_test_operations_catch_a_base_that_moved(daemonset: dict[str, Any]) -> None:
+    ops = yaml.safe_load((OVERLAYS / "kill-mode" / "patch.yaml").read_text(encoding="utf-8"))
+    moved = copy.deepcopy(daemonset)
+    moved["spec"]["template"]["spec"]["containers"][0]["args"].insert(0, "--dry-run")
+    with pytest.raises(AssertionError, match="test failed"):
+        json_patch(moved, ops)
+
+
+def test_network_policy_admits_only_the_scraper_on_the_metrics_port(
+        daemonset: dict[str, Any], container: dict[str, Any]) -> None:
+    policy = manifest("networkpolicy.yaml")
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["kind"] == "NetworkPolicy"
+    assert policy["metadata"]["namespace"] == daemonset["metadata"]["namespace"]
+    spec = policy["spec"]
+    # it selects the agent's pods, and only ingress: the agent's egress (the API server) is left alone
+    assert spec["podSelector"]["matchLabels"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    # one peer with both selectors (the scraper's pods in the scraper's namespace, not either)
+    (peer,) = rule["from"]
+    assert set(peer) == {"namespaceSelector", "podSelector"}
+    assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
+    metrics = next(p for p in container["ports"] if p["name"] == "metrics")
+    assert rule["ports"] == [{"port": "metrics", "protocol": metrics["protocol"]}]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,11 +462,13 @@ def test_names_and_namespaces_agree(daemonset: dict[str, Any]) -> None:
 def test_kustomization_lists_every_manifest_but_the_example() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
     assert kustomization["kind"] == "Kustomization"
-    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "nodeslo-example.yaml"}
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"} - NOT_IN_KUSTOMIZATION
     assert len(kustomization["resources"]) == len(set(kustomization["resources"]))
     assert set(kustomization["resources"]) == on_disk
-    # a NodeSLO cannot be applied in the run that creates its CRD, so the example stays out
-    assert "nodeslo-example.yaml" not in kustomization["resources"]
+    # a NodeSLO cannot be applied in the run that creates its CRD, so the example stays out; the
+    # NetworkPolicy names the scraper, which is the cluster's own
+    assert not NOT_IN_KUSTOMIZATION & set(kustomization["resources"])
+    assert all((K8S / name).is_file() for name in NOT_IN_KUSTOMIZATION)
 
 
 def test_install_instructions_name_what_exists() -> None:
@@ -772,7 +978,7 @@ def test_image_check_runs_the_agent_with_the_daemonsets_args_mounts_and_security
     assert "--read-only-tmpfs=false" in security  # a pod's read-only root has no writable /tmp either
     assert sc["allowPrivilegeEscalation"] is False and "--security-opt=no-new-privileges" in security
     assert [a.split("=", 1)[1] for a in security if a.startswith("--cap-drop=")] == sc["capabilities"]["drop"]
-    assert [a.split("=", 1)[1] for a in security if a.startswith("--cap-add=")] == sc["capabilities"]["add"]
+    assert [a.split("=", 1)[1] for a in security if a.startswith("--cap-add=")] == sc["capabilities"].get("add", [])
     assert sc["privileged"] is False and not any(a.startswith("--privileged") for a in security)
 
 
