@@ -55,7 +55,8 @@ IDLE = f"{MAX_CLIENTS - 1} idle clients"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[MetricsServer]:
-    srv = MetricsServer("127.0.0.1:0", lambda: "", lambda liveness=False: (True, {"probe": "liveness"}))
+    srv = MetricsServer("127.0.0.1:0", lambda accept: (b"", "text/plain"),
+                        lambda liveness=False: (True, {"probe": "liveness"}))
     srv.start()
     yield srv
     srv.stop()
