@@ -9,10 +9,14 @@ back with the readers in ``promtext.py`` (a strict reader of the text format and
 from __future__ import annotations
 
 import math
+import os
+import resource
 import threading
+from pathlib import Path
+from typing import Any
 
+import prometheus_client
 import pytest
-from prometheus_client import ProcessCollector
 
 from promtext import FormatError, buckets, parse, parse_openmetrics
 from qosmanager.exporter.registry import (
@@ -21,6 +25,7 @@ from qosmanager.exporter.registry import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     Registry,
     accepts_gzip,
     exponential_buckets,
@@ -276,3 +281,60 @@ def test_scrapes_never_race_updates() -> None:
     fams = parse(r.render())
     assert sum(fams["events_total"].series().values()) == 3000
     assert sum(fams["obs"].series("_count").values()) == 3000
+
+
+def _families(collector: Any) -> dict[str, Any]:
+    return {m.name: m for m in collector.collect()}
+
+
+def test_process_families_are_the_librarys_with_descriptors_counted_without_listing(tmp_path: Path) -> None:
+    """Same names, types and help as prometheus_client's ProcessCollector, and the same values
+    (CPU and memory move between the two reads: they are compared loosely)."""
+    ours = _families(ProcessCollector(registry=None))
+    theirs = _families(prometheus_client.ProcessCollector(registry=None))
+    assert {(m.name, m.type, m.documentation) for m in ours.values()} == {
+        (m.name, m.type, m.documentation) for m in theirs.values()}
+    assert set(ours) == {"process_virtual_memory_bytes", "process_resident_memory_bytes",
+                         "process_start_time_seconds", "process_cpu_seconds", "process_open_fds",
+                         "process_max_fds"}
+
+    def value(fams: dict[str, Any], name: str) -> float:
+        return float(fams[name].samples[0].value)
+
+    for name in ("process_start_time_seconds", "process_max_fds"):
+        assert value(ours, name) == value(theirs, name), name
+    assert value(ours, "process_resident_memory_bytes") == pytest.approx(
+        value(theirs, "process_resident_memory_bytes"), rel=0.2)
+    # the library's listing counts its own descriptor of /proc/self/fd
+    assert value(theirs, "process_open_fds") - 1 == value(ours, "process_open_fds")
+    extra = [os.open(os.devnull, os.O_RDONLY) for _ in range(100)]
+    try:
+        assert value(_families(ProcessCollector(registry=None)), "process_open_fds") == (
+            value(ours, "process_open_fds") + 100)
+    finally:
+        for fd in extra:
+            os.close(fd)
+
+
+def test_process_descriptors_are_listed_where_the_directory_gives_no_count(tmp_path: Path) -> None:
+    """A /proc that is not the kernel's (or a kernel before 6.2, whose fd directory has size 0):
+    the descriptors are listed.  A fake /proc: boot time, the process's stat, limits, and 3 fds."""
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+    me = tmp_path / "42"
+    (me / "fd").mkdir(parents=True)
+    for i in range(4):  # 0, 1, 2 and the descriptor the listing itself holds on a real /proc
+        (me / "fd" / str(i)).write_text("")
+    # pid (comm with a paren) state ppid ... utime=field 14, stime=15, starttime=22, vsize=23, rss=24
+    fields = ["S"] + ["0"] * 10 + ["250", "150"] + ["0"] * 6 + ["500", "4096000", "10"]
+    (me / "stat").write_text("42 (odd) name) " + " ".join(fields) + " 0 0\n")
+    (me / "limits").write_text("Limit  Soft Limit  Hard Limit  Units\nMax open files  1024  4096  files\n")
+    c = ProcessCollector(pid=lambda: 42, proc=str(tmp_path), registry=None)
+    fams = {m.name: float(m.samples[0].value) for m in c.collect()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert fams == {"process_virtual_memory_bytes": 4096000.0,
+                    "process_resident_memory_bytes": 10.0 * resource.getpagesize(),
+                    "process_start_time_seconds": 500 / ticks + 1700000000,
+                    "process_cpu_seconds": (250 + 150) / ticks,  # a counter family: _total on its sample
+                    "process_open_fds": 3.0, "process_max_fds": 1024.0}
+    (me / "stat").write_text("garbled")
+    assert {m.name for m in c.collect()} == {"process_open_fds", "process_max_fds"}  # the rest still read

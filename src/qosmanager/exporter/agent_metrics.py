@@ -30,10 +30,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import GCCollector, PlatformCollector
 
 from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
-from qosmanager.exporter.registry import Counter, Gauge, Histogram, LabelValues, Registry, exponential_buckets
+from qosmanager.exporter.registry import (
+    Counter,
+    Gauge,
+    Histogram,
+    LabelValues,
+    ProcessCollector,
+    Registry,
+    exponential_buckets,
+)
 from qosmanager.host import resources as res
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.cpuset import parse_cpu_list
@@ -195,7 +203,8 @@ class AgentMetrics:
     def _define_process(self, r: Registry) -> None:
         """The standard families every Prometheus client exports, from ``prometheus_client``'s own
         collectors: ``process_*`` (resident and virtual memory, CPU seconds, open and maximum
-        descriptors, start time; read from ``/proc/self`` at scrape time), ``python_gc_*`` and
+        descriptors, start time; read from ``/proc/self`` at scrape time, open descriptors in O(1):
+        :class:`~qosmanager.exporter.registry.ProcessCollector`), ``python_gc_*`` and
         ``python_info``.  They replace ``qosmanager_process_resident_memory_bytes``,
         ``qosmanager_process_cpu_seconds_total`` and ``qosmanager_descriptors_open``."""
         try:

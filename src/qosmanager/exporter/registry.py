@@ -31,10 +31,12 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import prometheus_client
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.exposition import generate_latest as _text
@@ -374,6 +376,64 @@ class Histogram(_Family):
                 acc += c
                 cumulative.append((le, acc))
             m.add_metric(list(values), cumulative, total)
+
+
+# ---------------------------------------------------------------------------------------------
+# the standard process families
+# ---------------------------------------------------------------------------------------------
+class ProcessCollector(prometheus_client.ProcessCollector):
+    """``prometheus_client``'s ``process_*`` families (same names, help and sources), with open
+    descriptors counted in O(1).
+
+    The library counts ``process_open_fds`` by listing ``/proc/self/fd``: the agent holds a few
+    descriptors per container (about 14,000 at 2,000 containers), and listing them cost each scrape
+    about 37 ms, ten times the rest of the page.  Since Linux 6.2 ``stat`` of that directory gives
+    the count as its size; older kernels give 0, and there the directory is listed as the library
+    does (its own descriptor not counted).  The library's constructor (boot time, clock ticks, page
+    size) is used as it is; :meth:`collect` reads ``stat`` and ``limits`` as the library does.
+    """
+
+    def collect(self) -> list[Metric]:
+        if not self._btime:  # no /proc: the library's rule
+            return []
+        pid = os.path.join(self._proc, str(self._pid()).strip())
+        p = self._prefix
+        out: list[Metric] = []
+        try:
+            with open(os.path.join(pid, "stat"), "rb") as f:
+                # the fields after the command (which may itself hold ")"): parts[k - 3] is field k
+                parts = f.read().rsplit(b")", 1)[-1].split()
+            ticks = float(self._ticks)
+            out += [
+                GaugeMetricFamily(p + "virtual_memory_bytes", "Virtual memory size in bytes.",
+                                  value=float(parts[20])),
+                GaugeMetricFamily(p + "resident_memory_bytes", "Resident memory size in bytes.",
+                                  value=float(parts[21]) * self._pagesize),
+                GaugeMetricFamily(p + "start_time_seconds",
+                                  "Start time of the process since unix epoch in seconds.",
+                                  value=float(parts[19]) / ticks + self._btime),
+                CounterMetricFamily(p + "cpu_seconds_total",
+                                    "Total user and system CPU time spent in seconds.",
+                                    value=(float(parts[11]) + float(parts[12])) / ticks),
+            ]
+        except (OSError, IndexError, ValueError):
+            pass
+        fd_dir = os.path.join(pid, "fd")
+        try:
+            n = os.stat(fd_dir).st_size if self._proc == "/proc" else 0
+            if n <= 0:
+                n = len(os.listdir(fd_dir)) - 1
+            out.append(GaugeMetricFamily(p + "open_fds", "Number of open file descriptors.", value=float(n)))
+            with open(os.path.join(pid, "limits"), "rb") as f:
+                for line in f:
+                    if line.startswith(b"Max open files"):
+                        out.append(GaugeMetricFamily(p + "max_fds",
+                                                     "Maximum number of open file descriptors.",
+                                                     value=float(line.split()[3])))
+                        break
+        except (OSError, IndexError, ValueError):
+            pass
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
