@@ -233,6 +233,9 @@ def test_the_reader_catches_broken_text() -> None:
 
 @pytest.mark.parametrize(("accept", "want"), [
     (PROMETHEUS_ACCEPT, True),
+    ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;"
+     "version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,"
+     "*/*;q=0.1", True),  # Prometheus 3
     ("application/openmetrics-text", True),
     ("application/openmetrics-text; version=0.0.1", True),
     ("text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0", True),  # q orders
