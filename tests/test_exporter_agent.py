@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -352,3 +353,29 @@ def test_scraping_while_the_agent_ticks(tmp_path: Path) -> None:
         th.join()
         agent.close()
     assert errors == [] and pages[0] > 0
+
+
+def test_the_names_docs_interfaces_pins_are_on_the_page(tmp_path: Path) -> None:
+    """Every family docs/interfaces.md names under ``/metrics`` is exported under that name, with the
+    labels it lists (a series appears once its first value does: a few are fed here)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "interfaces.md").read_text(encoding="utf-8")
+    section = doc.split("## `/metrics`", 1)[1].split("\n## ", 1)[0]
+    named = dict(re.findall(r"`([a-z][a-z0-9_]+)(?:\{([a-z,]+)\})?`", section))
+    agent, _, _ = fake_agent(tmp_path)
+    m = Exporter.for_agent(agent, "127.0.0.1:0").metrics
+    try:
+        for j in agent.scheduler.jobs:
+            agent.scheduler.run_job(j)
+        m.koord_evictions.labels("n1", "BEMemoryEvict").inc()
+        m.be_suppress_cores.labels("n1", "cfsQuota").set(2.5)
+        m.update_duration.labels("cgroup", "success").observe(0.02)
+        fams = parse(m.registry.render())
+    finally:
+        agent.close()
+    assert len(named) >= 12, named
+    for name, labels in named.items():
+        assert name in fams, name
+        for (_, series), _ in fams[name].samples.items():
+            if labels:  # the labels the doc lists, exactly
+                assert {k for k, _ in series} - {"le"} == set(labels.split(",")), (name, series)
+    assert named["koordlet_pod_eviction"] == "node,reason" and fams["koordlet_pod_eviction"].samples
