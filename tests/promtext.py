@@ -1,10 +1,15 @@
-"""A strict reader of the Prometheus text exposition format 0.0.4, for the exporter tests.
+"""Readers of what ``/metrics`` returns, for the exporter tests.
 
-Written from the format's description (not from the exporter's code) so the tests can catch the
-exporter getting it wrong: HELP and TYPE before a family's samples, valid names, the three label
-value escapes and no others, one sample per series, values Go's ParseFloat accepts, counters
-never negative, and for histograms ascending ``le`` bounds ending in ``+Inf`` with cumulative
-counts, ``+Inf`` equal to ``_count``, and a ``_sum`` per label set.
+:func:`parse` reads the text exposition format 0.0.4 twice: with a strict reader written from the
+format's description (not from the exporter's code) so the tests can catch the exporter getting it
+wrong (HELP and TYPE before a family's samples, valid names, the three label value escapes and no
+others, one sample per series, values Go's ParseFloat accepts, counters never negative, and for
+histograms ascending ``le`` bounds ending in ``+Inf`` with cumulative counts, ``+Inf`` equal to
+``_count``, and a ``_sum`` per label set), and with ``prometheus_client``'s own parser, which must
+read the same families, types, help texts and samples.  :func:`parse_openmetrics` reads
+OpenMetrics with ``prometheus_client``'s OpenMetrics parser (strict: ``# EOF``, counter
+``_total`` samples, histogram shape) and checks histograms the same way.  Both give families keyed
+by the name their samples carry (a counter's ``..._total``), so one test reads either format.
 """
 
 from __future__ import annotations
@@ -12,7 +17,12 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as _openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families as _text_families
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -110,6 +120,49 @@ def _unescape_help(text: str) -> str:
 
 
 def parse(text: str) -> dict[str, Family]:
+    """The text format 0.0.4, read strictly and by ``prometheus_client``, which must agree."""
+    families = parse_strict(text)
+    library = _from_library(_text_families(text))
+    if _comparable(families) != _comparable(library):
+        raise FormatError(f"prometheus_client reads the page differently:\n{_comparable(families)}\n"
+                          f"{_comparable(library)}")
+    return families
+
+
+def parse_openmetrics(text: str) -> dict[str, Family]:
+    """OpenMetrics 1.0.0 as ``prometheus_client``'s OpenMetrics parser reads it."""
+    try:
+        families = _from_library(_openmetrics_families(text))
+    except ValueError as e:
+        raise FormatError(f"not OpenMetrics: {e}") from e
+    for fam in families.values():
+        if fam.type == "histogram":
+            check_histogram(fam)
+    return families
+
+
+def _from_library(metrics: Iterable[Any]) -> dict[str, Family]:
+    out: dict[str, Family] = {}
+    for m in metrics:
+        # prometheus_client names a counter family without its _total; its samples carry it
+        name = m.name + "_total" if m.type == "counter" else m.name
+        if name in out:
+            raise FormatError(f"family {name} is split")
+        fam = out[name] = Family(name, m.documentation, "untyped" if m.type == "unknown" else m.type)
+        for smp in m.samples:
+            key = (smp.name, tuple(sorted(smp.labels.items())))
+            if key in fam.samples:
+                raise FormatError(f"duplicate series {key}")
+            fam.samples[key] = smp.value
+    return out
+
+
+def _comparable(families: dict[str, Family]) -> dict[str, Any]:
+    return {name: (f.help, f.type, {k: "NaN" if math.isnan(v) else v for k, v in f.samples.items()})
+            for name, f in families.items()}
+
+
+def parse_strict(text: str) -> dict[str, Family]:
     if text and not text.endswith("\n"):
         raise FormatError("the exposition must end with a line feed")
     families: dict[str, Family] = {}

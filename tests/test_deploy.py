@@ -997,3 +997,75 @@ def test_dockerfile_names_no_path_of_one_python_base() -> None:
         for instruction, args in instructions:
             if instruction in ("RUN", "ENTRYPOINT", "CMD", "ENV", "COPY", "WORKDIR"):
                 assert not re.search(r"/usr/|-packages\b|python3\.\d", args), (stage, instruction, args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The optional ServiceMonitor (a kustomize component beside the prometheus.io/* annotations)
+
+MONITOR = K8S / "servicemonitor"
+# the fields of the Prometheus Operator's monitoring.coreos.com/v1 API the manifest may use
+SERVICEMONITOR_SPEC = {"jobLabel", "targetLabels", "podTargetLabels", "endpoints", "selector",
+                       "namespaceSelector", "sampleLimit", "targetLimit", "labelLimit"}
+ENDPOINT = {"port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout", "honorLabels",
+            "honorTimestamps", "metricRelabelings", "relabelings", "followRedirects", "enableHttp2",
+            "filterRunning"}
+RELABEL = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
+DURATION = re.compile(r"([0-9]+(ms|s|m|h))+")
+
+
+def test_servicemonitor_is_an_optional_component() -> None:
+    component = yaml.safe_load((MONITOR / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1" and component["kind"] == "Component"
+    assert set(component["resources"]) == {p.name for p in MONITOR.glob("*.yaml")} - {"kustomization.yaml"}
+    # the default install works without the operator's CRDs: the component is not in it
+    default = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    listed = default.get("resources", []) + default.get("components", [])
+    assert not any("servicemonitor" in str(r) for r in listed)
+
+
+def test_servicemonitor_scrapes_what_the_annotations_name(daemonset: dict[str, Any],
+                                                           container: dict[str, Any]) -> None:
+    service, monitor = manifest("servicemonitor/service.yaml"), manifest("servicemonitor/servicemonitor.yaml")
+    namespace = daemonset["metadata"]["namespace"]
+    assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == namespace
+    # the Service selects exactly the DaemonSet's pods, headless: every agent is its own target
+    assert service["spec"]["selector"] == daemonset["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["clusterIP"] == "None"
+    (port,) = service["spec"]["ports"]
+    metrics_port = int(flag_value(container, "--metrics-addr").rpartition(":")[2])
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named[port["targetPort"]] == port["port"] == metrics_port
+    # the ServiceMonitor selects that Service (and only by labels the Service carries) and its port
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    assert wanted.items() <= service["metadata"]["labels"].items()
+    # ... and not the pods' own labels alone, so no other Service of the namespace matches by accident
+    assert not wanted.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == port["name"]
+    assert endpoint["path"] == annotations["prometheus.io/path"] == "/metrics"
+    assert endpoint.get("scheme", "http") == "http"
+
+
+def test_servicemonitor_uses_only_the_operators_v1_fields() -> None:
+    monitor = manifest("servicemonitor/servicemonitor.yaml")
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(monitor["spec"]) <= SERVICEMONITOR_SPEC
+    assert set(monitor["spec"]["selector"]) <= {"matchLabels", "matchExpressions"}
+    assert set(monitor["spec"]["namespaceSelector"]) <= {"any", "matchNames"}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert set(endpoint) <= ENDPOINT, set(endpoint) - ENDPOINT
+        for key in ("interval", "scrapeTimeout"):
+            assert key not in endpoint or DURATION.fullmatch(endpoint[key]), endpoint[key]
+        for relabel in endpoint.get("relabelings", []) + endpoint.get("metricRelabelings", []):
+            assert set(relabel) <= RELABEL, set(relabel) - RELABEL
+            assert all(isinstance(s, str) for s in relabel.get("sourceLabels", []))
+        # a scrape must end before the next one starts
+        assert 0 < _seconds(endpoint["scrapeTimeout"]) < _seconds(endpoint["interval"])
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", duration))

@@ -309,7 +309,8 @@ def test_an_agent_at_ulimit_256_with_200_containers_writes_reads_and_answers(tmp
 SERVER_CHILD = r"""
 import os, sys
 from qosmanager.exporter.server import MetricsServer
-server = MetricsServer("127.0.0.1:0", lambda: "up 1\n", lambda liveness=False: (True, {"status": "ok"}))
+server = MetricsServer("127.0.0.1:0", lambda accept: (b"up 1\n", "text/plain"),
+                       lambda liveness=False: (True, {"status": "ok"}))
 server.start()
 held = []
 while True:  # take every descriptor left

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from promtext import parse
+from promtext import parse, parse_openmetrics
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.eviction.coordinator import ApiOutcome
 from qosmanager.exporter import AgentMetrics, Exporter
@@ -241,14 +242,62 @@ def test_agent_metrics_after_a_few_ticks(tmp_path: Path) -> None:
         assert fams["qosmanager_metric_cache_bytes"].value() == agent.cache.nbytes()
         errors = fams["qosmanager_strategy_errors_total"].series()
         assert {dict(lb)["strategy"]: n for lb, n in errors.items()} == {n: 0 for n in agent.strategy_names}
-        assert fams["qosmanager_process_resident_memory_bytes"].value() > 0
-        assert fams["qosmanager_descriptors_open"].value() > 0
-        assert not math.isnan(fams["qosmanager_process_cpu_seconds_total"].value())
+        # the standard process families (prometheus_client's ProcessCollector) replace the agent's own
+        assert fams["process_resident_memory_bytes"].value() > 0
+        assert fams["process_open_fds"].value() > 0
+        assert fams["process_max_fds"].value() >= fams["process_open_fds"].value()
+        assert fams["process_cpu_seconds_total"].type == "counter"
+        assert not math.isnan(fams["process_cpu_seconds_total"].value())
+        assert fams["process_start_time_seconds"].value() > 0
+        assert fams["python_info"].series()
+        for old in ("qosmanager_process_resident_memory_bytes", "qosmanager_process_cpu_seconds_total",
+                    "qosmanager_descriptors_open"):
+            assert old not in fams
         st = agent.executor.stats
         assert fams["qosmanager_writes_total"].value(status="written") == st.written
         assert fams["qosmanager_write_cache_hits_total"].value() == st.cache_hits
     finally:
         agent.close()
+
+
+KOORDLET_NAMES = {  # koordlet's pkg/koordlet/metrics names, kept for its dashboards
+    "koordlet_be_suppress_cpu_cores": "gauge", "koordlet_be_suppress_ls_used_cpu_cores": "gauge",
+    "koordlet_be_suppress_be_used_cpu_cores": "gauge", "koordlet_pod_eviction": "untyped",
+    "koordlet_resource_update_duration_milliseconds": "histogram",
+}
+
+
+def test_the_page_in_both_formats_carries_koordlets_and_the_standard_names(tmp_path: Path) -> None:
+    """The same page as text 0.0.4 and as OpenMetrics, read by prometheus_client's parsers: the same
+    families with the same samples (values read at two instants aside), koordlet's names as koordlet
+    names them, and the standard process families."""
+    agent, _, _ = fake_agent(tmp_path)
+    exporter = Exporter.for_agent(agent, "127.0.0.1:0")
+    m = exporter.metrics
+    try:
+        for j in agent.scheduler.jobs:
+            agent.scheduler.run_job(j)
+        m.koord_evictions.labels("n1", "BEMemoryEvict").inc()
+        m.be_suppress_cores.labels("n1", "cfsQuota").set(2.5)
+        m.update_duration.labels("cgroup", "success").observe(0.02)
+        text = parse(m.registry.render())
+        page, ctype = m.registry.expose("application/openmetrics-text; version=1.0.0")
+        assert ctype.startswith("application/openmetrics-text; version=1.0.0")
+        om = parse_openmetrics(page.decode())
+    finally:
+        agent.close()
+    assert set(text) == set(om)
+    for name, kind in KOORDLET_NAMES.items():
+        assert text[name].type == kind and om[name].type == kind, name
+    assert om["koordlet_pod_eviction"].value(node="n1", reason="BEMemoryEvict") == 1
+    assert om["koordlet_be_suppress_cpu_cores"].value(node="n1", type="cfsQuota") == 2.5
+    for name in ("process_resident_memory_bytes", "process_virtual_memory_bytes", "process_cpu_seconds_total",
+                 "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+        assert name in text and name in om, name
+    moving = {"process_resident_memory_bytes", "process_virtual_memory_bytes", "process_cpu_seconds_total",
+              "process_open_fds"} | {n for n in text if n.startswith("python_gc_")}
+    for name in set(text) - moving:
+        assert text[name].samples == om[name].samples, name
 
 
 def test_kubernetes_source_is_read_defensively(tmp_path: Path) -> None:
@@ -304,3 +353,29 @@ def test_scraping_while_the_agent_ticks(tmp_path: Path) -> None:
         th.join()
         agent.close()
     assert errors == [] and pages[0] > 0
+
+
+def test_the_names_docs_interfaces_pins_are_on_the_page(tmp_path: Path) -> None:
+    """Every family docs/interfaces.md names under ``/metrics`` is exported under that name, with the
+    labels it lists (a series appears once its first value does: a few are fed here)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "interfaces.md").read_text(encoding="utf-8")
+    section = doc.split("## `/metrics`", 1)[1].split("\n## ", 1)[0]
+    named = dict(re.findall(r"`([a-z][a-z0-9_]+)(?:\{([a-z,]+)\})?`", section))
+    agent, _, _ = fake_agent(tmp_path)
+    m = Exporter.for_agent(agent, "127.0.0.1:0").metrics
+    try:
+        for j in agent.scheduler.jobs:
+            agent.scheduler.run_job(j)
+        m.koord_evictions.labels("n1", "BEMemoryEvict").inc()
+        m.be_suppress_cores.labels("n1", "cfsQuota").set(2.5)
+        m.update_duration.labels("cgroup", "success").observe(0.02)
+        fams = parse(m.registry.render())
+    finally:
+        agent.close()
+    assert len(named) >= 12, named
+    for name, labels in named.items():
+        assert name in fams, name
+        for (_, series), _ in fams[name].samples.items():
+            if labels:  # the labels the doc lists, exactly
+                assert {k for k, _ in series} - {"le"} == set(labels.split(",")), (name, series)
+    assert named["koordlet_pod_eviction"] == "node,reason" and fams["koordlet_pod_eviction"].samples

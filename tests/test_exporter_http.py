@@ -6,6 +6,7 @@ Health bounds are worked out by hand: with a 1 s collect interval the collector 
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import socket
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from promtext import parse
+from promtext import parse, parse_openmetrics
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.exporter import Exporter, parse_addr
 from qosmanager.sim.fakehost import FakeHost
@@ -27,9 +28,9 @@ from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_ob
 T0 = 1000.0
 
 
-def get(url: str) -> tuple[int, dict[str, str], bytes]:
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -84,6 +85,32 @@ def test_endpoints(running: Any) -> None:
     assert all(c["ok"] for c in report["checks"].values())
     assert get(exporter.url + "/metrics?x=1")[0] == 200
     assert get(exporter.url + "/nothing")[0] == 404
+
+
+PROMETHEUS = {  # the headers Prometheus 2.x scrapes with
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+def test_a_prometheus_scrape_gets_gzipped_openmetrics_with_the_standard_names(running: Any) -> None:
+    agent, exporter, _ = running
+    run(agent, "collect")
+    code, headers, body = get(exporter.url + "/metrics", PROMETHEUS)
+    assert code == 200 and headers["Content-Encoding"] == "gzip"
+    assert headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    page = gzip.decompress(body).decode()
+    assert page.endswith("# EOF\n")
+    fams = parse_openmetrics(page)
+    assert fams["qosmanager_pods_tracked"].value() == 2
+    assert fams["process_resident_memory_bytes"].value() > 0 and fams["process_open_fds"].value() > 0
+    assert fams["process_cpu_seconds_total"].type == "counter"
+    assert fams["koordlet_resource_update_duration_milliseconds"].type == "histogram"
+    # a scraper that asks for nothing in particular gets the text format, not gzipped
+    code, headers, body = get(exporter.url + "/metrics", {"Accept": "*/*"})
+    assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "Content-Encoding" not in headers and "process_resident_memory_bytes" in parse(body.decode())
 
 
 def test_a_degraded_condition_is_named_in_health_and_metrics_but_answers_200(running: Any) -> None:

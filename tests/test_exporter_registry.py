@@ -1,27 +1,45 @@
-"""The exporter's registry: the text exposition format, escaping, histogram math, pulled values.
+"""The exporter's registry: both exposition formats, their negotiation, escaping, histogram math,
+pulled values.
 
-Expected texts and numbers are written out by hand from the format's rules; the output is parsed
-back with the strict reader in ``promtext.py``.
+Expected texts and numbers are written out by hand from the formats' rules; the output is parsed
+back with the readers in ``promtext.py`` (a strict reader of the text format and
+``prometheus_client``'s own text and OpenMetrics parsers).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import resource
 import threading
+from pathlib import Path
+from typing import Any
 
+import prometheus_client
 import pytest
 
-from promtext import FormatError, buckets, parse
+from promtext import FormatError, buckets, parse, parse_openmetrics
 from qosmanager.exporter.registry import (
+    CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE,
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     Registry,
-    escape_help,
-    escape_label_value,
+    accepts_gzip,
     exponential_buckets,
-    format_value,
+    wants_openmetrics,
 )
+
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+                     "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")  # what Prometheus 2.x sends
+
+
+def openmetrics(r: Registry) -> str:
+    page, ctype = r.expose(PROMETHEUS_ACCEPT)
+    assert ctype == OPENMETRICS_CONTENT_TYPE
+    return page.decode()
 
 
 def test_counter_and_gauge_render_exactly() -> None:
@@ -36,34 +54,67 @@ def test_counter_and_gauge_render_exactly() -> None:
         "# HELP jobs_total Jobs done\n"
         "# TYPE jobs_total counter\n"
         'jobs_total{kind="a"} 2.5\n'
-        'jobs_total{kind="b"} 3\n'
+        'jobs_total{kind="b"} 3.0\n'
         "# HELP temperature Now\n"
         "# TYPE temperature gauge\n"
         "temperature -1.25\n"
     )
+    # OpenMetrics names the counter family without _total, its samples with it, and ends in # EOF
+    assert openmetrics(r) == (
+        "# HELP jobs Jobs done\n"
+        "# TYPE jobs counter\n"
+        'jobs_total{kind="a"} 2.5\n'
+        'jobs_total{kind="b"} 3.0\n'
+        "# HELP temperature Now\n"
+        "# TYPE temperature gauge\n"
+        "temperature -1.25\n"
+        "# EOF\n"
+    )
+    assert r.expose("") == (r.render().encode(), CONTENT_TYPE)
+
+
+def test_a_counter_without_total_keeps_its_exact_name_in_both_formats() -> None:
+    """koordlet's ``koordlet_pod_eviction`` (client_golang's text format adds no suffix): as a counter
+    both formats would call its samples ``koordlet_pod_eviction_total`` and koordlet's dashboards
+    would find nothing, so it is exposed untyped under its own name."""
+    r = Registry()
+    Counter("koordlet_pod_eviction", "Evictions", ("node", "reason"), r).labels("n1", "BECPUEvict").inc()
+    text = r.render()
+    assert "# TYPE koordlet_pod_eviction untyped\n" in text
+    assert 'koordlet_pod_eviction{node="n1",reason="BECPUEvict"} 1.0\n' in text
+    for fams in (parse(text), parse_openmetrics(openmetrics(r))):
+        assert fams["koordlet_pod_eviction"].value(node="n1", reason="BECPUEvict") == 1
+        assert "koordlet_pod_eviction_total" not in fams
 
 
 def test_escaping_round_trips_through_the_reader() -> None:
     nasty = 'C:\\dir "quoted"\nsecond line'
-    assert escape_label_value(nasty) == 'C:\\\\dir \\"quoted\\"\\nsecond line'
-    assert escape_help('a \\ b\nc "d"') == 'a \\\\ b\\nc "d"'  # a quote stays literal in HELP
     r = Registry()
     g = Gauge("odd_labels", 'Help with \\ and\nnewline and "quotes"', ("path", "other"), r)
     g.labels(nasty, "").set(1)
     g.labels("plain", "ünïcode").set(2)
-    fams = parse(r.render())
-    fam = fams["odd_labels"]
-    assert fam.help == 'Help with \\ and\nnewline and "quotes"'
-    assert fam.value(path=nasty, other="") == 1
-    assert fam.value(path="plain", other="ünïcode") == 2
+    text = r.render()
+    # label values escape backslash, quote and line feed; HELP only backslash and line feed
+    assert 'odd_labels{other="",path="C:\\\\dir \\"quoted\\"\\nsecond line"} 1.0\n' in text
+    assert '# HELP odd_labels Help with \\\\ and\\nnewline and "quotes"\n' in text
+    for fams in (parse(text), parse_openmetrics(openmetrics(r))):
+        fam = fams["odd_labels"]
+        assert fam.value(path=nasty, other="") == 1
+        assert fam.value(path="plain", other="ünïcode") == 2
+    assert parse(text)["odd_labels"].help == 'Help with \\ and\nnewline and "quotes"'
 
 
 @pytest.mark.parametrize(("value", "text"), [
-    (3, "3"), (3.0, "3"), (0.1, "0.1"), (-2.5, "-2.5"), (1e-7, "1e-07"), (2**60 + 0.0, repr(2.0**60)),
-    (math.inf, "+Inf"), (-math.inf, "-Inf"), (math.nan, "NaN"), (True, "1"),
+    (3, "3.0"), (0.1, "0.1"), (-2.5, "-2.5"), (1e-7, "1e-07"), (2.0**60, "1.152921504606847e+18"),
+    (math.inf, "+Inf"), (-math.inf, "-Inf"), (math.nan, "NaN"), (True, "1.0"),
 ])
-def test_value_format(value: float, text: str) -> None:
-    assert format_value(value) == text
+def test_values_as_go_reads_them(value: float, text: str) -> None:
+    r = Registry()
+    Gauge("v", "x", registry=r).set(value)
+    assert r.render().endswith(f"\nv {text}\n")
+    for fams in (parse(r.render()), parse_openmetrics(openmetrics(r))):
+        got = fams["v"].value()
+        assert (math.isnan(got) and math.isnan(value)) or got == value
 
 
 def test_histogram_math_by_hand() -> None:
@@ -74,13 +125,14 @@ def test_histogram_math_by_hand() -> None:
         child.observe(v)
     child.observe(3, n=3)  # three equal samples in one update
     child.observe(math.nan)  # dropped: it would poison the sum
-    fam = parse(r.render())["latency_seconds"]
-    # le=1: 0.5, 1 (a sample equal to a bound counts in it) -> 2
-    # le=2: + 1.5, 2 -> 4;  le=5: + 4.9, 5, 3 x 3 -> 9;  +Inf: + 7, 100 -> 11
-    assert buckets(fam, op="read") == [(1.0, 2), (2.0, 4), (5.0, 9), (math.inf, 11)]
-    assert fam.series("_count") == {(("op", "read"),): 11}
-    # 0.5 + 1 + 1.5 + 2 + 4.9 + 5 + 7 + 100 + 9 = 130.9
-    assert fam.series("_sum")[(("op", "read"),)] == pytest.approx(130.9)
+    for fams in (parse(r.render()), parse_openmetrics(openmetrics(r))):
+        fam = fams["latency_seconds"]
+        # le=1: 0.5, 1 (a sample equal to a bound counts in it) -> 2
+        # le=2: + 1.5, 2 -> 4;  le=5: + 4.9, 5, 3 x 3 -> 9;  +Inf: + 7, 100 -> 11
+        assert buckets(fam, op="read") == [(1.0, 2), (2.0, 4), (5.0, 9), (math.inf, 11)]
+        assert fam.series("_count") == {(("op", "read"),): 11}
+        # 0.5 + 1 + 1.5 + 2 + 4.9 + 5 + 7 + 100 + 9 = 130.9
+        assert fam.series("_sum")[(("op", "read"),)] == pytest.approx(130.9)
 
 
 def test_histogram_text_layout() -> None:
@@ -89,7 +141,7 @@ def test_histogram_text_layout() -> None:
     h.observe(0.25)
     assert r.render() == (
         "# HELP d_ms x\n# TYPE d_ms histogram\n"
-        'd_ms_bucket{le="0.5"} 1\nd_ms_bucket{le="+Inf"} 1\nd_ms_sum 0.25\nd_ms_count 1\n'
+        'd_ms_bucket{le="0.5"} 1.0\nd_ms_bucket{le="+Inf"} 1.0\nd_ms_count 1.0\nd_ms_sum 0.25\n'
     )
 
 
@@ -98,7 +150,7 @@ def test_koordlets_exponential_buckets() -> None:
     assert exponential_buckets(0.01, 4, 8) == (0.01, 0.04, 0.16, 0.64, 2.56, 10.24, 40.96, 163.84)
     r = Registry()
     Histogram("b", "x", buckets=exponential_buckets(0.01, 4, 8), registry=r).observe(1)
-    assert 'b_bucket{le="0.16"} 0' in r.render()  # not 0.16000000000000003
+    assert 'b_bucket{le="0.16"} 0.0' in r.render()  # not 0.16000000000000003
     with pytest.raises(ValueError, match="factor > 1"):
         exponential_buckets(1, 1, 3)
 
@@ -138,6 +190,9 @@ def test_bad_names_and_uses_are_refused_with_a_clear_message() -> None:
     c = Counter("c_total", "x", ("a",), r)
     with pytest.raises(ValueError, match="registered twice"):
         Counter("c_total", "x", registry=r)
+    ProcessCollector(registry=r)  # prometheus_client's registry refuses a clash with its collectors too
+    with pytest.raises(ValueError, match="Duplicated"):
+        Gauge("process_open_fds", "x", registry=r)
     with pytest.raises(ValueError, match="takes labels"):
         c.labels("a", "b")
     with pytest.raises(ValueError, match="only goes up"):
@@ -156,7 +211,7 @@ def test_remove_drops_a_series() -> None:
 
 def test_the_reader_catches_broken_text() -> None:
     """The reader must be able to fail, or the format tests prove nothing."""
-    ok = "# HELP a x\n# TYPE a counter\na 1\n"
+    ok = "# HELP a_total x\n# TYPE a_total counter\na_total 1\n"
     parse(ok)
     for bad in (
         "# TYPE a counter\na 1\n",  # no HELP
@@ -170,6 +225,35 @@ def test_the_reader_catches_broken_text() -> None:
     ):
         with pytest.raises(FormatError):
             parse(bad)
+    parse_openmetrics("# TYPE a counter\na_total 1\n# EOF\n")
+    for bad in ("# TYPE a counter\na_total 1\n", "# TYPE a counter\na 1\n# EOF\n"):  # no EOF; no _total
+        with pytest.raises(FormatError):
+            parse_openmetrics(bad)
+
+
+@pytest.mark.parametrize(("accept", "want"), [
+    (PROMETHEUS_ACCEPT, True),
+    ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;"
+     "version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,"
+     "*/*;q=0.1", True),  # Prometheus 3
+    ("application/openmetrics-text", True),
+    ("application/openmetrics-text; version=0.0.1", True),
+    ("text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0", True),  # q orders
+    ("application/openmetrics-text;version=1.0.0;q=0.4,text/plain;version=0.0.4;q=0.5", False),
+    ("application/openmetrics-text;q=0,*/*", False),  # q=0 refuses it
+    ("application/openmetrics-text;version=9.9.9,text/plain", False),  # a version it does not write
+    ("text/plain", False), ("*/*", False), ("", False), ("garbage;;;,,", False),
+])
+def test_format_negotiation(accept: str, want: bool) -> None:
+    assert wants_openmetrics(accept) is want
+
+
+@pytest.mark.parametrize(("header", "want"), [
+    ("gzip", True), ("gzip, deflate, br", True), ("deflate, GZIP;q=0.5", True), ("x-gzip", True),
+    ("identity", False), ("", False), ("gzip;q=0", False), ("*", False), ("br;q=1.0, gzip;q=0", False),
+])
+def test_gzip_negotiation(header: str, want: bool) -> None:
+    assert accepts_gzip(header) is want
 
 
 def test_scrapes_never_race_updates() -> None:
@@ -200,3 +284,60 @@ def test_scrapes_never_race_updates() -> None:
     fams = parse(r.render())
     assert sum(fams["events_total"].series().values()) == 3000
     assert sum(fams["obs"].series("_count").values()) == 3000
+
+
+def _families(collector: Any) -> dict[str, Any]:
+    return {m.name: m for m in collector.collect()}
+
+
+def test_process_families_are_the_librarys_with_descriptors_counted_without_listing(tmp_path: Path) -> None:
+    """Same names, types and help as prometheus_client's ProcessCollector, and the same values
+    (CPU and memory move between the two reads: they are compared loosely)."""
+    ours = _families(ProcessCollector(registry=None))
+    theirs = _families(prometheus_client.ProcessCollector(registry=None))
+    assert {(m.name, m.type, m.documentation) for m in ours.values()} == {
+        (m.name, m.type, m.documentation) for m in theirs.values()}
+    assert set(ours) == {"process_virtual_memory_bytes", "process_resident_memory_bytes",
+                         "process_start_time_seconds", "process_cpu_seconds", "process_open_fds",
+                         "process_max_fds"}
+
+    def value(fams: dict[str, Any], name: str) -> float:
+        return float(fams[name].samples[0].value)
+
+    for name in ("process_start_time_seconds", "process_max_fds"):
+        assert value(ours, name) == value(theirs, name), name
+    assert value(ours, "process_resident_memory_bytes") == pytest.approx(
+        value(theirs, "process_resident_memory_bytes"), rel=0.2)
+    # the library's listing counts its own descriptor of /proc/self/fd
+    assert value(theirs, "process_open_fds") - 1 == value(ours, "process_open_fds")
+    extra = [os.open(os.devnull, os.O_RDONLY) for _ in range(100)]
+    try:
+        assert value(_families(ProcessCollector(registry=None)), "process_open_fds") == (
+            value(ours, "process_open_fds") + 100)
+    finally:
+        for fd in extra:
+            os.close(fd)
+
+
+def test_process_descriptors_are_listed_where_the_directory_gives_no_count(tmp_path: Path) -> None:
+    """A /proc that is not the kernel's (or a kernel before 6.2, whose fd directory has size 0):
+    the descriptors are listed.  A fake /proc: boot time, the process's stat, limits, and 3 fds."""
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+    me = tmp_path / "42"
+    (me / "fd").mkdir(parents=True)
+    for i in range(4):  # 0, 1, 2 and the descriptor the listing itself holds on a real /proc
+        (me / "fd" / str(i)).write_text("")
+    # pid (comm with a paren) state ppid ... utime=field 14, stime=15, starttime=22, vsize=23, rss=24
+    fields = ["S"] + ["0"] * 10 + ["250", "150"] + ["0"] * 6 + ["500", "4096000", "10"]
+    (me / "stat").write_text("42 (odd) name) " + " ".join(fields) + " 0 0\n")
+    (me / "limits").write_text("Limit  Soft Limit  Hard Limit  Units\nMax open files  1024  4096  files\n")
+    c = ProcessCollector(pid=lambda: 42, proc=str(tmp_path), registry=None)
+    fams = {m.name: float(m.samples[0].value) for m in c.collect()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert fams == {"process_virtual_memory_bytes": 4096000.0,
+                    "process_resident_memory_bytes": 10.0 * resource.getpagesize(),
+                    "process_start_time_seconds": 500 / ticks + 1700000000,
+                    "process_cpu_seconds": (250 + 150) / ticks,  # a counter family: _total on its sample
+                    "process_open_fds": 3.0, "process_max_fds": 1024.0}
+    (me / "stat").write_text("garbled")
+    assert {m.name for m in c.collect()} == {"process_open_fds", "process_max_fds"}  # the rest still read

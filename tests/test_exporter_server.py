@@ -9,6 +9,7 @@ milliseconds, so the margin is for a loaded test machine), and must get 200.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import socket
@@ -20,18 +21,19 @@ from typing import Any
 import pytest
 
 from qosmanager.exporter import MetricsServer
-from qosmanager.exporter.server import MAX_CLIENTS
+from qosmanager.exporter.server import GZIP_LEVEL, MAX_CLIENTS
 
 PROBE_TIMEOUT = 3.0
 
 
-def request(server: MetricsServer, path: str, *, method: str = "GET",
-            timeout: float = PROBE_TIMEOUT, source: str | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(server: MetricsServer, path: str, *, method: str = "GET", timeout: float = PROBE_TIMEOUT,
+            source: str | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     host, port = server.address
     conn = http.client.HTTPConnection(host, port, timeout=timeout,
                                       source_address=(source, 0) if source else None)
     try:
-        conn.request(method, path)
+        conn.request(method, path, headers=headers or {})
         r = conn.getresponse()
         return r.status, dict(r.getheaders()), r.read()
     finally:
@@ -51,8 +53,16 @@ def health(liveness: bool = False) -> tuple[bool, dict[str, Any]]:
     return True, body
 
 
+def text(page: str) -> Any:
+    """An exposition function that answers ``page`` whatever the client accepts."""
+    return lambda accept: (page.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+
+UP = text("up 1\n")
+
+
 @contextlib.contextmanager
-def serving(render: Any = lambda: "up 1\n", **kw: Any) -> Iterator[MetricsServer]:
+def serving(render: Any = UP, **kw: Any) -> Iterator[MetricsServer]:
     server = MetricsServer("127.0.0.1:0", render, health, **kw)
     server.start()
     try:
@@ -186,7 +196,7 @@ def test_slow_loris_clients_are_cut_at_the_head_deadline_and_never_block_probes(
 
 def test_a_client_that_never_reads_its_answer_blocks_nobody() -> None:
     big = "x 1\n" * 2_000_000  # 8 MB: far more than the socket buffers take
-    with serving(render=lambda: big, write_timeout=1.5) as server:
+    with serving(render=text(big), write_timeout=1.5) as server:
         stuck = socket.socket()
         stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: no autotuning
         stuck.connect(server.address)
@@ -214,7 +224,7 @@ def test_concurrent_scrapers_all_get_their_answers() -> None:
             with lock:
                 results.append((path, code, body))
 
-    with serving(render=lambda: page) as server:
+    with serving(render=text(page)) as server:
         threads = [threading.Thread(target=scraper) for _ in range(16)]
         for th in threads:
             th.start()
@@ -247,6 +257,46 @@ def test_protocol_edges() -> None:
         assert probe(server) == 200
 
 
+def test_the_accept_header_reaches_the_exposition_and_gzip_follows_accept_encoding() -> None:
+    """The server hands the request's Accept header (repeated fields joined, any case) to the
+    exposition function and sends its content type; Accept-Encoding: gzip gets the same page gzipped
+    (Content-Length of the gzipped bytes, HEAD included); without it, the page as it is."""
+    seen: list[str] = []
+    page = "".join(f'koordlet_resource_update_duration_milliseconds_bucket{{le="{i}"}} {i}.0\n'
+                   for i in range(2000))
+
+    def expose(accept: str) -> tuple[bytes, str]:
+        seen.append(accept)
+        return page.encode(), "application/x-test"
+
+    with serving(render=expose) as server:
+        s = connect(server)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nACCEPT: a/b;q=0.5\r\naccept: c/d\r\n\r\n")
+        assert recv_all(s).split(b"\r\n")[0] == b"HTTP/1.1 200 OK"
+        s.close()
+        assert seen == ["a/b;q=0.5, c/d"]
+        code, headers, body = request(server, "/metrics")  # http.client says Accept-Encoding: identity
+        assert code == 200 and body == page.encode() and "Content-Encoding" not in headers
+        assert headers["Content-Type"] == "application/x-test" and "Accept-Encoding" in headers["Vary"]
+        code, headers, body = request(server, "/metrics", headers={"Accept-Encoding": "deflate, gzip"})
+        assert code == 200 and headers["Content-Encoding"] == "gzip"
+        assert int(headers["Content-Length"]) == len(body) < len(page) // 4
+        assert gzip.decompress(body) == page.encode()
+        code, headers, body = request(server, "/metrics", method="HEAD", headers={"Accept-Encoding": "gzip"})
+        assert code == 200 and body == b"" and headers["Content-Encoding"] == "gzip"
+        assert int(headers["Content-Length"]) == len(gzip.compress(page.encode(), GZIP_LEVEL, mtime=0))
+        code, headers, body = request(server, "/healthz", headers={"Accept-Encoding": "gzip"})
+        assert code == 200 and "Content-Encoding" not in headers and json.loads(body)["status"] == "ok"
+        assert probe(server) == 200
+
+
+def recv_all(s: socket.socket) -> bytes:
+    out = b""
+    while chunk := s.recv(65536):
+        out += chunk
+    return out
+
+
 def test_a_broken_health_function_answers_503_and_the_server_goes_on() -> None:
     calls = []
 
@@ -254,7 +304,7 @@ def test_a_broken_health_function_answers_503_and_the_server_goes_on() -> None:
         calls.append(liveness)
         raise RuntimeError("boom")
 
-    def bad_render() -> str:
+    def bad_render(accept: str) -> tuple[bytes, str]:
         raise ValueError("bad family")
 
     server = MetricsServer("127.0.0.1:0", bad_render, bad_health)

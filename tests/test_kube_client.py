@@ -152,6 +152,17 @@ def test_kubeconfig_structure_errors(tmp_path: Path) -> None:
         load_kubeconfig(str(bad))
     with pytest.raises(KubeConfigError, match="server must be an http"):
         load_kubeconfig(write_kubeconfig(tmp_path / "kc", {"server": "api:6443"}, {}))
+    for name, text, message in [
+            ("list", "- a\n- b\n", "expected an object"),
+            ("notyaml", "a: [\n", "not valid YAML"),
+            # a billion laughs: every alias counts as what it stands for
+            ("bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                     + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
+                               for i in range(6)), "more than 1000000 values")]:
+        p = tmp_path / name
+        p.write_text(text)
+        with pytest.raises(KubeConfigError, match=message):
+            load_kubeconfig(str(p))
 
 
 # ----------------------------------------------------------------------------------------------

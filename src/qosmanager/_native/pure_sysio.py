@@ -11,13 +11,79 @@ import numpy as np
 IMPLEMENTATION = "pure"
 
 
+# f_type of the filesystems the agent tells apart, by the name /proc/self/mountinfo gives them
+FS_MAGIC = {
+    "cgroup": 0x27E0EB,
+    "cgroup2": 0x63677270,
+    "tmpfs": 0x01021994,
+    "proc": 0x9FA0,
+    "sysfs": 0x62656572,
+    "resctrl": 0x07655821,
+    "debugfs": 0x64626720,
+    "tracefs": 0x74726163,
+    "ext4": 0xEF53,
+    "xfs": 0x58465342,
+    "btrfs": 0x9123683E,
+    "overlay": 0x794C7630,
+    "9p": 0x01021997,
+}
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as three octal digits."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The type of the filesystem ``path`` lies on: the last-mounted longest mount point above it."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best, best_len = None, -1
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields = head.split()
+        if not sep or len(fields) < 5 or not tail:
+            continue
+        mp = _unescape(fields[4])
+        inside = path == mp or mp == "/" or path.startswith(mp.rstrip("/") + "/")
+        if inside and len(mp) >= best_len:
+            best, best_len = tail.split()[0], len(mp)
+    return best
+
+
 def statfs_magic(path: str) -> int | None:
-    """Python's standard library cannot read ``f_type``: unknown, callers fall back."""
-    return None
+    """``f_type`` of ``path``'s filesystem, from /proc/self/mountinfo (the standard library has no statfs);
+    None when unknown, and callers fall back."""
+    try:
+        real = os.path.realpath(path, strict=True)
+    except OSError:
+        return None
+    fs = _fs_type(real)
+    return FS_MAGIC.get(fs) if fs is not None else None
 
 
 def fstatfs_magic(fd: int) -> int | None:
-    return None
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    if not path.startswith("/"):
+        return None
+    fs = _fs_type(path.removesuffix(" (deleted)"))
+    return FS_MAGIC.get(fs) if fs is not None else None
 
 
 def open_batch(paths: Sequence[str], flags: int) -> np.ndarray:

@@ -117,8 +117,8 @@ class FileTable:
         magic = sysio.fstatfs_magic(fd)
         if magic is not None:
             return magic not in KERNEL_FS_MAGIC
-        # No f_type (plain-Python mode): kernel control files report size 0 (cgroupfs, procfs)
-        # or 4096 (sysfs); a fake tree's regular files hold their content length.
+        # f_type unknown (a filesystem the plain-Python twin cannot name): kernel control files
+        # report size 0 (cgroupfs, procfs) or 4096 (sysfs); a fake tree's files hold their length.
         st = os.fstat(fd)
         return stat.S_ISREG(st.st_mode) and st.st_size not in (0, 4096)
 

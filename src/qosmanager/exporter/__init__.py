@@ -1,9 +1,11 @@
 """Prometheus ``/metrics`` and ``/healthz`` of the agent (``--metrics-addr``).
 
-* :mod:`~qosmanager.exporter.registry`: a tiny registry (counters, gauges, histograms with label
-  sets) and the text exposition format 0.0.4;
+* :mod:`~qosmanager.exporter.registry`: counters, gauges and histograms with label sets as custom
+  collectors on ``prometheus_client``'s registry, and its encoders (the text format 0.0.4 and
+  OpenMetrics, negotiated per request);
 * :mod:`~qosmanager.exporter.agent_metrics`: the agent's families (koordlet's names where koordlet
-  has the metric, ``qosmanager_`` for the rest) and the O(1) hooks that feed them;
+  has the metric, the standard ``process_*`` ones, ``qosmanager_`` for the rest) and the O(1)
+  hooks that feed them;
 * :mod:`~qosmanager.exporter.health`: the ``/healthz`` checks;
 * :mod:`~qosmanager.exporter.server`: the HTTP server (one non-blocking thread no client can hold).
 
@@ -33,7 +35,7 @@ class Exporter:
                  max_clients: int = MAX_CLIENTS) -> None:
         self.metrics = metrics
         self.health = health
-        self.server = MetricsServer(addr, metrics.registry.render, health.check, max_clients=max_clients)
+        self.server = MetricsServer(addr, metrics.registry.expose, health.check, max_clients=max_clients)
 
     @classmethod
     def for_agent(cls, agent: Agent, addr: str | None = None, *, bounds: HealthBounds | None = None,

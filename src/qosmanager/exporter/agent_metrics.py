@@ -1,7 +1,10 @@
 """The agent's metric families and the hooks that feed them.
 
 koordlet's names are kept where koordlet has the metric (``pkg/koordlet/metrics``), so existing
-dashboards keep working; everything else is ``qosmanager_``.  Where a value comes from:
+dashboards keep working (``koordlet_pod_eviction`` is exposed untyped so that neither format renames
+it ``..._total``: see :mod:`~qosmanager.exporter.registry`); the agent process's own figures are the
+standard ``process_*`` families of ``prometheus_client``; everything else is ``qosmanager_``.
+Where a value comes from:
 
 * **Counters the agent keeps anyway** (``CollectorStats``, ``ExecutorStats``, ``StrategyStats``,
   the state store's ``health``, the metric cache's size) are *pulled* at scrape time on the HTTP
@@ -27,8 +30,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import GCCollector, PlatformCollector
+
 from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
-from qosmanager.exporter.registry import Counter, Gauge, Histogram, LabelValues, Registry, exponential_buckets
+from qosmanager.exporter.registry import (
+    Counter,
+    Gauge,
+    Histogram,
+    LabelValues,
+    ProcessCollector,
+    Registry,
+    exponential_buckets,
+)
 from qosmanager.host import resources as res
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.cpuset import parse_cpu_list
@@ -184,24 +197,22 @@ class AgentMetrics:
               "else applies; /healthz says why", ("field",), r).pull(self._nodeslo_invalid)
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
-        self._proc: Any = None
         if self._want_process:
             self._define_process(r)
 
     def _define_process(self, r: Registry) -> None:
+        """The standard families every Prometheus client exports, from ``prometheus_client``'s own
+        collectors: ``process_*`` (resident and virtual memory, CPU seconds, open and maximum
+        descriptors, start time; read from ``/proc/self`` at scrape time, open descriptors in O(1):
+        :class:`~qosmanager.exporter.registry.ProcessCollector`), ``python_gc_*`` and
+        ``python_info``.  They replace ``qosmanager_process_resident_memory_bytes``,
+        ``qosmanager_process_cpu_seconds_total`` and ``qosmanager_descriptors_open``."""
         try:
-            import psutil
-
-            self._proc = psutil.Process()
-        except Exception as e:  # psutil is a runtime dependency; without it the rest still works
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
+        except Exception as e:  # e.g. a name clash: the agent's own families still work
             log.warning("no process metrics: %s", e)
-            return
-        Gauge("qosmanager_process_resident_memory_bytes", "Resident memory of the agent process",
-              registry=r).pull(lambda: self._process("rss"))
-        Counter("qosmanager_process_cpu_seconds_total", "CPU time (user + system) of the agent process",
-                registry=r).pull(lambda: self._process("cpu"))
-        Gauge("qosmanager_descriptors_open", "Open file descriptors of the agent process",
-              registry=r).pull(lambda: self._process("fds"))
 
     # ------------------------------------------------------------------
     # hooks (agent thread, O(1) per event)
@@ -423,21 +434,6 @@ class AgentMetrics:
         if self.store is None:
             return None
         return {(kind,): h.last_sync for kind, h in list(self.store.health.items()) if h.last_sync > 0}
-
-    def _process(self, what: str) -> float | None:
-        p = self._proc
-        if p is None:
-            return None
-        try:
-            if what == "rss":
-                return float(p.memory_info().rss)
-            if what == "cpu":
-                t = p.cpu_times()
-                return float(t.user + t.system)
-            return float(p.num_fds())
-        except Exception as e:  # e.g. num_fds on a platform without it
-            log.debug("process metric %s: %s", what, e)
-            return None
 
 
 def _is_number(v: object) -> bool:

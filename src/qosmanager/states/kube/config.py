@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from qosmanager.api.decode import DecodeError, Limits, read_document_file
 
 if TYPE_CHECKING:
     import ssl  # imported when a TLS context is built: standalone agents never load TLS (~4 MiB)
@@ -198,17 +198,18 @@ def _b64(value: Any, field_name: str, path: str) -> bytes:
         raise KubeConfigError(f"{path}: {field_name} is not valid base64: {e}") from None
 
 
+# a kubeconfig with inline certificates for many clusters is kilobytes; an alias bomb is refused
+KUBECONFIG_LIMITS = Limits(max_bytes=16 * 1024 * 1024, max_depth=32, max_nodes=1_000_000)
+
+
 def load_kubeconfig(path: str, context: str | None = None) -> KubeConfig:
     """The connection of ``context`` (default: the file's ``current-context``) in a kubeconfig file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+        doc = read_document_file(path, KUBECONFIG_LIMITS)
     except OSError as e:
         raise KubeConfigError(f"cannot read kubeconfig {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {e}") from None
-    if not isinstance(doc, Mapping):
-        raise KubeConfigError(f"kubeconfig {path} is not a mapping")
+    except DecodeError as e:  # not YAML, not a mapping, or beyond the limits (the message names the file)
+        raise KubeConfigError(f"bad kubeconfig: {e}") from None
     base = os.path.dirname(os.path.abspath(path))
 
     def rel(p: Any) -> str:
