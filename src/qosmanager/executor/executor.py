@@ -31,6 +31,22 @@ tick (the kernel refuses the value, the file is read-only) is logged and audited
 then as a count at most every ``repeat_seconds`` ("failed 240 more times in the last 5 min"); every
 failure is still counted in :attr:`Executor.stats`.
 
+**Plans.**  A strategy that hands over thousands of writes that rarely change wraps them in a
+:class:`Plan`: a key, a version the strategy computes cheaply, and a function that builds the writes.
+While a plan's version is unchanged it is skipped wholesale (its writes are not even built) until its
+force window ends (``force_seconds`` after it was last checked); then it is rebuilt and every file it
+holds is re-read and corrected, whatever the write cache says.  A new version sends only the writes
+that differ from the last one; writes that failed or lost their file are sent again on the next
+round.  ``spread=True`` staggers the first force window of plans that appear together (over the second
+half of the window) so their re-checks do not all fall on one round.  What a skipped plan would have
+decided was audited when it was sent, and is audited again when the forced re-check finds it undone
+(also under ``--dry-run``).
+
+**Originals.**  The first time a strategy changes a file, what the file held is remembered; a
+:class:`Restore` writes it back (one file, one entry of a multi-entry file, or every entry a strategy
+changed except some) and forgets it.  :meth:`Executor.restore` does that for everything a strategy
+changed.
+
 Directories (resctrl control groups) are created here too, by :meth:`Executor.mkdir`: validated,
 audited (``"action": "mkdir"``) and, under ``--dry-run``, only decided.  A directory the dry run
 "created" is remembered, and writes to files that would be in it are decided and audited against
@@ -43,6 +59,7 @@ import errno
 import logging
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -89,7 +106,45 @@ class Write:
     compare: bool = True  # read-compare before writing (False for append-style files)
     raw: bool = False  # value is file content already (restores)
     lease: float = 5.0  # seconds the strategy's claim on the file lasts without renewal
+    recheck: bool = False  # re-read the file even when the write cache vouches for it
+    restore: bool = False  # writes back an original (records none of its own)
     # (not frozen only because frozen dataclasses are slow to build; treat as immutable)
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """A strategy's writes with an identity (see the module docstring).
+
+    ``key`` names the plan among its strategy's plans; ``version`` stands for its contents (compared
+    with ``is``, then ``==``: an equal version promises the same writes); ``build`` returns the writes,
+    fresh :class:`Write` objects on every call (the executor marks them), and runs only when needed.
+    """
+
+    strategy: str
+    key: str
+    version: object
+    build: Callable[[], Iterable[Write]]
+    spread: bool = False  # stagger the first force window (many plans that appear together)
+
+
+@dataclass(slots=True)
+class Restore:
+    """A strategy's wish: write back what ``resource`` of ``cgroup`` held before it first changed it.
+
+    ``entry`` ``""``: the file (or its only entry); a name: that entry of a multi-entry file; None:
+    every entry the strategy changed except those in ``keep``.  Nothing happens where the strategy
+    changed nothing (or the original was already written back).
+    """
+
+    strategy: str
+    resource: str
+    cgroup: str = ""
+    entry: str | None = ""
+    keep: frozenset[str] = frozenset()
+    reason: str = ""
+
+
+Request = Write | Plan | Restore
 
 
 @dataclass(slots=True)
@@ -119,6 +174,26 @@ class _CacheEntry:
     value: str  # canonical value written
     ts: float  # when it was written or last confirmed
     content: str | None = None  # what the file held afterwards (saves a read on the next change)
+
+
+@dataclass(slots=True)
+class _Original:
+    strategy: str
+    value: str  # the file's content, or the entry's own value (``entry_level``)
+    write: Write  # the first write that changed it (resource, cgroup, entry, uid)
+    entry_level: bool
+
+
+@dataclass(slots=True)
+class _PlanState:
+    version: object
+    expires: float  # end of the force window: rebuilt and re-checked from then on
+    seen: float
+    sent: list[Write]  # the writes of the current version
+    retry: list[Write]  # failed or lost last time: sent again on the next round
+
+
+RETRY_STATUSES = ("failed", "lost")
 
 
 @dataclass(slots=True)
@@ -160,6 +235,8 @@ class ExecutorStats:
     lost: int = 0
     read_syscalls: int = 0
     write_syscalls: int = 0
+    plans_skipped: int = 0  # plans unchanged within their force window: not even built
+    plans_sent: int = 0  # plans built (first time, new version, or forced re-check)
 
 
 class Executor:
@@ -182,7 +259,8 @@ class Executor:
         self._cache: dict[str, _CacheEntry] = {}
         self._claims: dict[str, _Claim] = {}
         self._conflicts: dict[str, tuple[str, str, str]] = {}
-        self._originals: dict[str, tuple[str, str, Write]] = {}  # key -> (strategy, old content, write)
+        self._originals: dict[str, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
+        self._plans: dict[tuple[str, str], _PlanState] = {}
         self._last_gc = clock()
         # failed and refused writes: said in full once, then as a count (see the module docstring)
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
@@ -370,9 +448,12 @@ class Executor:
     # ------------------------------------------------------------------
     # the batch
     # ------------------------------------------------------------------
-    def apply(self, writes: Iterable[Write], now: float | None = None) -> list[WriteResult]:
+    def apply(self, requests: Iterable[Request], now: float | None = None) -> list[WriteResult]:
+        """Carry out writes, plans and restores (see the module docstring); one result per write sent
+        (a skipped plan, or a restore with nothing to restore, has none)."""
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
+        writes, spans = self._expand(requests, now)
         results: list[WriteResult] = []
         items: dict[str, _Item] = {}
         cache, force = self._cache, self.force_seconds
@@ -387,7 +468,7 @@ class Executor:
             claim = self._claims.get(key)
             entry = cache.get(key)
             if (claim is not None and claim.strategy == w.strategy and entry is not None and w.cacheable
-                    and entry.value == w.value and now - entry.ts < force):
+                    and entry.value == w.value and now - entry.ts < force and not w.recheck):
                 claim.ts, claim.value, claim.lease = now, w.value, w.lease
                 self.stats.cache_hits += 1
                 results.append(WriteResult(w, target, "cached", w.value))
@@ -419,6 +500,8 @@ class Executor:
             self._read_current(pending, now)
             self._plan(pending, now)
             self._execute(pending, now)
+        for st, a, b in spans:  # what did not land is sent again on the next round
+            st.retry = [r.write for r in results[a:b] if r.status in RETRY_STATUSES]
         if self._repeats and now - self._last_sweep >= self._repeats.interval / 10:
             self._sweep_repeats(now)
         self.audit.flush()
@@ -429,6 +512,115 @@ class Executor:
             for cb in self.on_batch:
                 cb(results, dt)
         return results
+
+    # ------------------------------------------------------------------
+    # plans and restores
+    # ------------------------------------------------------------------
+    def _expand(self, requests: Iterable[Request],
+                now: float) -> tuple[list[Write], list[tuple[_PlanState, int, int]]]:
+        """The writes to send this round, and which of them (a span) each sent plan contributed."""
+        out: list[Write] = []
+        spans: list[tuple[_PlanState, int, int]] = []
+        for r in requests:
+            if type(r) is Write:
+                out.append(r)
+            elif isinstance(r, Plan):
+                start = len(out)
+                st = self._plan_writes(r, now, out)
+                if st is not None:
+                    spans.append((st, start, len(out)))
+            elif isinstance(r, Restore):
+                self._restore_writes(r, out)
+            elif isinstance(r, Write):
+                out.append(r)
+            else:
+                raise TypeError(f"executor: {type(r).__name__} is not a Write, Plan or Restore")
+        return out, spans
+
+    def _plan_writes(self, p: Plan, now: float, out: list[Write]) -> _PlanState | None:
+        """Append what plan ``p`` needs sent now; None when it is skipped (unchanged, within its window)."""
+        pk = (p.strategy, p.key)
+        st = self._plans.get(pk)
+        force = self.force_seconds
+        if st is not None and now < st.expires and (st.version is p.version or st.version == p.version):
+            st.version, st.seen = p.version, now  # the same object next time: an identity check
+            if not st.retry:
+                self.stats.plans_skipped += 1
+                return None
+            out.extend(st.retry)
+            return st
+        built = list(p.build())
+        self.stats.plans_sent += 1
+        if st is None:
+            # a spread plan's first window ends somewhere in the second half of the force window
+            window = force
+            if p.spread:
+                window *= 1.0 - zlib.crc32(f"{p.strategy}/{p.key}".encode()) / 2**33
+            st = self._plans[pk] = _PlanState(p.version, now + window, now, built, [])
+            out.extend(built)
+            return st
+        if now >= st.expires:  # the force window is over: every file of the plan is re-read
+            for w in built:
+                w.recheck = True
+            st.expires = now + force
+            out.extend(built)
+        else:  # a new version: what differs from the last one, and what did not land last time
+            old = {(w.resource, w.cgroup, w.entry): w.value for w in st.sent}
+            again = {(w.resource, w.cgroup, w.entry) for w in st.retry}
+            for w in built:
+                k = (w.resource, w.cgroup, w.entry)
+                if old.get(k) != w.value or k in again:
+                    out.append(w)
+        st.version, st.seen, st.sent = p.version, now, built
+        return st
+
+    def _restore_writes(self, r: Restore, out: list[Write]) -> None:
+        """Append the writes that put back what ``r.strategy`` found in the file (or its entries)."""
+        if not self._originals:
+            return
+        loc = self._where.get((r.resource, r.cgroup)) or self._remember(res.get(r.resource), r.cgroup)
+        table = self._originals.get(loc[4]) if loc is not None else None
+        if not table:
+            return
+        names = [r.entry] if r.entry is not None else [e for e in table if e not in r.keep]
+        for e in names:
+            o = table.get(e)
+            if o is not None and o.strategy == r.strategy:
+                out.append(self._restore_write(o, r.reason))
+
+    @staticmethod
+    def _restore_write(o: _Original, reason: str = "") -> Write:
+        w = o.write
+        return Write(strategy=o.strategy, resource=w.resource, value=o.value, cgroup=w.cgroup, entry=w.entry,
+                     reason=reason or f"restore the value {o.strategy} found", uid=w.uid,
+                     raw=not o.entry_level, restore=True)
+
+    def _remember_original(self, it: _Item) -> None:
+        """The first change of a file (or entry) by a strategy: keep what it held."""
+        w, old = it.write, it.result.old
+        if w.raw or w.restore or old is None:
+            return
+        e = w.entry
+        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        table = self._originals.setdefault(base, {})
+        if e in table:
+            return
+        getter = it.resource.entry_value
+        if e and it.resource.multi_entry and getter is not None:
+            value = getter(old, e)
+            if value is not None:
+                table[e] = _Original(w.strategy, value, w, True)
+        else:
+            table[e] = _Original(w.strategy, old, w, False)
+        if not table:
+            del self._originals[base]
+
+    def _forget_original(self, it: _Item) -> None:
+        e = it.write.entry
+        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        table = self._originals.get(base)
+        if table is not None and table.pop(e, None) is not None and not table:
+            del self._originals[base]
 
     def _locate(self, w: Write,
                 results: list[WriteResult]) -> tuple[res.Resource, str, str, int, str] | None:
@@ -490,7 +682,7 @@ class Executor:
         )
 
     def _cache_hit(self, item: _Item, now: float) -> bool:
-        if not item.write.cacheable:
+        if not item.write.cacheable or item.write.recheck:
             return False
         entry = self._cache.get(item.key)
         if entry is not None and entry.value == item.write.value and now - entry.ts < self.force_seconds:
@@ -519,8 +711,9 @@ class Executor:
             if not it.write.compare:
                 continue
             entry = self._cache.get(it.key)
-            if (entry is not None and entry.content is not None and it.write.cacheable
-                    and not it.resource.multi_entry and now - entry.ts < self.force_seconds):
+            fresh = entry is not None and now - entry.ts < self.force_seconds
+            if (fresh and entry is not None and entry.content is not None and it.write.cacheable
+                    and not it.write.recheck and not it.resource.multi_entry):
                 it.current = entry.content
             elif f[2]:
                 readable.append(k)
@@ -550,7 +743,7 @@ class Executor:
                 it.result.status = "unchanged"
                 self.stats.unchanged += 1
                 if w.cacheable:
-                    self._cache[it.key] = _CacheEntry(w.value, now, cur)
+                    self._cache[it.key] = _CacheEntry(self._cached_value(it), now, cur)
                 continue
             it.result.status = "planned"
             phase_exact = 1
@@ -699,12 +892,13 @@ class Executor:
     def _finish(self, it: _Item, now: float) -> None:
         st = it.result.status
         w = it.write
+        if w.restore and st != "failed":
+            self._forget_original(it)  # put back (or gone): a later change records a new original
         if st == "written":
             self.stats.written += 1
             if w.cacheable:
-                self._cache[it.key] = _CacheEntry(w.value, now, it.result.value)
-            if it.key not in self._originals and it.result.old is not None and not w.raw:
-                self._originals[it.key] = (w.strategy, it.result.old, w)
+                self._cache[it.key] = _CacheEntry(self._cached_value(it), now, it.result.value)
+            self._remember_original(it)
         elif st == "dry-run":
             self.audit.record(strategy=w.strategy, action="write", target=it.target, value=it.result.value,
                               old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
@@ -720,24 +914,25 @@ class Executor:
             if not it.audited:
                 self._failed(it, it.result.value or w.value, now)
 
+    def _cached_value(self, it: _Item) -> str:
+        """The canonical value a cache entry holds (a raw write's content made canonical)."""
+        w = it.write
+        return self.canonical(it.resource, w.value) if w.raw else w.value
+
     # ------------------------------------------------------------------
     # lifecycle
     # ------------------------------------------------------------------
     def release(self, strategy: str) -> None:
-        """Drop every ownership claim of ``strategy`` (it was disabled or stopped)."""
+        """Drop every ownership claim and plan of ``strategy`` (it was disabled or stopped)."""
         for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
             del self._claims[key]
+        for pk in [pk for pk in self._plans if pk[0] == strategy]:
+            del self._plans[pk]
 
     def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
         """Write back what ``strategy`` found before it first changed each file, then release it."""
-        writes = []
-        for key, (owner, old, w) in list(self._originals.items()):
-            if owner != strategy:
-                continue
-            writes.append(Write(strategy=strategy, resource=w.resource, value=old, cgroup=w.cgroup,
-                                entry=w.entry, reason=f"restore the value {strategy} found", uid=w.uid,
-                                raw=True, cacheable=False))
-            del self._originals[key]
+        writes = [self._restore_write(o) for table in self._originals.values() for o in table.values()
+                  if o.strategy == strategy]
         self.release(strategy)
         return self.apply(writes, now) if writes else []
 
@@ -771,6 +966,10 @@ class Executor:
             del self._claims[key]
         for key in [k for k, (_, ts) in self._dry_decided.items() if now - ts > self.force_seconds]:
             del self._dry_decided[key]
+        # plans no strategy presents any more (a pod that left, a strategy switched off)
+        idle = self.cache_ttl + self.force_seconds
+        for pk in [pk for pk, st in self._plans.items() if now - st.seen > idle]:
+            del self._plans[pk]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
         loc = self.resolve(resource, cgroup)
