@@ -47,6 +47,16 @@ decided was audited when it was sent, and is audited again when the forced re-ch
 changed except some) and forgets it.  :meth:`Executor.restore` does that for everything a strategy
 changed.
 
+**Another writer.**  A file this agent set that is found changed back at ``conflict_after`` checks in
+a row (written, then found different on the next re-read, again and again: another agent such as
+koordlet owns the same knob) is no longer rewritten at every check: the conflict is reported once (a
+warning, an audit record, the degraded condition ``executor/write-conflict/<resource>``, the
+:meth:`Executor.conflicts` count exported as a metric, and the ``on_conflict`` callbacks, which the
+agent turns into an Event on the Node naming the file), and the write is retried with exponential
+backoff (``force_seconds`` doubling up to ``conflict_max_backoff``).  A retry that finds this agent's
+value still in place ends the conflict and clears the condition.  Under ``--dry-run`` nothing is
+written, so nothing is watched.
+
 Directories (resctrl control groups) are created here too, by :meth:`Executor.mkdir`: validated,
 audited (``"action": "mkdir"``) and, under ``--dry-run``, only decided.  A directory the dry run
 "created" is remembered, and writes to files that would be in it are decided and audited against
@@ -62,6 +72,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -73,6 +84,9 @@ from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.logfmt import Repeat, RepeatLimiter
+
+if TYPE_CHECKING:
+    from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +190,33 @@ class _CacheEntry:
     content: str | None = None  # what the file held afterwards (saves a read on the next change)
 
 
+@dataclass(frozen=True, slots=True)
+class WriteConflict:
+    """A file another writer keeps changing back (``active``), or no longer does (the conflict is over)."""
+
+    strategy: str
+    resource: str
+    target: str  # display path of the file
+    ours: str  # what this agent writes
+    theirs: str  # what the file held instead
+    times: int  # checks in a row that found it changed back
+    active: bool
+
+
+@dataclass(slots=True)
+class _Fight:
+    resource: str
+    target: str
+    ours: str  # the content this agent last wrote (or found) there
+    theirs: str  # what the file held instead at the last check
+    streak: int = 0  # checks in a row that found this agent's content undone
+    active: bool = False  # reported: written only from retry_at on
+    retry_at: float = 0.0
+
+
+CONFLICT_CONDITION = "executor/write-conflict/"
+
+
 @dataclass(slots=True)
 class _Original:
     strategy: str
@@ -221,6 +262,7 @@ class _Item:
     truncate: bool = False
     one_shot: bool = False  # no descriptor kept: opened for the write
     virtual: bool = False  # dry run: a file in a directory the dry run only pretended to create
+    read: bool = False  # ``current`` was read from the file (not taken from the write cache)
 
 
 @dataclass
@@ -237,6 +279,7 @@ class ExecutorStats:
     write_syscalls: int = 0
     plans_skipped: int = 0  # plans unchanged within their force window: not even built
     plans_sent: int = 0  # plans built (first time, new version, or forced re-check)
+    conflicts: int = 0  # writes held back: another writer keeps changing the file back
 
 
 class Executor:
@@ -245,8 +288,10 @@ class Executor:
     def __init__(self, layout: CgroupLayout, audit: AuditLog, *, dry_run: bool = False,
                  force_seconds: float = 60.0, cache_ttl: float = 120.0, max_open_files: int = 4096,
                  budget: DescriptorBudget | None = None, clock: Callable[[], float] = time.time,
-                 repeat_seconds: float = 300.0) -> None:
-        """``budget``: the descriptor budget shared with the collector (None: ``max_open_files`` only)."""
+                 repeat_seconds: float = 300.0, conditions: Conditions | None = None,
+                 conflict_after: int = 5, conflict_max_backoff: float = 3600.0) -> None:
+        """``budget``: the descriptor budget shared with the collector (None: ``max_open_files`` only);
+        ``conditions``: where a write conflict is raised as a degraded condition."""
         self.layout = layout
         self.version = layout.version
         self.audit = audit
@@ -261,6 +306,13 @@ class Executor:
         self._conflicts: dict[str, tuple[str, str, str]] = {}
         self._originals: dict[str, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
         self._plans: dict[tuple[str, str], _PlanState] = {}
+        self.conditions = conditions
+        self.conflict_after = max(1, conflict_after)
+        self.conflict_max_backoff = conflict_max_backoff
+        self._fights: dict[str, _Fight] = {}  # key -> a file found changed back (the last check(s))
+        self._held: dict[str, str] = {}  # key -> value an uncached write established (watched files)
+        # called when a conflict starts and when it ends (the agent's Node Event)
+        self.on_conflict: list[Callable[[WriteConflict], None]] = []
         self._last_gc = clock()
         # failed and refused writes: said in full once, then as a count (see the module docstring)
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
@@ -721,7 +773,7 @@ class Executor:
             contents = self._read_paths([items[k].path for k in readable])
             for k, c in zip(readable, contents):
                 if isinstance(c, str):
-                    items[k].current = c
+                    items[k].current, items[k].read = c, True
                 elif -c in IGNORABLE:
                     items[k].result.status, items[k].result.error = "missing", os.strerror(-c)
                     self.files.drop(items[k].path)
@@ -744,7 +796,13 @@ class Executor:
                 self.stats.unchanged += 1
                 if w.cacheable:
                     self._cache[it.key] = _CacheEntry(self._cached_value(it), now, cur)
+                elif it.read and self._watched(it):
+                    self._held[it.key] = cur.strip()
+                if it.read and self._fights:
+                    self._value_stuck(it)
                 continue
+            if it.read and cur is not None and self._watched(it) and self._undone(it, cur, now):
+                continue  # another writer keeps changing it back: held until the retry
             it.result.status = "planned"
             phase_exact = 1
             if cur is not None and r.order == "larger":
@@ -898,6 +956,11 @@ class Executor:
             self.stats.written += 1
             if w.cacheable:
                 self._cache[it.key] = _CacheEntry(self._cached_value(it), now, it.result.value)
+            elif self._watched(it):
+                self._held[it.key] = it.result.value or ""
+            f = self._fights.get(it.key) if self._fights else None
+            if f is not None:
+                f.ours = it.result.value or ""
             self._remember_original(it)
         elif st == "dry-run":
             self.audit.record(strategy=w.strategy, action="write", target=it.target, value=it.result.value,
@@ -914,6 +977,118 @@ class Executor:
             if not it.audited:
                 self._failed(it, it.result.value or w.value, now)
 
+    # ------------------------------------------------------------------
+    # another writer
+    # ------------------------------------------------------------------
+    def _watched(self, it: _Item) -> bool:
+        """Files whose reverts mean a fight: one value per file (an entry of a table shares the file
+        with others), not restores, not under a dry run (nothing is written there)."""
+        w = it.write
+        return not (self.dry_run or w.raw or w.restore or it.resource.multi_entry)
+
+    def _undone(self, it: _Item, cur: str, now: float) -> bool:
+        """A file about to be written was read: if it no longer holds what this agent last wrote (or
+        found) there, someone else changed it.  Count that; True when the write is held back (a conflict
+        starts now, or stands until its retry)."""
+        f = self._fights.get(it.key) if self._fights else None
+        if f is not None:
+            ours: str | None = f.ours
+        elif it.write.cacheable:
+            entry = self._cache.get(it.key)
+            ours = entry.content if entry is not None else None
+        else:
+            ours = self._held.get(it.key)
+        if ours is None:
+            return False  # never written here (or forgotten): an ordinary change
+        theirs = cur.strip()
+        if theirs == ours.strip() or it.resource.equal(cur, ours, self.version):
+            if f is not None:
+                self._value_stuck(it)  # ours is still there: only this agent's wish changed
+            return False
+        if f is None:
+            f = self._fights[it.key] = _Fight(it.write.resource, it.target, ours, theirs)
+        f.theirs = theirs
+        if f.active and now < f.retry_at:
+            return self._hold(it, f)
+        f.streak += 1
+        if f.active:  # the retry: written once more, the next one waits twice as long
+            f.retry_at = now + self._backoff(f.streak)
+            return False
+        if f.streak < self.conflict_after:
+            return False
+        f.active, f.retry_at = True, now + self._backoff(f.streak)
+        self._conflict_changed(it, f, started=True)
+        return self._hold(it, f)
+
+    def _hold(self, it: _Item, f: _Fight) -> bool:
+        it.result.status = "conflict"
+        it.result.old = f.theirs
+        self.stats.conflicts += 1
+        return True
+
+    def _backoff(self, streak: int) -> float:
+        return float(min(self.force_seconds * 2.0 ** min(streak - self.conflict_after, 30),
+                         self.conflict_max_backoff))
+
+    def _value_stuck(self, it: _Item) -> None:
+        f = self._fights.pop(it.key, None)
+        if f is not None and f.active:
+            self._conflict_changed(it, f, started=False)
+
+    def _conflict_changed(self, it: _Item, f: _Fight, *, started: bool) -> None:
+        w = it.write
+        ours = it.result.value or w.value
+        event = WriteConflict(w.strategy, w.resource, it.target, ours, f.theirs, f.streak, started)
+        if started:
+            log.warning("%s: %s is changed back by another writer (%d checks in a row: this agent writes %s, "
+                        "the file held %s); no longer rewritten at every check, retried with backoff",
+                        w.strategy, it.target, f.streak, ours, f.theirs)
+            self.audit.record(strategy=w.strategy, action="write", target=it.target, value=ours, old=f.theirs,
+                              uid=w.uid, executed=False,
+                              reason=f"{w.reason} (held back: another writer changed the file back "
+                                     f"{f.streak} times in a row; retried with backoff)",
+                              error="conflict: changed back by another writer")
+        else:
+            log.warning("%s: %s keeps the value this agent writes again: the conflict with another writer "
+                        "is over", w.strategy, it.target)
+        self._conflict_condition(w.resource)
+        for cb in self.on_conflict:
+            try:
+                cb(event)
+            except Exception:  # a reporting hook never stops a write batch
+                log.exception("write conflict callback failed")
+
+    def _conflict_condition(self, resource: str) -> None:
+        """Raise, restate or clear ``executor/write-conflict/<resource>`` from the standing conflicts."""
+        if self.conditions is None:
+            return
+        key = CONFLICT_CONDITION + resource
+        files = sorted(f.target for f in self._fights.values() if f.active and f.resource == resource)
+        if not files:
+            self.conditions.clear(key)
+            return
+        what = f"{files[0]}" if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
+        self.conditions.set(key, f"{what} changed back by another writer again and again; rewritten with "
+                                 "backoff instead of at every check (turn off the other agent's feature "
+                                 "for this knob)")
+
+    def conflicts(self) -> dict[str, int]:
+        """Files in a standing conflict with another writer, by resource."""
+        out: dict[str, int] = {}
+        for f in self._fights.values():
+            if f.active:
+                out[f.resource] = out.get(f.resource, 0) + 1
+        return out
+
+    def _drop_fights(self, keys: Iterable[str]) -> None:
+        resources = set()
+        for key in keys:
+            f = self._fights.pop(key, None)
+            if f is not None and f.active:
+                resources.add(f.resource)
+        for resource in resources:
+            self._conflict_condition(resource)
+
     def _cached_value(self, it: _Item) -> str:
         """The canonical value a cache entry holds (a raw write's content made canonical)."""
         w = it.write
@@ -923,7 +1098,9 @@ class Executor:
     # lifecycle
     # ------------------------------------------------------------------
     def release(self, strategy: str) -> None:
-        """Drop every ownership claim and plan of ``strategy`` (it was disabled or stopped)."""
+        """Drop every claim, plan and write conflict of ``strategy`` (it was disabled or stopped)."""
+        self._drop_fights([k for k in self._fights if (c := self._claims.get(k)) is not None
+                           and c.strategy == strategy])
         for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
             del self._claims[key]
         for pk in [pk for pk in self._plans if pk[0] == strategy]:
@@ -951,7 +1128,8 @@ class Executor:
         dirs = tuple(cg + "/" for cg in cgroups)
         for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
             del self._where[mk]
-        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided):
+        self._drop_fights([k for k in self._fights if k.startswith(pre)])
+        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided, self._held):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]
         if self._repeats:
