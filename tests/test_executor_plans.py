@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from qosmanager.executor.executor import Plan, Restore, Write
+from qosmanager.executor.executor import Plan, PlanGroup, Restore, Write
 from test_executor import BE, make, put, read
 
 PODS = [f"{BE}/pod{k}" for k in range(4)]
@@ -147,6 +147,46 @@ def test_spread_plans_end_their_first_window_in_its_second_half(tmp_path) -> Non
     assert len(set(first_recheck.values())) > 1
 
 
+def test_a_group_is_skipped_in_one_step_and_walked_when_a_window_ends(tmp_path) -> None:
+    ex, layout, clock, _ = make(tmp_path)
+    paths = tree(layout)
+    builds = {d: Counting({d: "50000"}) for d in PODS}
+    plans = [Plan("s", d, 1, builds[d], spread=True) for d in PODS]
+    ex.apply([PlanGroup("s", "all", plans)])
+    assert all(b.builds == 1 for b in builds.values())
+    with open(paths[PODS[1]], "w") as f:
+        f.write("-1\n")  # changed behind the agent's back
+    walks = 0
+    for _ in range(60):
+        clock.t += 1
+        before = ex.stats.plans_skipped
+        ex.apply([PlanGroup("s", "all", plans)])
+        walks += ex.stats.plans_skipped - before != len(PODS)  # a walk skips only some of them
+    # every plan re-checked once within the window (the changed file corrected), in a few walks
+    assert all(b.builds == 2 for b in builds.values())
+    assert read(paths[PODS[1]]) == "50000"
+    assert walks <= 4
+
+
+def test_a_new_sequence_walks_the_group_and_a_failure_is_retried_next_round(tmp_path) -> None:
+    ex, layout, clock, _ = make(tmp_path)
+    tree(layout)
+    builds = {d: Counting({d: "50000"}) for d in PODS}
+    plans = [Plan("s", d, 1, builds[d]) for d in PODS]
+    ex.apply([PlanGroup("s", "all", plans)])
+    odd = f"{BE}/podx"
+    os.makedirs(layout.file("cpu", odd, "cpu.cfs_quota_us"))  # the write fails with EISDIR
+    bad = Plan("s", odd, 1, Counting({odd: "50000"}))
+    plans = [*plans[:2], Plan("s", PODS[2], 2, Counting({PODS[2]: "60000"})), plans[3], bad]
+    clock.t += 1
+    res = ex.apply([PlanGroup("s", "all", plans)])
+    assert sorted((r.write.cgroup, r.status) for r in res) == [(PODS[2], "written"), (odd, "failed")]
+    clock.t += 1
+    res = ex.apply([PlanGroup("s", "all", plans)])  # the same sequence, but a retry is pending
+    assert [(r.write.cgroup, r.status) for r in res] == [(odd, "failed")]
+    assert all(b.builds == 1 for b in builds.values())
+
+
 def test_restore_puts_back_one_file_and_only_once(tmp_path) -> None:
     ex, _layout, clock, audit = make(tmp_path)
     vm = tmp_path / "proc" / "sys" / "vm"
@@ -207,6 +247,6 @@ def test_requests_of_another_kind_are_refused(tmp_path) -> None:
     try:
         ex.apply(["cpu.cfs_quota_us=1"])  # type: ignore[list-item]
     except TypeError as e:
-        assert "not a Write, Plan or Restore" in str(e)
+        assert "not a Write, Plan, PlanGroup or Restore" in str(e)
     else:
         raise AssertionError("a string was accepted as a request")

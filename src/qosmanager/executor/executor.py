@@ -38,7 +38,11 @@ force window ends (``force_seconds`` after it was last checked); then it is rebu
 holds is re-read and corrected, whatever the write cache says.  A new version sends only the writes
 that differ from the last one; writes that failed or lost their file are sent again on the next
 round.  ``spread=True`` staggers the first force window of plans that appear together (over the second
-half of the window) so their re-checks do not all fall on one round.  What a skipped plan would have
+half of the window) so their re-checks do not all fall on one round.  Many plans of one strategy (one
+per pod) go as a :class:`PlanGroup`: while its sequence of plans is the same object, the group costs
+one step until the earliest of its windows ends; it is then walked, and the plans whose windows end
+within the next ``force_seconds / 10`` are re-checked with the due ones, so a group of staggered plans
+is walked a few times per window, not every round.  What a skipped plan would have
 decided was audited when it was sent, and is audited again when the forced re-check finds it undone
 (also under ``--dry-run``).
 
@@ -67,6 +71,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import time
 import zlib
@@ -139,6 +144,22 @@ class Plan:
     version: object
     build: Callable[[], Iterable[Write]]
     spread: bool = False  # stagger the first force window (many plans that appear together)
+    # the executor's record of this plan, so that a plan object a strategy keeps is skipped without a
+    # lookup (checked to belong to the executor and to be current)
+    state: _PlanState | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True, eq=False)
+class PlanGroup:
+    """Many plans of one strategy handed over as one (see the module docstring).
+
+    ``plans`` must be a new sequence whenever any plan in it changes (a new plan object, a new
+    version, one added or gone): while it is the same object the group is skipped in one step.
+    """
+
+    strategy: str
+    key: str
+    plans: Sequence[Plan]
 
 
 @dataclass(slots=True)
@@ -158,7 +179,7 @@ class Restore:
     reason: str = ""
 
 
-Request = Write | Plan | Restore
+Request = Write | Plan | PlanGroup | Restore
 
 
 @dataclass(slots=True)
@@ -232,6 +253,15 @@ class _PlanState:
     seen: float
     sent: list[Write]  # the writes of the current version
     retry: list[Write]  # failed or lost last time: sent again on the next round
+    owner: object = None  # the executor
+    alive: bool = True  # False once the executor dropped it
+
+
+@dataclass(slots=True)
+class _GroupState:
+    plans: Sequence[Plan]  # the sequence last walked
+    due: float  # the next walk: the earliest end of its plans' windows (-inf: a retry is pending)
+    seen: float
 
 
 RETRY_STATUSES = ("failed", "lost")
@@ -306,6 +336,7 @@ class Executor:
         self._conflicts: dict[str, tuple[str, str, str]] = {}
         self._originals: dict[str, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
         self._plans: dict[tuple[str, str], _PlanState] = {}
+        self._groups: dict[tuple[str, str], _GroupState] = {}
         self.conditions = conditions
         self.conflict_after = max(1, conflict_after)
         self.conflict_max_backoff = conflict_max_backoff
@@ -505,7 +536,7 @@ class Executor:
         (a skipped plan, or a restore with nothing to restore, has none)."""
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
-        writes, spans = self._expand(requests, now)
+        writes, spans, walked = self._expand(requests, now)
         results: list[WriteResult] = []
         items: dict[str, _Item] = {}
         cache, force = self._cache, self.force_seconds
@@ -554,6 +585,9 @@ class Executor:
             self._execute(pending, now)
         for st, a, b in spans:  # what did not land is sent again on the next round
             st.retry = [r.write for r in results[a:b] if r.status in RETRY_STATUSES]
+        for gs in walked:  # the group's next walk: its earliest window end, or at once for a retry
+            states = [p.state for p in gs.plans if p.state is not None]
+            gs.due = min((-math.inf if ps.retry else ps.expires for ps in states), default=math.inf)
         if self._repeats and now - self._last_sweep >= self._repeats.interval / 10:
             self._sweep_repeats(now)
         self.audit.flush()
@@ -568,34 +602,65 @@ class Executor:
     # ------------------------------------------------------------------
     # plans and restores
     # ------------------------------------------------------------------
-    def _expand(self, requests: Iterable[Request],
-                now: float) -> tuple[list[Write], list[tuple[_PlanState, int, int]]]:
-        """The writes to send this round, and which of them (a span) each sent plan contributed."""
+    def _expand(self, requests: Iterable[Request], now: float
+                ) -> tuple[list[Write], list[tuple[_PlanState, int, int]], list[_GroupState]]:
+        """The writes to send this round, which of them (a span) each sent plan contributed, and the
+        plan groups walked."""
         out: list[Write] = []
         spans: list[tuple[_PlanState, int, int]] = []
+        walked: list[_GroupState] = []
         for r in requests:
             if type(r) is Write:
                 out.append(r)
             elif isinstance(r, Plan):
-                start = len(out)
-                st = self._plan_writes(r, now, out)
-                if st is not None:
-                    spans.append((st, start, len(out)))
+                self._plans_to_send((r,), now, now, out, spans)
+            elif isinstance(r, PlanGroup):
+                gk = (r.strategy, r.key)
+                gs = self._groups.get(gk)
+                if gs is not None and gs.plans is r.plans and now < gs.due:
+                    gs.seen = now
+                    self.stats.plans_skipped += len(r.plans)
+                    continue
+                # plans whose windows end within the next tenth of the window are re-checked with
+                # the ones due now, so a group of staggered plans is walked every force_seconds / 10
+                self._plans_to_send(r.plans, now, now + self.force_seconds / 10, out, spans)
+                if gs is None:
+                    gs = self._groups[gk] = _GroupState(r.plans, now, now)
+                gs.plans, gs.seen = r.plans, now
+                walked.append(gs)
             elif isinstance(r, Restore):
                 self._restore_writes(r, out)
             elif isinstance(r, Write):
                 out.append(r)
             else:
-                raise TypeError(f"executor: {type(r).__name__} is not a Write, Plan or Restore")
-        return out, spans
+                raise TypeError(f"executor: {type(r).__name__} is not a Write, Plan, PlanGroup or Restore")
+        return out, spans, walked
 
-    def _plan_writes(self, p: Plan, now: float, out: list[Write]) -> _PlanState | None:
-        """Append what plan ``p`` needs sent now; None when it is skipped (unchanged, within its window)."""
+    def _plans_to_send(self, plans: Iterable[Plan], now: float, horizon: float, out: list[Write],
+                       spans: list[tuple[_PlanState, int, int]]) -> None:
+        skipped = 0
+        for p in plans:
+            st = p.state
+            if (st is not None and st.version is p.version and horizon < st.expires and not st.retry
+                    and st.alive and st.owner is self):
+                st.seen = now  # the steady state: an unchanged plan object the strategy keeps
+                skipped += 1
+                continue
+            start = len(out)
+            sent = self._plan_writes(p, now, horizon, out)
+            if sent is not None:
+                spans.append((sent, start, len(out)))
+        self.stats.plans_skipped += skipped
+
+    def _plan_writes(self, p: Plan, now: float, horizon: float, out: list[Write]) -> _PlanState | None:
+        """Append what plan ``p`` needs sent now; None when it is skipped (unchanged, and its window
+        ends after ``horizon``)."""
         pk = (p.strategy, p.key)
         st = self._plans.get(pk)
         force = self.force_seconds
-        if st is not None and now < st.expires and (st.version is p.version or st.version == p.version):
+        if st is not None and horizon < st.expires and (st.version is p.version or st.version == p.version):
             st.version, st.seen = p.version, now  # the same object next time: an identity check
+            p.state = st
             if not st.retry:
                 self.stats.plans_skipped += 1
                 return None
@@ -608,10 +673,11 @@ class Executor:
             window = force
             if p.spread:
                 window *= 1.0 - zlib.crc32(f"{p.strategy}/{p.key}".encode()) / 2**33
-            st = self._plans[pk] = _PlanState(p.version, now + window, now, built, [])
+            st = self._plans[pk] = _PlanState(p.version, now + window, now, built, [], self)
+            p.state = st
             out.extend(built)
             return st
-        if now >= st.expires:  # the force window is over: every file of the plan is re-read
+        if st.expires <= horizon:  # the force window is over: every file of the plan is re-read
             for w in built:
                 w.recheck = True
             st.expires = now + force
@@ -624,6 +690,7 @@ class Executor:
                 if old.get(k) != w.value or k in again:
                     out.append(w)
         st.version, st.seen, st.sent = p.version, now, built
+        p.state = st
         return st
 
     def _restore_writes(self, r: Restore, out: list[Write]) -> None:
@@ -1104,7 +1171,9 @@ class Executor:
         for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
             del self._claims[key]
         for pk in [pk for pk in self._plans if pk[0] == strategy]:
-            del self._plans[pk]
+            self._plans.pop(pk).alive = False
+        for gk in [gk for gk in self._groups if gk[0] == strategy]:
+            del self._groups[gk]
 
     def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
         """Write back what ``strategy`` found before it first changed each file, then release it."""
@@ -1147,7 +1216,9 @@ class Executor:
         # plans no strategy presents any more (a pod that left, a strategy switched off)
         idle = self.cache_ttl + self.force_seconds
         for pk in [pk for pk, st in self._plans.items() if now - st.seen > idle]:
-            del self._plans[pk]
+            self._plans.pop(pk).alive = False
+        for gk in [gk for gk, gs in self._groups.items() if now - gs.seen > idle]:
+            del self._groups[gk]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
         loc = self.resolve(resource, cgroup)

@@ -23,10 +23,11 @@ the kernel-neutral values, not a restore of whatever the files held before.
 **Cost on a dense node.**  A node with a thousand pods has tens of thousands of knobs.  The desired
 value of each is computed only when its inputs change (the pod view, the NodeSLO, the node's
 allocatable memory).  Each pod's knobs, and the QoS dirs', are one executor
-:class:`~qosmanager.executor.executor.Plan` whose version is its table of knobs: the executor skips
-an unchanged plan without building its writes, sends only the knobs that changed when it changes, and
-re-checks every knob of it once per ``force_update_seconds`` (koordlet's forced re-check that
-corrects outside changes), the plans' windows staggered so no single tick carries them all.
+:class:`~qosmanager.executor.executor.Plan` whose version is its table of knobs, all of them handed
+over as one :class:`~qosmanager.executor.executor.PlanGroup`: the executor skips the group in one
+step while nothing changed, sends only the knobs that changed when a pod changes, and re-checks every
+knob once per ``force_update_seconds`` (koordlet's forced re-check that corrects outside changes), the
+plans' windows staggered so no single tick carries them all.
 
 **A pod whose annotation cannot be decoded** (a koordlet fix): koordlet gives it the class config,
 which resets what its annotation had set; here its pod and container files are left as they are
@@ -63,7 +64,7 @@ from qosmanager.api.pod import (
     ContainerMeta,
     PodMeta,
 )
-from qosmanager.executor.executor import Plan, Write, WriteResult
+from qosmanager.executor.executor import Plan, PlanGroup, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -342,6 +343,7 @@ class CgroupReconcile(Strategy):
         self._plans: dict[str, _PodPlan] = {}
         self._qos_entries: dict[Key, _Entry] = {}
         self._qos_request: Plan | None = None
+        self._requests = PlanGroup(self.name, "memory-qos", ())  # a new sequence when any plan changes
         self._absent: set[Key] = set()  # file missing in an existing dir: unsupported there
         self._v1_support: dict[str, bool] = {}
         self._warned: set[str] = set()
@@ -356,7 +358,7 @@ class CgroupReconcile(Strategy):
             out.update(plan.entries)
         return out
 
-    def tick(self, ctx: Context) -> list[Plan]:
+    def tick(self, ctx: Context) -> list[PlanGroup]:
         strategy = ctx.nodeslo.resource_qos_strategy if ctx.nodeslo_present else None
         node = ctx.node
         if strategy is None or node is None or not node.allocatable:
@@ -368,11 +370,12 @@ class CgroupReconcile(Strategy):
             replan_all = self._inputs is None or inputs[1:] != self._inputs[1:]
             self._inputs = inputs
             self._sync(ctx, node.memory_allocatable, usable, replan_all)
-        out = [self._request(f"pod/{uid}", plan) for uid, plan in self._plans.items()]
-        if self._qos_request is None:
-            self._qos_request = self._make_request("qos", self._qos_entries)
-        out.append(self._qos_request)
-        return out
+            plans = [self._request(f"pod/{uid}", plan) for uid, plan in self._plans.items()]
+            if self._qos_request is None:
+                self._qos_request = self._make_request("qos", self._qos_entries)
+            plans.append(self._qos_request)
+            self._requests = PlanGroup(self.name, "memory-qos", plans)
+        return [self._requests]
 
     def _request(self, key: str, plan: _PodPlan) -> Plan:
         if plan.request is None:
