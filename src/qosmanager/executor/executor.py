@@ -1140,9 +1140,10 @@ class Executor:
                                  "for this knob)")
 
     def conflicts(self) -> dict[str, int]:
-        """Files in a standing conflict with another writer, by resource."""
+        """Files in a standing conflict with another writer, by resource (safe from another thread: the
+        metrics server's)."""
         out: dict[str, int] = {}
-        for f in self._fights.values():
+        for f in list(self._fights.values()):  # one copy, taken without running Python code
             if f.active:
                 out[f.resource] = out.get(f.resource, 0) + 1
         return out
