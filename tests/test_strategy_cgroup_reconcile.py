@@ -490,11 +490,28 @@ def test_a_pod_that_leaves_is_forgotten_and_the_sums_shrink() -> None:
     assert not (h.strategy(NAME)._desired.keys() & {("memory.min", d["ls-a"]), ("memory.min", d["app"])})
 
 
-def test_reassertion_buckets_follow_the_force_period_and_stay_bounded() -> None:
-    from qosmanager.framework.gates import FeatureGates
-    from qosmanager.framework.strategy import QoSConfig
-    from qosmanager.strategies.cgroup_reconcile import CgroupReconcile
-    gates = FeatureGates.from_overrides({"CgroupReconcile": True})
-    assert len(CgroupReconcile(QoSConfig(force_update_seconds=60, reconcile_interval=2), gates)._buckets) == 30
-    assert len(CgroupReconcile(QoSConfig(reconcile_interval=0), gates)._buckets) == 1  # disabled: no table
-    assert len(CgroupReconcile(QoSConfig(reconcile_interval=0.001), gates)._buckets) == 3600
+def test_reassertion_is_staggered_over_the_force_period_and_covers_every_knob() -> None:
+    """Pods that appear together are re-checked at different ticks of the second half of the force
+    period (not all in one), every knob once, and each pod's knobs again one period later; the ticks in
+    between cost one step for the whole table."""
+    pods = [pod(f"ls-{k}", "Burstable", [("app", 10 + k, {"memory": "1Gi"}, {"memory": "2Gi"})],
+                labels={"koordinator.sh/qosClass": "LS"}) for k in range(24)]
+    h = harness(2, pods=pods)
+    first = h.tick(NAME, 1000.0)
+    knobs = {(r.write.resource, r.write.cgroup) for r in first if r.status != "missing"}  # this kernel's
+    per_tick: dict[int, set[tuple[str, str]]] = {}
+    for t in range(1001, 1062):
+        per_tick[t] = {(r.write.resource, r.write.cgroup) for r in h.tick(NAME, float(t))}
+    assert not any(per_tick[t] for t in range(1001, 1030))  # the first half: nothing re-sent
+    busy = [t for t in per_tick if per_tick[t]]
+    # 25 plans spread over ~30 ticks, walked every 6 s (a tenth of the period): several small
+    # re-checks, not one burst
+    assert len(busy) >= 3
+    assert max(len(v) for v in per_tick.values()) <= len(knobs) // 2
+    assert set().union(*per_tick.values()) == knobs  # every knob re-checked within one period
+    # the next re-check of a plan comes one whole period after its last one
+    skipped = h.executor.stats.plans_skipped
+    again = {(r.write.resource, r.write.cgroup) for t in range(1062, 1090) for r in h.tick(NAME, float(t))}
+    assert not again
+    assert h.executor.stats.plans_sent == 25 * 2  # each plan sent once and re-checked once, no more
+    assert h.executor.stats.plans_skipped - skipped == 28 * 25  # 28 ticks, each skipping the whole group

@@ -147,7 +147,8 @@ class Agent:
         fds = self.fd_budget = (DescriptorBudget(cfg.max_fds) if cfg.max_fds >= 0
                                 else DescriptorBudget.for_process())
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
-                                 force_seconds=cfg.force_update_seconds, budget=fds, clock=clock)
+                                 force_seconds=cfg.force_update_seconds, budget=fds, clock=clock,
+                                 conditions=self.store.conditions)
         if monotonic_ns is None:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds)
         else:
@@ -211,7 +212,13 @@ class Agent:
         if self.kube_client is None or not cfg.kube_events or cfg.dry_run:
             return
         from qosmanager.host.cgroups import KubeQoS
-        from qosmanager.states.kube.events import BELimitEvents, EventRecorder, NodeSLOEvents, ObjectRef
+        from qosmanager.states.kube.events import (
+            BELimitEvents,
+            EventRecorder,
+            NodeSLOEvents,
+            ObjectRef,
+            WriteConflictEvents,
+        )
 
         recorder = EventRecorder(self.kube_client, cfg.node_name, clock=clock)
         self.coordinator.on_decision.append(recorder.on_eviction)
@@ -226,6 +233,9 @@ class Agent:
         self.executor.on_write.append(be_limit.on_write)
         recorder.add_periodic(be_limit.flush)
         store.on_nodeslo.append(NodeSLOEvents(recorder, node_ref).on_nodeslo)
+        conflicts = WriteConflictEvents(recorder, node_ref, clock=clock)
+        self.executor.on_conflict.append(conflicts.on_conflict)
+        recorder.add_periodic(conflicts.flush)
         self.events = recorder
 
     def wait_for_state(self, timeout: float | None = None) -> bool:

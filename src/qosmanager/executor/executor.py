@@ -31,6 +31,36 @@ tick (the kernel refuses the value, the file is read-only) is logged and audited
 then as a count at most every ``repeat_seconds`` ("failed 240 more times in the last 5 min"); every
 failure is still counted in :attr:`Executor.stats`.
 
+**Plans.**  A strategy that hands over thousands of writes that rarely change wraps them in a
+:class:`Plan`: a key, a version the strategy computes cheaply, and a function that builds the writes.
+While a plan's version is unchanged it is skipped wholesale (its writes are not even built) until its
+force window ends (``force_seconds`` after it was last checked); then it is rebuilt and every file it
+holds is re-read and corrected, whatever the write cache says.  A new version sends only the writes
+that differ from the last one; writes that failed or lost their file are sent again on the next
+round.  ``spread=True`` staggers the first force window of plans that appear together (over the second
+half of the window) so their re-checks do not all fall on one round.  Many plans of one strategy (one
+per pod) go as a :class:`PlanGroup`: while its sequence of plans is the same object, the group costs
+one step until the earliest of its windows ends; it is then walked, and the plans whose windows end
+within the next ``force_seconds / 10`` are re-checked with the due ones, so a group of staggered plans
+is walked a few times per window, not every round.  What a skipped plan would have
+decided was audited when it was sent, and is audited again when the forced re-check finds it undone
+(also under ``--dry-run``).
+
+**Originals.**  The first time a strategy changes a file, what the file held is remembered; a
+:class:`Restore` writes it back (one file, one entry of a multi-entry file, or every entry a strategy
+changed except some) and forgets it.  :meth:`Executor.restore` does that for everything a strategy
+changed.
+
+**Another writer.**  A file this agent set that is found changed back at ``conflict_after`` checks in
+a row (written, then found different on the next re-read, again and again: another agent such as
+koordlet owns the same knob) is no longer rewritten at every check: the conflict is reported once (a
+warning, an audit record, the degraded condition ``executor/write-conflict/<resource>``, the
+:meth:`Executor.conflicts` count exported as a metric, and the ``on_conflict`` callbacks, which the
+agent turns into an Event on the Node naming the file), and the write is retried with exponential
+backoff (``force_seconds`` doubling up to ``conflict_max_backoff``).  A retry that finds this agent's
+value still in place ends the conflict and clears the condition.  Under ``--dry-run`` nothing is
+written, so nothing is watched.
+
 Directories (resctrl control groups) are created here too, by :meth:`Executor.mkdir`: validated,
 audited (``"action": "mkdir"``) and, under ``--dry-run``, only decided.  A directory the dry run
 "created" is remembered, and writes to files that would be in it are decided and audited against
@@ -41,10 +71,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,6 +89,9 @@ from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.logfmt import Repeat, RepeatLimiter
+
+if TYPE_CHECKING:
+    from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +125,61 @@ class Write:
     compare: bool = True  # read-compare before writing (False for append-style files)
     raw: bool = False  # value is file content already (restores)
     lease: float = 5.0  # seconds the strategy's claim on the file lasts without renewal
+    recheck: bool = False  # re-read the file even when the write cache vouches for it
+    restore: bool = False  # writes back an original (records none of its own)
     # (not frozen only because frozen dataclasses are slow to build; treat as immutable)
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """A strategy's writes with an identity (see the module docstring).
+
+    ``key`` names the plan among its strategy's plans; ``version`` stands for its contents (compared
+    with ``is``, then ``==``: an equal version promises the same writes); ``build`` returns the writes,
+    fresh :class:`Write` objects on every call (the executor marks them), and runs only when needed.
+    """
+
+    strategy: str
+    key: str
+    version: object
+    build: Callable[[], Iterable[Write]]
+    spread: bool = False  # stagger the first force window (many plans that appear together)
+    # the executor's record of this plan, so that a plan object a strategy keeps is skipped without a
+    # lookup (checked to belong to the executor and to be current)
+    state: _PlanState | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True, eq=False)
+class PlanGroup:
+    """Many plans of one strategy handed over as one (see the module docstring).
+
+    ``plans`` must be a new sequence whenever any plan in it changes (a new plan object, a new
+    version, one added or gone): while it is the same object the group is skipped in one step.
+    """
+
+    strategy: str
+    key: str
+    plans: Sequence[Plan]
+
+
+@dataclass(slots=True)
+class Restore:
+    """A strategy's wish: write back what ``resource`` of ``cgroup`` held before it first changed it.
+
+    ``entry`` ``""``: the file (or its only entry); a name: that entry of a multi-entry file; None:
+    every entry the strategy changed except those in ``keep``.  Nothing happens where the strategy
+    changed nothing (or the original was already written back).
+    """
+
+    strategy: str
+    resource: str
+    cgroup: str = ""
+    entry: str | None = ""
+    keep: frozenset[str] = frozenset()
+    reason: str = ""
+
+
+Request = Write | Plan | PlanGroup | Restore
 
 
 @dataclass(slots=True)
@@ -121,6 +211,62 @@ class _CacheEntry:
     content: str | None = None  # what the file held afterwards (saves a read on the next change)
 
 
+@dataclass(frozen=True, slots=True)
+class WriteConflict:
+    """A file another writer keeps changing back (``active``), or no longer does (the conflict is over)."""
+
+    strategy: str
+    resource: str
+    target: str  # display path of the file
+    ours: str  # what this agent writes
+    theirs: str  # what the file held instead
+    times: int  # checks in a row that found it changed back
+    active: bool
+
+
+@dataclass(slots=True)
+class _Fight:
+    resource: str
+    target: str
+    ours: str  # the content this agent last wrote (or found) there
+    theirs: str  # what the file held instead at the last check
+    streak: int = 0  # checks in a row that found this agent's content undone
+    active: bool = False  # reported: written only from retry_at on
+    retry_at: float = 0.0
+
+
+CONFLICT_CONDITION = "executor/write-conflict/"
+
+
+@dataclass(slots=True)
+class _Original:
+    strategy: str
+    value: str  # the file's content, or the entry's own value (``entry_level``)
+    write: Write  # the first write that changed it (resource, cgroup, entry, uid)
+    entry_level: bool
+
+
+@dataclass(slots=True)
+class _PlanState:
+    version: object
+    expires: float  # end of the force window: rebuilt and re-checked from then on
+    seen: float
+    sent: list[Write]  # the writes of the current version
+    retry: list[Write]  # failed or lost last time: sent again on the next round
+    owner: object = None  # the executor
+    alive: bool = True  # False once the executor dropped it
+
+
+@dataclass(slots=True)
+class _GroupState:
+    plans: Sequence[Plan]  # the sequence last walked
+    due: float  # the next walk: the earliest end of its plans' windows (-inf: a retry is pending)
+    seen: float
+
+
+RETRY_STATUSES = ("failed", "lost")
+
+
 @dataclass(slots=True)
 class _Claim:
     strategy: str
@@ -146,6 +292,7 @@ class _Item:
     truncate: bool = False
     one_shot: bool = False  # no descriptor kept: opened for the write
     virtual: bool = False  # dry run: a file in a directory the dry run only pretended to create
+    read: bool = False  # ``current`` was read from the file (not taken from the write cache)
 
 
 @dataclass
@@ -160,6 +307,9 @@ class ExecutorStats:
     lost: int = 0
     read_syscalls: int = 0
     write_syscalls: int = 0
+    plans_skipped: int = 0  # plans unchanged within their force window: not even built
+    plans_sent: int = 0  # plans built (first time, new version, or forced re-check)
+    conflicts: int = 0  # writes held back: another writer keeps changing the file back
 
 
 class Executor:
@@ -168,8 +318,10 @@ class Executor:
     def __init__(self, layout: CgroupLayout, audit: AuditLog, *, dry_run: bool = False,
                  force_seconds: float = 60.0, cache_ttl: float = 120.0, max_open_files: int = 4096,
                  budget: DescriptorBudget | None = None, clock: Callable[[], float] = time.time,
-                 repeat_seconds: float = 300.0) -> None:
-        """``budget``: the descriptor budget shared with the collector (None: ``max_open_files`` only)."""
+                 repeat_seconds: float = 300.0, conditions: Conditions | None = None,
+                 conflict_after: int = 5, conflict_max_backoff: float = 3600.0) -> None:
+        """``budget``: the descriptor budget shared with the collector (None: ``max_open_files`` only);
+        ``conditions``: where a write conflict is raised as a degraded condition."""
         self.layout = layout
         self.version = layout.version
         self.audit = audit
@@ -182,7 +334,16 @@ class Executor:
         self._cache: dict[str, _CacheEntry] = {}
         self._claims: dict[str, _Claim] = {}
         self._conflicts: dict[str, tuple[str, str, str]] = {}
-        self._originals: dict[str, tuple[str, str, Write]] = {}  # key -> (strategy, old content, write)
+        self._originals: dict[str, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
+        self._plans: dict[tuple[str, str], _PlanState] = {}
+        self._groups: dict[tuple[str, str], _GroupState] = {}
+        self.conditions = conditions
+        self.conflict_after = max(1, conflict_after)
+        self.conflict_max_backoff = conflict_max_backoff
+        self._fights: dict[str, _Fight] = {}  # key -> a file found changed back (the last check(s))
+        self._held: dict[str, str] = {}  # key -> value an uncached write established (watched files)
+        # called when a conflict starts and when it ends (the agent's Node Event)
+        self.on_conflict: list[Callable[[WriteConflict], None]] = []
         self._last_gc = clock()
         # failed and refused writes: said in full once, then as a count (see the module docstring)
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
@@ -370,9 +531,12 @@ class Executor:
     # ------------------------------------------------------------------
     # the batch
     # ------------------------------------------------------------------
-    def apply(self, writes: Iterable[Write], now: float | None = None) -> list[WriteResult]:
+    def apply(self, requests: Iterable[Request], now: float | None = None) -> list[WriteResult]:
+        """Carry out writes, plans and restores (see the module docstring); one result per write sent
+        (a skipped plan, or a restore with nothing to restore, has none)."""
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
+        writes, spans, walked = self._expand(requests, now)
         results: list[WriteResult] = []
         items: dict[str, _Item] = {}
         cache, force = self._cache, self.force_seconds
@@ -387,7 +551,7 @@ class Executor:
             claim = self._claims.get(key)
             entry = cache.get(key)
             if (claim is not None and claim.strategy == w.strategy and entry is not None and w.cacheable
-                    and entry.value == w.value and now - entry.ts < force):
+                    and entry.value == w.value and now - entry.ts < force and not w.recheck):
                 claim.ts, claim.value, claim.lease = now, w.value, w.lease
                 self.stats.cache_hits += 1
                 results.append(WriteResult(w, target, "cached", w.value))
@@ -419,6 +583,11 @@ class Executor:
             self._read_current(pending, now)
             self._plan(pending, now)
             self._execute(pending, now)
+        for st, a, b in spans:  # what did not land is sent again on the next round
+            st.retry = [r.write for r in results[a:b] if r.status in RETRY_STATUSES]
+        for gs in walked:  # the group's next walk: its earliest window end, or at once for a retry
+            states = [p.state for p in gs.plans if p.state is not None]
+            gs.due = min((-math.inf if ps.retry else ps.expires for ps in states), default=math.inf)
         if self._repeats and now - self._last_sweep >= self._repeats.interval / 10:
             self._sweep_repeats(now)
         self.audit.flush()
@@ -429,6 +598,148 @@ class Executor:
             for cb in self.on_batch:
                 cb(results, dt)
         return results
+
+    # ------------------------------------------------------------------
+    # plans and restores
+    # ------------------------------------------------------------------
+    def _expand(self, requests: Iterable[Request], now: float
+                ) -> tuple[list[Write], list[tuple[_PlanState, int, int]], list[_GroupState]]:
+        """The writes to send this round, which of them (a span) each sent plan contributed, and the
+        plan groups walked."""
+        out: list[Write] = []
+        spans: list[tuple[_PlanState, int, int]] = []
+        walked: list[_GroupState] = []
+        for r in requests:
+            if type(r) is Write:
+                out.append(r)
+            elif isinstance(r, Plan):
+                self._plans_to_send((r,), now, now, out, spans)
+            elif isinstance(r, PlanGroup):
+                gk = (r.strategy, r.key)
+                gs = self._groups.get(gk)
+                if gs is not None and gs.plans is r.plans and now < gs.due:
+                    gs.seen = now
+                    self.stats.plans_skipped += len(r.plans)
+                    continue
+                # plans whose windows end within the next tenth of the window are re-checked with
+                # the ones due now, so a group of staggered plans is walked every force_seconds / 10
+                self._plans_to_send(r.plans, now, now + self.force_seconds / 10, out, spans)
+                if gs is None:
+                    gs = self._groups[gk] = _GroupState(r.plans, now, now)
+                gs.plans, gs.seen = r.plans, now
+                walked.append(gs)
+            elif isinstance(r, Restore):
+                self._restore_writes(r, out)
+            elif isinstance(r, Write):
+                out.append(r)
+            else:
+                raise TypeError(f"executor: {type(r).__name__} is not a Write, Plan, PlanGroup or Restore")
+        return out, spans, walked
+
+    def _plans_to_send(self, plans: Iterable[Plan], now: float, horizon: float, out: list[Write],
+                       spans: list[tuple[_PlanState, int, int]]) -> None:
+        skipped = 0
+        for p in plans:
+            st = p.state
+            if (st is not None and st.version is p.version and horizon < st.expires and not st.retry
+                    and st.alive and st.owner is self):
+                st.seen = now  # the steady state: an unchanged plan object the strategy keeps
+                skipped += 1
+                continue
+            start = len(out)
+            sent = self._plan_writes(p, now, horizon, out)
+            if sent is not None:
+                spans.append((sent, start, len(out)))
+        self.stats.plans_skipped += skipped
+
+    def _plan_writes(self, p: Plan, now: float, horizon: float, out: list[Write]) -> _PlanState | None:
+        """Append what plan ``p`` needs sent now; None when it is skipped (unchanged, and its window
+        ends after ``horizon``)."""
+        pk = (p.strategy, p.key)
+        st = self._plans.get(pk)
+        force = self.force_seconds
+        if st is not None and horizon < st.expires and (st.version is p.version or st.version == p.version):
+            st.version, st.seen = p.version, now  # the same object next time: an identity check
+            p.state = st
+            if not st.retry:
+                self.stats.plans_skipped += 1
+                return None
+            out.extend(st.retry)
+            return st
+        built = list(p.build())
+        self.stats.plans_sent += 1
+        if st is None:
+            # a spread plan's first window ends somewhere in the second half of the force window
+            window = force
+            if p.spread:
+                window *= 1.0 - zlib.crc32(f"{p.strategy}/{p.key}".encode()) / 2**33
+            st = self._plans[pk] = _PlanState(p.version, now + window, now, built, [], self)
+            p.state = st
+            out.extend(built)
+            return st
+        if st.expires <= horizon:  # the force window is over: every file of the plan is re-read
+            for w in built:
+                w.recheck = True
+            st.expires = now + force
+            out.extend(built)
+        else:  # a new version: what differs from the last one, and what did not land last time
+            old = {(w.resource, w.cgroup, w.entry): w.value for w in st.sent}
+            again = {(w.resource, w.cgroup, w.entry) for w in st.retry}
+            for w in built:
+                k = (w.resource, w.cgroup, w.entry)
+                if old.get(k) != w.value or k in again:
+                    out.append(w)
+        st.version, st.seen, st.sent = p.version, now, built
+        p.state = st
+        return st
+
+    def _restore_writes(self, r: Restore, out: list[Write]) -> None:
+        """Append the writes that put back what ``r.strategy`` found in the file (or its entries)."""
+        if not self._originals:
+            return
+        loc = self._where.get((r.resource, r.cgroup)) or self._remember(res.get(r.resource), r.cgroup)
+        table = self._originals.get(loc[4]) if loc is not None else None
+        if not table:
+            return
+        names = [r.entry] if r.entry is not None else [e for e in table if e not in r.keep]
+        for e in names:
+            o = table.get(e)
+            if o is not None and o.strategy == r.strategy:
+                out.append(self._restore_write(o, r.reason))
+
+    @staticmethod
+    def _restore_write(o: _Original, reason: str = "") -> Write:
+        w = o.write
+        return Write(strategy=o.strategy, resource=w.resource, value=o.value, cgroup=w.cgroup, entry=w.entry,
+                     reason=reason or f"restore the value {o.strategy} found", uid=w.uid,
+                     raw=not o.entry_level, restore=True)
+
+    def _remember_original(self, it: _Item) -> None:
+        """The first change of a file (or entry) by a strategy: keep what it held."""
+        w, old = it.write, it.result.old
+        if w.raw or w.restore or old is None:
+            return
+        e = w.entry
+        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        table = self._originals.setdefault(base, {})
+        if e in table:
+            return
+        getter = it.resource.entry_value
+        if e and it.resource.multi_entry and getter is not None:
+            value = getter(old, e)
+            if value is not None:
+                table[e] = _Original(w.strategy, value, w, True)
+        else:
+            table[e] = _Original(w.strategy, old, w, False)
+        if not table:
+            del self._originals[base]
+
+    def _forget_original(self, it: _Item) -> None:
+        e = it.write.entry
+        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        table = self._originals.get(base)
+        if table is not None and table.pop(e, None) is not None and not table:
+            del self._originals[base]
 
     def _locate(self, w: Write,
                 results: list[WriteResult]) -> tuple[res.Resource, str, str, int, str] | None:
@@ -490,7 +801,7 @@ class Executor:
         )
 
     def _cache_hit(self, item: _Item, now: float) -> bool:
-        if not item.write.cacheable:
+        if not item.write.cacheable or item.write.recheck:
             return False
         entry = self._cache.get(item.key)
         if entry is not None and entry.value == item.write.value and now - entry.ts < self.force_seconds:
@@ -519,8 +830,9 @@ class Executor:
             if not it.write.compare:
                 continue
             entry = self._cache.get(it.key)
-            if (entry is not None and entry.content is not None and it.write.cacheable
-                    and not it.resource.multi_entry and now - entry.ts < self.force_seconds):
+            fresh = entry is not None and now - entry.ts < self.force_seconds
+            if (fresh and entry is not None and entry.content is not None and it.write.cacheable
+                    and not it.write.recheck and not it.resource.multi_entry):
                 it.current = entry.content
             elif f[2]:
                 readable.append(k)
@@ -528,7 +840,7 @@ class Executor:
             contents = self._read_paths([items[k].path for k in readable])
             for k, c in zip(readable, contents):
                 if isinstance(c, str):
-                    items[k].current = c
+                    items[k].current, items[k].read = c, True
                 elif -c in IGNORABLE:
                     items[k].result.status, items[k].result.error = "missing", os.strerror(-c)
                     self.files.drop(items[k].path)
@@ -550,8 +862,14 @@ class Executor:
                 it.result.status = "unchanged"
                 self.stats.unchanged += 1
                 if w.cacheable:
-                    self._cache[it.key] = _CacheEntry(w.value, now, cur)
+                    self._cache[it.key] = _CacheEntry(self._cached_value(it), now, cur)
+                elif it.read and self._watched(it):
+                    self._held[it.key] = cur.strip()
+                if it.read and self._fights:
+                    self._value_stuck(it)
                 continue
+            if it.read and cur is not None and self._watched(it) and self._undone(it, cur, now):
+                continue  # another writer keeps changing it back: held until the retry
             it.result.status = "planned"
             phase_exact = 1
             if cur is not None and r.order == "larger":
@@ -699,12 +1017,18 @@ class Executor:
     def _finish(self, it: _Item, now: float) -> None:
         st = it.result.status
         w = it.write
+        if w.restore and st != "failed":
+            self._forget_original(it)  # put back (or gone): a later change records a new original
         if st == "written":
             self.stats.written += 1
             if w.cacheable:
-                self._cache[it.key] = _CacheEntry(w.value, now, it.result.value)
-            if it.key not in self._originals and it.result.old is not None and not w.raw:
-                self._originals[it.key] = (w.strategy, it.result.old, w)
+                self._cache[it.key] = _CacheEntry(self._cached_value(it), now, it.result.value)
+            elif self._watched(it):
+                self._held[it.key] = it.result.value or ""
+            f = self._fights.get(it.key) if self._fights else None
+            if f is not None:
+                f.ours = it.result.value or ""
+            self._remember_original(it)
         elif st == "dry-run":
             self.audit.record(strategy=w.strategy, action="write", target=it.target, value=it.result.value,
                               old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
@@ -721,23 +1045,141 @@ class Executor:
                 self._failed(it, it.result.value or w.value, now)
 
     # ------------------------------------------------------------------
+    # another writer
+    # ------------------------------------------------------------------
+    def _watched(self, it: _Item) -> bool:
+        """Files whose reverts mean a fight: one value per file (an entry of a table shares the file
+        with others), not restores, not under a dry run (nothing is written there)."""
+        w = it.write
+        return not (self.dry_run or w.raw or w.restore or it.resource.multi_entry)
+
+    def _undone(self, it: _Item, cur: str, now: float) -> bool:
+        """A file about to be written was read: if it no longer holds what this agent last wrote (or
+        found) there, someone else changed it.  Count that; True when the write is held back (a conflict
+        starts now, or stands until its retry)."""
+        f = self._fights.get(it.key) if self._fights else None
+        if f is not None:
+            ours: str | None = f.ours
+        elif it.write.cacheable:
+            entry = self._cache.get(it.key)
+            ours = entry.content if entry is not None else None
+        else:
+            ours = self._held.get(it.key)
+        if ours is None:
+            return False  # never written here (or forgotten): an ordinary change
+        theirs = cur.strip()
+        if theirs == ours.strip() or it.resource.equal(cur, ours, self.version):
+            if f is not None:
+                self._value_stuck(it)  # ours is still there: only this agent's wish changed
+            return False
+        if f is None:
+            f = self._fights[it.key] = _Fight(it.write.resource, it.target, ours, theirs)
+        f.theirs = theirs
+        if f.active and now < f.retry_at:
+            return self._hold(it, f)
+        f.streak += 1
+        if f.active:  # the retry: written once more, the next one waits twice as long
+            f.retry_at = now + self._backoff(f.streak)
+            return False
+        if f.streak < self.conflict_after:
+            return False
+        f.active, f.retry_at = True, now + self._backoff(f.streak)
+        self._conflict_changed(it, f, started=True)
+        return self._hold(it, f)
+
+    def _hold(self, it: _Item, f: _Fight) -> bool:
+        it.result.status = "conflict"
+        it.result.old = f.theirs
+        self.stats.conflicts += 1
+        return True
+
+    def _backoff(self, streak: int) -> float:
+        return float(min(self.force_seconds * 2.0 ** min(streak - self.conflict_after, 30),
+                         self.conflict_max_backoff))
+
+    def _value_stuck(self, it: _Item) -> None:
+        f = self._fights.pop(it.key, None)
+        if f is not None and f.active:
+            self._conflict_changed(it, f, started=False)
+
+    def _conflict_changed(self, it: _Item, f: _Fight, *, started: bool) -> None:
+        w = it.write
+        ours = it.result.value or w.value
+        event = WriteConflict(w.strategy, w.resource, it.target, ours, f.theirs, f.streak, started)
+        if started:
+            log.warning("%s: %s is changed back by another writer (%d checks in a row: this agent writes %s, "
+                        "the file held %s); no longer rewritten at every check, retried with backoff",
+                        w.strategy, it.target, f.streak, ours, f.theirs)
+            self.audit.record(strategy=w.strategy, action="write", target=it.target, value=ours, old=f.theirs,
+                              uid=w.uid, executed=False,
+                              reason=f"{w.reason} (held back: another writer changed the file back "
+                                     f"{f.streak} times in a row; retried with backoff)",
+                              error="conflict: changed back by another writer")
+        else:
+            log.warning("%s: %s keeps the value this agent writes again: the conflict with another writer "
+                        "is over", w.strategy, it.target)
+        self._conflict_condition(w.resource)
+        for cb in self.on_conflict:
+            try:
+                cb(event)
+            except Exception:  # a reporting hook never stops a write batch
+                log.exception("write conflict callback failed")
+
+    def _conflict_condition(self, resource: str) -> None:
+        """Raise, restate or clear ``executor/write-conflict/<resource>`` from the standing conflicts."""
+        if self.conditions is None:
+            return
+        key = CONFLICT_CONDITION + resource
+        files = sorted(f.target for f in self._fights.values() if f.active and f.resource == resource)
+        if not files:
+            self.conditions.clear(key)
+            return
+        what = f"{files[0]}" if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
+        self.conditions.set(key, f"{what} changed back by another writer again and again; rewritten with "
+                                 "backoff instead of at every check (turn off the other agent's feature "
+                                 "for this knob)")
+
+    def conflicts(self) -> dict[str, int]:
+        """Files in a standing conflict with another writer, by resource (safe from another thread: the
+        metrics server's)."""
+        out: dict[str, int] = {}
+        for f in list(self._fights.values()):  # one copy, taken without running Python code
+            if f.active:
+                out[f.resource] = out.get(f.resource, 0) + 1
+        return out
+
+    def _drop_fights(self, keys: Iterable[str]) -> None:
+        resources = set()
+        for key in keys:
+            f = self._fights.pop(key, None)
+            if f is not None and f.active:
+                resources.add(f.resource)
+        for resource in resources:
+            self._conflict_condition(resource)
+
+    def _cached_value(self, it: _Item) -> str:
+        """The canonical value a cache entry holds (a raw write's content made canonical)."""
+        w = it.write
+        return self.canonical(it.resource, w.value) if w.raw else w.value
+
+    # ------------------------------------------------------------------
     # lifecycle
     # ------------------------------------------------------------------
     def release(self, strategy: str) -> None:
-        """Drop every ownership claim of ``strategy`` (it was disabled or stopped)."""
+        """Drop every claim, plan and write conflict of ``strategy`` (it was disabled or stopped)."""
+        self._drop_fights([k for k in self._fights if (c := self._claims.get(k)) is not None
+                           and c.strategy == strategy])
         for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
             del self._claims[key]
+        for pk in [pk for pk in self._plans if pk[0] == strategy]:
+            self._plans.pop(pk).alive = False
+        for gk in [gk for gk in self._groups if gk[0] == strategy]:
+            del self._groups[gk]
 
     def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
         """Write back what ``strategy`` found before it first changed each file, then release it."""
-        writes = []
-        for key, (owner, old, w) in list(self._originals.items()):
-            if owner != strategy:
-                continue
-            writes.append(Write(strategy=strategy, resource=w.resource, value=old, cgroup=w.cgroup,
-                                entry=w.entry, reason=f"restore the value {strategy} found", uid=w.uid,
-                                raw=True, cacheable=False))
-            del self._originals[key]
+        writes = [self._restore_write(o) for table in self._originals.values() for o in table.values()
+                  if o.strategy == strategy]
         self.release(strategy)
         return self.apply(writes, now) if writes else []
 
@@ -756,7 +1198,8 @@ class Executor:
         dirs = tuple(cg + "/" for cg in cgroups)
         for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
             del self._where[mk]
-        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided):
+        self._drop_fights([k for k in self._fights if k.startswith(pre)])
+        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided, self._held):
             for key in [k for k in d if k.startswith(pre)]:
                 del d[key]
         if self._repeats:
@@ -771,6 +1214,12 @@ class Executor:
             del self._claims[key]
         for key in [k for k, (_, ts) in self._dry_decided.items() if now - ts > self.force_seconds]:
             del self._dry_decided[key]
+        # plans no strategy presents any more (a pod that left, a strategy switched off)
+        idle = self.cache_ttl + self.force_seconds
+        for pk in [pk for pk, st in self._plans.items() if now - st.seen > idle]:
+            self._plans.pop(pk).alive = False
+        for gk in [gk for gk, gs in self._groups.items() if now - gs.seen > idle]:
+            del self._groups[gk]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
         loc = self.resolve(resource, cgroup)

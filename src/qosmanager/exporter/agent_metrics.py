@@ -173,6 +173,10 @@ class AgentMetrics:
                 "the file)", ("status",), r).pull(self._writes)
         Counter("qosmanager_failed_writes_total", "Writes the kernel refused",
                 registry=r).pull(lambda: self._executor_stat("failed"))
+        Gauge("qosmanager_write_conflicts",
+              "Files another writer keeps changing back (e.g. koordlet owning the same knob), by resource: "
+              "rewritten with backoff instead of at every check",
+              ("resource",), r).pull(self._write_conflicts)
         self.evictions = Counter(
             "qosmanager_evictions_total",
             "Eviction decisions by strategy, koordlet feature and result: evicted, decided (audited only "
@@ -381,6 +385,11 @@ class AgentMetrics:
         return {("written",): st.written, ("unchanged",): st.unchanged, ("cached",): st.cache_hits,
                 ("failed",): st.failed, ("missing",): st.missing, ("invalid",): st.invalid,
                 ("lost",): st.lost}
+
+    def _write_conflicts(self) -> Mapping[LabelValues, float] | None:
+        if self.executor is None:
+            return None
+        return {(resource,): float(n) for resource, n in self.executor.conflicts().items()}
 
     def _strategy_errors(self) -> Mapping[LabelValues, float] | None:
         if self.manager is None:

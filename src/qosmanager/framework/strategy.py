@@ -2,7 +2,9 @@
 
 A strategy is a small object: its name, the feature gates that enable it, which interval it
 runs at, and a :meth:`Strategy.tick` that reads the :class:`~qosmanager.framework.context.Context`
-and returns the files it wants written (:class:`~qosmanager.executor.executor.Write`).  It never
+and returns the files it wants written (:class:`~qosmanager.executor.executor.Write`; many writes
+that rarely change as a :class:`~qosmanager.executor.executor.Plan` the executor skips while it is
+unchanged; a :class:`~qosmanager.executor.executor.Restore` to put back what a file held).  It never
 touches a file itself.  Evictions go through ``ctx.evict`` (the shared coordinator), which
 answers synchronously so a strategy can keep its cool-down.
 
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework.gates import FeatureGates
 
 if TYPE_CHECKING:
@@ -72,8 +74,8 @@ class Strategy(abc.ABC):
         return self.feature_gates.enabled(name)
 
     @abc.abstractmethod
-    def tick(self, ctx: Context) -> list[Write]:
-        """One run of the algorithm: the writes this strategy wants now."""
+    def tick(self, ctx: Context) -> Sequence[Request]:
+        """One run of the algorithm: the writes (plans, restores) this strategy wants now."""
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:  # noqa: B027 - optional hook
         """Called with the executor's results of the writes returned by :meth:`tick`."""

@@ -426,6 +426,14 @@ def _token_merge(current: str | None, entry: str) -> str:
     return " ".join(tokens) + "\n"
 
 
+def _token_entry(content: str, name: str) -> str | None:
+    """sched_features: the token that says feature ``name``'s state in ``content`` (None: not listed)."""
+    for t in content.split():
+        if t in (name, "NO_" + name):
+            return t
+    return None
+
+
 def _append_merge(current: str | None, entry: str) -> str:
     ids = _lines(current)
     if entry.strip() not in ids:
@@ -469,6 +477,9 @@ class Resource:
     multi_entry: bool = False  # several independent entries (devices) share the file
     # the file's content after writing one entry (multi-entry files); None = the entry replaces it
     merge_entry: Callable[[str | None, str], str] | None = None
+    # the value that, written as one entry, puts back that entry's state in a content (restores of one
+    # entry); None: a restore writes the whole content back
+    entry_value: Callable[[str, str], str | None] | None = None
     root: str = "cgroup"  # "cgroup" | "proc" | "sys"
     rel: str = ""  # non-cgroup files: path relative to the root, "{group}" substituted
     if_exists: bool = False  # a missing file means "unsupported here", not an error
@@ -565,7 +576,8 @@ _RESOURCES: list[Resource] = [
     Resource("sched_features", root="sys", rel="kernel/debug/sched_features",
              validate=lambda v: None if re.fullmatch(r"(NO_)?[A-Z0-9_]+", v.strip()) else
              f"{v!r} is not a scheduler feature name", if_exists=True, multi_entry=True,
-             same=lambda cur, want: want.strip() in cur.split(), merge_entry=_token_merge),
+             same=lambda cur, want: want.strip() in cur.split(), merge_entry=_token_merge,
+             entry_value=_token_entry),
     # --- resctrl (infra §2.9); "{group}" is the resctrl group ("" = root) ---
     Resource("resctrl.schemata", root="sys", rel="fs/resctrl/{group}/schemata",
              render_v1=_render_resctrl_schemata, render_v2=_render_resctrl_schemata,

@@ -58,7 +58,8 @@ class Harness:
         self.cfg = cfg or QoSConfig()
         self.gates = FeatureGates.from_overrides(gates)
         self.executor = Executor(self.layout, self.audit, clock=lambda: self.now,
-                                 force_seconds=self.cfg.force_update_seconds, dry_run=dry_run)
+                                 force_seconds=self.cfg.force_update_seconds, dry_run=dry_run,
+                                 conditions=self.store.conditions)
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
                                                dry_run=dry_run, clock=lambda: self.now)
         self._cpu_info: NodeCPUInfo | None = None

@@ -22,9 +22,12 @@ the kernel-neutral values, not a restore of whatever the files held before.
 
 **Cost on a dense node.**  A node with a thousand pods has tens of thousands of knobs.  The desired
 value of each is computed only when its inputs change (the pod view, the NodeSLO, the node's
-allocatable memory), and only values not yet confirmed by the executor are sent.  Every knob is
-re-asserted once per ``force_update_seconds`` (koordlet's forced re-check that corrects outside
-changes), spread over the ticks of that period so no single tick carries them all.
+allocatable memory).  Each pod's knobs, and the QoS dirs', are one executor
+:class:`~qosmanager.executor.executor.Plan` whose version is its table of knobs, all of them handed
+over as one :class:`~qosmanager.executor.executor.PlanGroup`: the executor skips the group in one
+step while nothing changed, sends only the knobs that changed when a pod changes, and re-checks every
+knob once per ``force_update_seconds`` (koordlet's forced re-check that corrects outside changes), the
+plans' windows staggered so no single tick carries them all.
 
 **A pod whose annotation cannot be decoded** (a koordlet fix): koordlet gives it the class config,
 which resets what its annotation had set; here its pod and container files are left as they are
@@ -61,7 +64,7 @@ from qosmanager.api.pod import (
     ContainerMeta,
     PodMeta,
 )
-from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.executor.executor import Plan, PlanGroup, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -95,7 +98,6 @@ NONE_MEMORY_QOS = MemoryQOSCfg(
 )
 
 Key = tuple[str, str]  # (resource, cgroup dir)
-OK_STATUSES = frozenset({"written", "unchanged", "cached", "dry-run"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,6 +297,7 @@ class _PodPlan:
     summary_min: int | None  # this pod's contribution to its QoS class's memory.min
     summary_low: int | None
     entries: dict[Key, _Entry]  # pod level, then containers
+    request: Plan | None = None  # the entries as an executor plan (made once, by the strategy)
 
 
 def plan_pod(ctx: Context, pod: PodMeta, cfg: ResourceQOS, allocatable: int,
@@ -339,22 +342,23 @@ class CgroupReconcile(Strategy):
         self._inputs: tuple[object, ...] | None = None
         self._plans: dict[str, _PodPlan] = {}
         self._qos_entries: dict[Key, _Entry] = {}
-        self._desired: dict[Key, _Entry] = {}
-        self._confirmed: dict[Key, str] = {}  # what the executor confirmed each file holds
+        self._qos_request: Plan | None = None
+        self._requests = PlanGroup(self.name, "memory-qos", ())  # a new sequence when any plan changes
         self._absent: set[Key] = set()  # file missing in an existing dir: unsupported there
-        self._due: dict[Key, None] = {}  # to send on the next tick (changed, or failed last time)
-        # the periodic re-assertion: every knob sits in one of n buckets, one bucket per tick
-        n = int(cfg.force_update_seconds / self.interval) if self.interval > 0 else 1
-        self._buckets: list[dict[Key, None]] = [{} for _ in range(max(1, min(n, 3600)))]
-        self._bucket_of: dict[Key, int] = {}
-        self._next_bucket = 0
-        self._ticks = 0
         self._v1_support: dict[str, bool] = {}
         self._warned: set[str] = set()
         self._invalid = InvalidAnnotations(self.name, ANNOTATION_MEMORY_QOS, "memory files")
 
     # -- tick ----------------------------------------------------------------------------------
-    def tick(self, ctx: Context) -> list[Write]:
+    @property
+    def _desired(self) -> dict[Key, _Entry]:
+        """Every knob this strategy wants now (pods' and QoS dirs'), for inspection."""
+        out = dict(self._qos_entries)
+        for plan in self._plans.values():
+            out.update(plan.entries)
+        return out
+
+    def tick(self, ctx: Context) -> list[PlanGroup]:
         strategy = ctx.nodeslo.resource_qos_strategy if ctx.nodeslo_present else None
         node = ctx.node
         if strategy is None or node is None or not node.allocatable:
@@ -366,29 +370,36 @@ class CgroupReconcile(Strategy):
             replan_all = self._inputs is None or inputs[1:] != self._inputs[1:]
             self._inputs = inputs
             self._sync(ctx, node.memory_allocatable, usable, replan_all)
-        bucket = self._buckets[self._ticks % len(self._buckets)]
-        self._ticks += 1
-        due = self._due
-        due.update((k, None) for k in bucket if k not in self._absent)
-        self._due = {}
-        desired = self._desired
-        return [self.write(k[0], k[1], e.value, e.reason, uid=e.uid)
-                for k in due if (e := desired.get(k)) is not None]
+            plans = [self._request(f"pod/{uid}", plan) for uid, plan in self._plans.items()]
+            if self._qos_request is None:
+                self._qos_request = self._make_request("qos", self._qos_entries)
+            plans.append(self._qos_request)
+            self._requests = PlanGroup(self.name, "memory-qos", plans)
+        return [self._requests]
+
+    def _request(self, key: str, plan: _PodPlan) -> Plan:
+        if plan.request is None:
+            plan.request = self._make_request(key, plan.entries)
+        return plan.request
+
+    def _make_request(self, key: str, entries: dict[Key, _Entry]) -> Plan:
+        """Knobs as an executor plan; its version is the table itself (a new table when they change)."""
+        absent = self._absent
+
+        def build() -> list[Write]:
+            return [self.write(k[0], k[1], e.value, e.reason, uid=e.uid) for k, e in entries.items()
+                    if k not in absent]
+
+        return Plan(self.name, key, entries, build, spread=True)
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
-        """Remember what the executor confirmed, which files do not exist, and what to retry."""
+        """Remember which files do not exist (the executor retries failures itself)."""
         dir_exists: dict[str, bool] = {}
         for r in results:
             w = r.write
             key = (w.resource, w.cgroup)
             status = r.status
-            if status in OK_STATUSES:
-                self._confirmed[key] = w.value
-                continue
-            self._confirmed.pop(key, None)
-            if status == "failed":
-                self._due[key] = None  # koordlet retries on its next tick
-            elif status == "unsupported":
+            if status == "unsupported":
                 self._absent.add(key)
             elif status == "missing":
                 exists = dir_exists.get(w.cgroup)
@@ -431,17 +442,12 @@ class CgroupReconcile(Strategy):
                 continue
             plan = old_plans.get(pod.uid)
             if replan_all or plan is None or plan.pod is not pod:
-                new = self._plan(ctx, pod, allocatable, usable)
-                self._replace(plan.entries if plan is not None else {}, new.entries)
-                plan = new
+                plan = self._plan(ctx, pod, allocatable, usable)
             plans[pod.uid] = plan
             if pod.kube_qos in mins:
                 mins[pod.kube_qos] = add_optional(mins[pod.kube_qos], plan.summary_min)
                 lows[pod.kube_qos] = add_optional(lows[pod.kube_qos], plan.summary_low)
-        for uid, plan in old_plans.items():
-            if uid not in plans:  # gone, or no longer Pending/Running
-                self._replace(plan.entries, {})
-        self._plans = plans
+        self._plans = plans  # a pod gone, or no longer Pending/Running, has no plan any more
         self._invalid.forget_gone(ctx.pods)
         for kq in KUBE_QOS_ORDER:
             # koordlet fix: a class whose last pod left has an undefined sum and koordlet leaves its QoS
@@ -470,33 +476,8 @@ class CgroupReconcile(Strategy):
             for name, v in qos_knobs(mins[kq], lows[kq], qcfg).items():
                 if name in usable:
                     qos_entries[(name, qdir)] = _Entry(str(v), reason, None)
-        self._replace(self._qos_entries, qos_entries)
-        self._qos_entries = qos_entries
-
-    def _replace(self, old: dict[Key, _Entry], new: dict[Key, _Entry]) -> None:
-        """Swap one owner's knobs (a pod's, or the QoS dirs'); what changed is due on this tick."""
-        desired, confirmed, absent, due = self._desired, self._confirmed, self._absent, self._due
-        for key in old:
-            if key not in new:
-                self._drop(key)
-        for key, entry in new.items():
-            if key not in desired:
-                b = self._next_bucket
-                self._next_bucket = (b + 1) % len(self._buckets)
-                self._bucket_of[key] = b
-                self._buckets[b][key] = None
-            desired[key] = entry
-            if confirmed.get(key) != entry.value and key not in absent:
-                due[key] = None
-
-    def _drop(self, key: Key) -> None:
-        self._desired.pop(key, None)
-        b = self._bucket_of.pop(key, None)
-        if b is not None:
-            self._buckets[b].pop(key, None)
-        self._confirmed.pop(key, None)
-        self._absent.discard(key)
-        self._due.pop(key, None)
+        if qos_entries != self._qos_entries:
+            self._qos_entries, self._qos_request = qos_entries, None
 
     def _plan(self, ctx: Context, pod: PodMeta, allocatable: int, usable: frozenset[str]) -> _PodPlan:
         cfg = ctx.nodeslo.class_qos(pod.qos)

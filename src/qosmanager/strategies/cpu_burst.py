@@ -62,7 +62,7 @@ from qosmanager.api.pod import (
     RESOURCE_CPU,
     PodMeta,
 )
-from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.executor.executor import Plan, Request, Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -281,16 +281,10 @@ class CPUBurst(Strategy):
         self.node_state = UNKNOWN
         self._plan: _Plan | None = None
         self._ran = False  # a NodeSLO was seen: if it goes away, the defaults (no burst) restore
-        # static burst values are re-sent when the plan changes, after force_update_seconds, or
-        # after a failure (the executor's write cache would answer each of them anyway)
-        self._static_sent: _Plan | None = None
-        self._static_at = -math.inf
-        self._static_writes: list[Write] = []
         self._invalid = InvalidAnnotations(self.name, ANNOTATION_CPU_BURST, "CPU burst and quota files")
 
     # ------------------------------------------------------------------ the tick (start)
-    def tick(self, ctx: Context) -> list[Write]:
-        self._static_writes = []
+    def tick(self, ctx: Context) -> list[Request]:
         if not ctx.nodeslo_present and not self._ran:
             return []  # koordlet: no NodeSLO, nothing to do
         # Once a NodeSLO has been seen, its disappearance means the defaults (policy "none"):
@@ -299,16 +293,10 @@ class CPUBurst(Strategy):
         plan = self._plan_for(ctx)
         # the share pool only changes ups and remains, which only quota-burst policies produce
         self.node_state = self._node_state(ctx, plan) if plan.cfs_burst.any() else UNKNOWN
-        writes = self._static_burst(ctx, plan)
+        writes: list[Request] = [self._static_burst(plan)]
         writes += self._cfs_quota_burst(ctx, plan)
         self.limiters.recycle(ctx.now)
         return writes
-
-    def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
-        if self._static_writes:
-            sent = {id(w) for w in self._static_writes}
-            if any(r.status == "failed" for r in results if id(r.write) in sent):
-                self._static_sent = None  # re-send next tick
 
     # ------------------------------------------------------------------ node state
     def _node_state(self, ctx: Context, plan: _Plan) -> str:
@@ -336,14 +324,15 @@ class CPUBurst(Strategy):
         return IDLE
 
     # ------------------------------------------------------------------ static burst
-    def _static_burst(self, ctx: Context, plan: _Plan) -> list[Write]:
-        """``applyCPUBurst`` for every burstable pod: containers' values and the pod's sum."""
-        if plan is self._static_sent and ctx.now - self._static_at < ctx.cfg.force_update_seconds:
-            return []
-        self._static_sent, self._static_at = plan, ctx.now
-        writes = [self.write(BURST, d, v, "cpuBurst: CFS burst from the CPU limit") for d, v in plan.static]
-        self._static_writes = writes
-        return writes
+    def _static_burst(self, plan: _Plan) -> Plan:
+        """``applyCPUBurst`` for every burstable pod: containers' values and the pod's sum, as one plan
+        whose version is the list of values (the executor skips it while it is unchanged)."""
+        static = plan.static
+
+        def build() -> list[Write]:
+            return [self.write(BURST, d, v, "cpuBurst: CFS burst from the CPU limit") for d, v in static]
+
+        return Plan(self.name, "static-burst", static, build)
 
     # ------------------------------------------------------------------ dynamic quota burst
     def _cfs_quota_burst(self, ctx: Context, plan: _Plan) -> list[Write]:

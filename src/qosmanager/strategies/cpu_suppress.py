@@ -51,7 +51,7 @@ from qosmanager.api.nodeslo import (
     HostApplicationSpec,
 )
 from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
-from qosmanager.executor.executor import Write, WriteResult
+from qosmanager.executor.executor import Plan, Request, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -126,12 +126,6 @@ class CPUSuppress(Strategy):
         self.last_suppress: SuppressQuantity | None = None
         self._quota_recovery: Write | None = None
         self._pod_cpusets: _PodCPUSets | None = None
-        # the cpuset plan last handed to the executor: [(dirs, value), ...], when, and whether it all
-        # landed; an unchanged plan is re-sent only after force_update_seconds (the executor's
-        # write cache would answer every write of it anyway, one by one)
-        self._cpuset_plan: list[tuple[list[str], str]] | None = None
-        self._cpuset_plan_at = -math.inf
-        self._cpuset_writes: list[Write] = []
         self._depth_split: tuple[list[str], dict[int, list[str]]] | None = None
         # what the last decision left in force, re-asserted while node CPU usage cannot be read:
         # the BE quota (cfsQuota) and the BE cpuset with whether only containers carry it (static)
@@ -140,16 +134,15 @@ class CPUSuppress(Strategy):
         self._holding = False
 
     # ------------------------------------------------------------------ the tick (suppressBECPU)
-    def tick(self, ctx: Context) -> list[Write]:
+    def tick(self, ctx: Context) -> list[Request]:
         self._quota_recovery = None
-        self._cpuset_writes = []
         self._holding = False
         writes = self._suppress(ctx)
         if not self._holding and ctx.conditions.clear(COND_NODE_CPU):
             log.info("cpuSuppress: no longer holding the BE limit")
         return writes
 
-    def _suppress(self, ctx: Context) -> list[Write]:
+    def _suppress(self, ctx: Context) -> list[Request]:
         disabled = threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present)
         if disabled is None:
             return []  # no NodeSLO (or no enable flag): koordlet does nothing, not even recovery
@@ -192,13 +185,9 @@ class CPUSuppress(Strategy):
                     if r.status in ("written", "unchanged", "cached", "missing", "dry-run"):
                         self.policy_status[CPU_SUPPRESS_POLICY_CFS_QUOTA] = POLICY_RECOVERED
                     break
-        if self._cpuset_writes:
-            sent = {id(w) for w in self._cpuset_writes}
-            if any(r.status in ("failed", "lost") for r in results if id(r.write) in sent):
-                self._cpuset_plan = None  # something did not land: send the whole plan again next tick
 
     # ------------------------------------------------------------------ cfsQuota policy
-    def _adjust_by_cfs_quota(self, ctx: Context, q: SuppressQuantity, node: NodeMeta) -> list[Write]:
+    def _adjust_by_cfs_quota(self, ctx: Context, q: SuppressQuantity, node: NodeMeta) -> list[Request]:
         """``adjustByCfsQuota``: the BE QoS dir's quota, with the bypass and the step limit."""
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
         new_quota = max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
@@ -217,7 +206,7 @@ class CPUSuppress(Strategy):
         self.held_quota = new_quota
         return [self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
 
-    def _recover_cfs_quota(self, ctx: Context) -> list[Write]:
+    def _recover_cfs_quota(self, ctx: Context) -> list[Request]:
         """``recoverCFSQuotaIfNeed``: BE quota back to unlimited, once (until the policy is used again)."""
         self.held_quota = None
         if self.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) == POLICY_RECOVERED:
@@ -228,7 +217,7 @@ class CPUSuppress(Strategy):
         return [w]
 
     # ------------------------------------------------------------------ cpuset policy
-    def _adjust_by_cpuset(self, ctx: Context, q: SuppressQuantity, cpu_info: NodeCPUInfo) -> list[Write]:
+    def _adjust_by_cpuset(self, ctx: Context, q: SuppressQuantity, cpu_info: NodeCPUInfo) -> list[Request]:
         """``adjustByCPUSet``: how many CPUs BE gets, which ones, and where they are written."""
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
         old = self._read_be_cpuset(ctx, be_dir, cpu_info)
@@ -266,7 +255,8 @@ class CPUSuppress(Strategy):
             be += pick_be_cpus(n - n_lsr, ls)
         return self._apply_be_cpuset(ctx, be_dir, be, q)
 
-    def _apply_be_cpuset(self, ctx: Context, be_dir: str, be: list[int], q: SuppressQuantity) -> list[Write]:
+    def _apply_be_cpuset(self, ctx: Context, be_dir: str, be: list[int],
+                         q: SuppressQuantity) -> list[Request]:
         """``applyBESuppressCPUSet``: with a static kubelet CPU manager only containers are narrowed
         (the QoS and pod dirs keep every BE CPU); otherwise the QoS dir, pods and containers all get
         the BE cpuset.  The executor widens parents first and narrows children first."""
@@ -339,7 +329,7 @@ class CPUSuppress(Strategy):
             return None
         return format_cpu_list(cpus)
 
-    def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Write]:
+    def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Request]:
         """``recoverCPUSetIfNeed``: every BE dir down to ``max_depth`` gets the whole BE cpuset."""
         self.held_cpuset = None
         full = self._be_cpuset_value(ctx)
@@ -349,7 +339,7 @@ class CPUSuppress(Strategy):
         paths = ctx.cgroup_dirs("cpuset", ctx.qos_dir(KUBE_QOS_BESTEFFORT), max_depth)
         return self._emit_cpuset(ctx, [(paths, full)], "recover the BE cpuset: cpuset suppression is not in use")
 
-    def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Write]:
+    def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Request]:
         """``recoverCPUSetForBECPUManager``: like the recovery, but containers of pods whose cpuset
         the BE cpuset hook manages (``resource-status`` with a cpuset or NUMA resources) are left alone."""
         self.held_cpuset = None
@@ -365,7 +355,7 @@ class CPUSuppress(Strategy):
         return self._emit_cpuset(ctx, plan, "recover the BE cpuset: the BE CPU manager owns BE cpusets")
 
     # ------------------------------------------------------------------ fail safe
-    def _hold(self, ctx: Context) -> list[Write]:
+    def _hold(self, ctx: Context) -> list[Request]:
         """Node CPU usage cannot be read: re-assert the BE limit of the last decision, never raise it.
 
         The quota is written only when the file holds a looser one (higher, or unlimited); the
@@ -374,7 +364,7 @@ class CPUSuppress(Strategy):
         """
         self._holding = True
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
-        writes: list[Write] = []
+        writes: list[Request] = []
         held: list[str] = []
         quota = self.held_quota
         if quota == BE_UNSET_QUOTA:
@@ -403,14 +393,15 @@ class CPUSuppress(Strategy):
         return writes
 
     # ------------------------------------------------------------------ plumbing
-    def _emit_cpuset(self, ctx: Context, plan: list[tuple[list[str], str]], reason: str) -> list[Write]:
-        """Writes for a cpuset plan, unless the same plan was sent within the force-update interval."""
-        if plan == self._cpuset_plan and ctx.now - self._cpuset_plan_at < ctx.cfg.force_update_seconds:
-            return []
-        self._cpuset_plan, self._cpuset_plan_at = plan, ctx.now
-        writes = [self.write(CPUSET, d, value, reason) for dirs, value in plan for d in dirs]
-        self._cpuset_writes = writes
-        return writes
+    def _emit_cpuset(self, ctx: Context, plan: list[tuple[list[str], str]], reason: str) -> list[Request]:
+        """A cpuset plan ``[(dirs, value), ...]`` as one executor plan whose version is the plan itself:
+        the executor skips it while it is unchanged within the force-update interval, sends only what
+        changed when it changes, and again what did not land."""
+
+        def build() -> list[Write]:
+            return [self.write(CPUSET, d, value, reason) for dirs, value in plan for d in dirs]
+
+        return [Plan(self.name, "be-cpuset", plan, build)]
 
     def _split_by_depth(self, ctx: Context, be_dir: str) -> dict[int, list[str]]:
         """BE cpuset dirs (the cached walk) by depth below the BE QoS dir."""

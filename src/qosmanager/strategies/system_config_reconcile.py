@@ -20,11 +20,12 @@ The Anolis files exist only on some kernels: where one is missing the executor s
 Scheduler features are written first, before the other files (koordlet writes them directly, ahead
 of its batch).
 
-**Restoring.**  koordlet never resets a field that becomes unset.  This strategy does: the first time
-it is about to change a file it records what the file held, and when the field (or a scheduler
-feature) is no longer configured it writes that original back.  The record lives in memory; after a
-restart the "original" is whatever the file held then.  Without any NodeSLO nothing is done (koordlet's
-rule), so a NodeSLO that disappears leaves the files as they are.
+**Restoring.**  koordlet never resets a field that becomes unset.  This strategy does: the executor
+records what a file (or a scheduler feature) held the first time this strategy changed it, and when the
+field (or the feature) is no longer configured the strategy asks for that original back (a
+:class:`~qosmanager.executor.executor.Restore`, which does nothing where nothing was changed).  The
+record lives in memory; after a restart the "original" is whatever the file held then.  Without any
+NodeSLO nothing is done (koordlet's rule), so a NodeSLO that disappears leaves the files as they are.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from qosmanager.api.nodeslo import SystemStrategy
-from qosmanager.executor.executor import Write
+from qosmanager.executor.executor import Request, Restore
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -124,18 +125,17 @@ class SystemConfigReconcile(Strategy):
 
     def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
         super().__init__(cfg, gates)
-        self._originals: dict[str, str | None] = {}  # resource -> content before our first change
-        self._feature_originals: dict[str, bool] = {}  # scheduler feature -> state before our first change
         self._warned: set[str] = set()
 
-    def tick(self, ctx: Context) -> list[Write]:
+    def tick(self, ctx: Context) -> list[Request]:
         ss = ctx.nodeslo.system_strategy if ctx.nodeslo_present else None
         node = ctx.node
         if ss is None or node is None or node.memory_capacity <= 0:
             return []
         if node.memory_capacity // 1024 <= 0:
             return []  # koordlet aborts the whole update
-        writes = self._sched_features(ctx, ss.sched_features or {})
+        writes: list[Request] = []
+        writes += self._sched_features(ctx, ss.sched_features or {})
         values, configured = calculate_memory_config(ss, node.memory_capacity)
         for knob in KNOBS:
             raw = getattr(ss, knob.field)
@@ -143,29 +143,27 @@ class SystemConfigReconcile(Strategy):
                 self._warn(f"{knob.resource}={raw}", "systemConfigReconcile: %s=%s gives a value outside "
                            "[%s, %s]; %s is left as it is", knob.json, raw, knob.lo, knob.hi, knob.resource)
         for resource, (value, knob) in values.items():
-            if resource not in self._originals:
-                self._originals[resource] = ctx.read(resource)
             writes.append(self.write(resource, "", value, f"systemStrategy.{knob.json} = "
                                      f"{getattr(ss, knob.field)}"))
-        for resource in [r for r in self._originals if r not in configured]:
-            original = self._originals.pop(resource)
-            if original is not None:
-                writes.append(Write(self.name, resource, original, reason="restore the value found before "
-                                    "systemStrategy set it (the field is no longer set)", raw=True))
+        writes += [Restore(self.name, knob.resource, reason="restore the value found before systemStrategy "
+                           "set it (the field is no longer set)")
+                   for knob in KNOBS if knob.resource not in configured]
         return writes
 
-    def _sched_features(self, ctx: Context, wanted: Mapping[str, bool]) -> list[Write]:
+    def _sched_features(self, ctx: Context, wanted: Mapping[str, bool]) -> list[Request]:
         """Writes for the scheduler features whose state differs from the NodeSLO's, and restores of the
         features no longer listed.  Nothing when the file cannot be read (koordlet's rule)."""
-        if not wanted and not self._feature_originals:
-            return []
+        restore = Restore(self.name, SCHED_FEATURES, entry=None, keep=frozenset(wanted),
+                          reason="restore the scheduler feature found before systemStrategy set it")
+        if not wanted:
+            return [restore]
         content = ctx.read(SCHED_FEATURES)
         if content is None:
             self._warn("sched_features:read", "systemConfigReconcile: sched_features cannot be read; "
                        "scheduler features are left alone")
             return []
         current = feature_states(content)
-        writes: list[Write] = []
+        writes: list[Request] = []
         for name, on in wanted.items():
             if not FEATURE_NAME.fullmatch(name):
                 self._warn(f"feature:{name}", "systemConfigReconcile: %r is not a scheduler feature name",
@@ -178,16 +176,9 @@ class SystemConfigReconcile(Strategy):
                 self._warn(f"feature:{name}", "systemConfigReconcile: this kernel has no scheduler "
                            "feature %s", name)
                 continue
-            if state != on:
-                self._feature_originals.setdefault(name, state)
             writes.append(self.write(SCHED_FEATURES, "", feature_token(name, on),
                                      f"systemStrategy.schedFeatures.{name} = {str(on).lower()}", entry=name))
-        for name in [n for n in self._feature_originals if n not in wanted]:
-            original = self._feature_originals.pop(name)
-            if current.get(name) is not None and current[name] != original:
-                writes.append(self.write(SCHED_FEATURES, "", feature_token(name, original),
-                                         "restore the scheduler feature found before systemStrategy set it",
-                                         entry=name))
+        writes.append(restore)
         return writes
 
     def _warn(self, key: str, msg: str, *args: object) -> None:

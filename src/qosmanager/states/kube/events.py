@@ -21,7 +21,11 @@ What is recorded (wired by the agent):
   ``AdjustBEByNodeCPUUsage``, at most one per minute per kind of change (quota, cpuset); changes
   within the minute are folded into the next Event, "from <first old> to <latest new>";
 * a NodeSLO with fields the agent dropped (:class:`NodeSLOEvents`): one Warning on the Node per
-  NodeSLO change, reason ``InvalidNodeSLOFields``, naming every dropped field and why.
+  NodeSLO change, reason ``InvalidNodeSLOFields``, naming every dropped field and why;
+* a file another writer keeps changing back (:class:`WriteConflictEvents`): a Warning on the Node,
+  reason ``WriteConflict``, naming the file, the two values and the strategy; conflicts of one resource
+  that start within a minute are folded into one Event ("... and 41 more files"), so a fight over every
+  pod's quota cannot use up the Node's event budget.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 from qosmanager.api.nodeslo import NodeSLOSpec
 from qosmanager.api.pod import PodMeta
 from qosmanager.eviction.types import EvictDecision
-from qosmanager.executor.executor import WriteResult
+from qosmanager.executor.executor import WriteConflict, WriteResult
 from qosmanager.states.kube.client import KubeClient, KubeError
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ NORMAL, WARNING = "Normal", "Warning"
 EVICT_SUCCESS, EVICT_FAIL, EVICT_REFUSED = "EvictPodSuccess", "EvictPodFail", "EvictPodRefused"
 ADJUST_BE = "AdjustBEByNodeCPUUsage"
 INVALID_NODESLO = "InvalidNodeSLOFields"
+WRITE_CONFLICT = "WriteConflict"
 MAX_MESSAGE = 1024
 CHANNEL = "events"  # the recorder's own connection
 
@@ -389,3 +394,48 @@ class NodeSLOEvents:
         version = f" (resourceVersion {spec.resource_version})" if spec.resource_version else ""
         self.recorder.record(self.node_ref(), WARNING, INVALID_NODESLO, f"NodeSLO{version}: {summary}",
                              action="ValidateNodeSLO")
+
+
+@dataclass
+class WriteConflictEvents:
+    """Write conflicts with another writer as Warning Events on the Node (see the module docstring).
+
+    ``on_conflict`` is the executor's ``on_conflict`` callback (agent thread); ``flush`` also runs on
+    the recorder thread once a second.  Only starts are reported (the degraded condition says when a
+    conflict is over); per resource, the first conflict is sent at once and later ones within
+    ``interval`` are folded into the next Event.
+    """
+
+    recorder: EventRecorder
+    node_ref: Callable[[], ObjectRef]
+    interval: float = 60.0
+    clock: Callable[[], float] = time.time
+    _pending: dict[str, list[WriteConflict]] = field(default_factory=dict)
+    _last: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_conflict(self, c: WriteConflict) -> None:
+        if not c.active:
+            return
+        with self._lock:
+            self._pending.setdefault(c.resource, []).append(c)
+        self.flush()
+
+    def flush(self) -> None:
+        now = self.clock()
+        out: list[list[WriteConflict]] = []
+        with self._lock:
+            for resource, items in list(self._pending.items()):
+                if items and now - self._last.get(resource, float("-inf")) >= self.interval:
+                    out.append(items)
+                    self._last[resource] = now
+                    del self._pending[resource]
+        for items in out:
+            c = items[0]
+            more = f" (and {len(items) - 1} more files of {c.resource})" if len(items) > 1 else ""
+            self.recorder.record(
+                self.node_ref(), WARNING, WRITE_CONFLICT,
+                f"{c.target}{more}: another writer changed it back {c.times} times in a row ({c.strategy} "
+                f"writes {c.ours}, the file held {c.theirs}); no longer rewritten at every check, retried "
+                f"with backoff. Turn off the other agent's feature for this knob (deploy/README.md, "
+                f"Living beside koordlet)", action="WriteFile")
