@@ -89,3 +89,33 @@ class IOFaults:
             err = self._fault(path, "read")
             out.append(-err if err else self._pread(fds[i:i + 1], maxlen)[0])
         return out
+
+
+# ------------------------------------------------------------------------------------------------
+# a signal to the agent process in the middle of an executor batch
+# ------------------------------------------------------------------------------------------------
+SIGNAL_MID_BATCH = r"""
+import os, sys
+import numpy as np
+from qosmanager._native import sysio
+from qosmanager.cli import main
+
+sig, at_least = int(sys.argv[1]), int(sys.argv[2])
+real = sysio.pwrite_batch
+fired = []
+
+def pwrite_batch(fds, payloads, truncate):
+    if fired or len(payloads) < at_least:
+        return real(fds, payloads, truncate)
+    fired.append(1)
+    half = len(payloads) // 2
+    first = real(fds[:half], payloads[:half], truncate[:half])
+    with open(os.environ["QOSM_FAULT_MARK"], "w") as f:
+        f.write(f"{half} {len(payloads)}\n")
+    os.kill(os.getpid(), sig)  # SIGTERM: its handler runs here, then the batch goes on; SIGKILL: the end
+    rest = real(fds[half:], payloads[half:], truncate[half:])
+    return np.concatenate([first, rest])
+
+sysio.pwrite_batch = pwrite_batch
+sys.exit(main(sys.argv[3:]))
+"""
