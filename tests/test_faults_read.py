@@ -160,3 +160,28 @@ def test_huge_and_impossible_stat_files_cost_only_their_container(tmp_path, monk
     rig.tick()
     assert all(rig.cpu(k) == pytest.approx(0.5) for k in (0, 1, 2, 3))  # good files again: good rates
     assert rig.memory(1) == good_memory
+
+
+def test_a_state_file_whose_read_fails_is_read_again_though_unchanged(tmp_path, monkeypatch) -> None:
+    """The pods file changed, but reading it failed (EACCES, EMFILE, EIO): it is read again on the next
+    poll even though it does not change again (it was taken as seen, and the update lost for good)."""
+    import json
+
+    from qosmanager.states import files as files_mod
+    from qosmanager.states.files import FileSource
+
+    pods = FakeHost.make_pods(4, containers_per_pod=1, seed=5)
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [pod_object(p) for p in pods[:2]]}))
+    store = StateStore()
+    src = FileSource(store, pods_file=str(path))
+    assert src.poll(1.0) and len(store.pods) == 2
+    path.write_text(json.dumps({"kind": "PodList", "items": [pod_object(p) for p in pods]}))
+    real = files_mod.read_document_file
+    monkeypatch.setattr(files_mod, "read_document_file",
+                        lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
+    assert not src.poll(2.0) and len(store.pods) == 2  # the last good set stays
+    assert "Permission denied" in store.conditions.get("state/pods-file").message
+    monkeypatch.setattr(files_mod, "read_document_file", real)
+    assert src.poll(3.0) and len(store.pods) == 4
+    assert store.conditions.get("state/pods-file") is None
