@@ -810,6 +810,8 @@ class _Fault:
     path_re: re.Pattern[str]
     code: int
     count: int
+    retry_after: int | None = None
+    query_re: re.Pattern[str] | None = None
 
 
 @dataclass
@@ -872,7 +874,7 @@ class _Handler(BaseHTTPRequestHandler):
             if owner.delay > 0:
                 time.sleep(owner.delay)
             owner.check_auth(self.headers.get("Authorization", ""))
-            owner.check_fault(method, url.path)
+            owner.check_fault(method, url.path, url.query)
             code = self._route(method, url.path, query, body)
         except ApiError as e:
             code = e.code
@@ -1248,18 +1250,24 @@ class FakeAPIServer:
         if self._server is None:
             self.start()
 
-    def fail_next(self, method: str, path_pattern: str, code: int, count: int = 1) -> None:
-        """The next ``count`` requests of ``method`` whose path matches the regex answer ``code``."""
+    def fail_next(self, method: str, path_pattern: str, code: int, count: int = 1, *,
+                  retry_after: int | None = None, query: str | None = None) -> None:
+        """The next ``count`` requests of ``method`` whose path matches the regex (and whose query
+        string matches ``query``, when given: ``"watch="`` for watches only) answer ``code``, with a
+        ``Retry-After`` header and ``details.retryAfterSeconds`` when ``retry_after`` is set."""
         with self.lock:
-            self._faults.append(_Fault(method.upper(), re.compile(path_pattern), code, count))
+            self._faults.append(_Fault(method.upper(), re.compile(path_pattern), code, count, retry_after,
+                                       re.compile(query) if query is not None else None))
 
-    def check_fault(self, method: str, path: str) -> None:
+    def check_fault(self, method: str, path: str, query: str = "") -> None:
         with self.lock:
             for f in self._faults:
-                if f.count > 0 and f.method in (method, "*") and f.path_re.search(path):
+                if (f.count > 0 and f.method in (method, "*") and f.path_re.search(path)
+                        and (f.query_re is None or f.query_re.search(query))):
                     f.count -= 1
-                    raise ApiError(f.code, "InternalError" if f.code >= 500 else "BadRequest",
-                                   f"injected failure {f.code}")
+                    reason = "InternalError" if f.code >= 500 else "TooManyRequests" if f.code == 429 else "BadRequest"
+                    details = {"retryAfterSeconds": f.retry_after} if f.retry_after else None
+                    raise ApiError(f.code, reason, f"injected failure {f.code}", details, retry_after=f.retry_after)
 
     def check_auth(self, authorization: str) -> None:
         if self.tokens is None:

@@ -97,6 +97,28 @@ def test_pending_release_is_counted_and_a_pod_is_never_evicted_twice_across_tick
     assert evicted(h) == ["be-0", "be-1", "be-2"]
 
 
+def test_pending_release_is_credited_before_new_victims_wherever_it_sits_in_the_order() -> None:
+    """A pod being evicted sits last in the victim order (killed: its usage is 0): its release still
+    counts before the pods above it are considered, so a need it covers evicts no one new."""
+    h = harness([be_pod(i) for i in range(3)])
+    cpu = "kubernetes.io/batch-cpu"
+
+    def cpu_task(order: list[int]) -> EvictTask:
+        return task(h, "BECPUEvict", TARGET_POD_REQUEST, {cpu: 3000}, [(i, {cpu: 4000}) for i in order],
+                    release_of=lambda p: {cpu: 4000})
+
+    h.coordinator.execute("cpuEvict", [cpu_task([0, 1, 2])], 1000.0)
+    assert evicted(h) == ["be-0"]
+    res = h.coordinator.execute("cpuEvict", [cpu_task([1, 2, 0])], 1002.0)
+    assert [(d.pod.name, d.action) for d in res.decisions] == [("be-0", "pending")]
+    assert not res.newly_evicted and evicted(h) == ["be-0"]
+    assert res.released == {TARGET_POD_REQUEST: {cpu: 4000}}
+    # a need beyond what is pending: the pending pod first, then the order's first new victim
+    big = task(h, "BECPUEvict", TARGET_POD_REQUEST, {cpu: 6000}, [(i, {cpu: 4000}) for i in (1, 2, 0)])
+    res = h.coordinator.execute("cpuEvict", [big], 1004.0)
+    assert [(d.pod.name, d.action) for d in res.decisions] == [("be-0", "pending"), ("be-1", "evicted")]
+
+
 def test_pending_ends_when_the_pod_is_gone_or_its_time_runs_out() -> None:
     h = harness([be_pod(0), be_pod(1)])
     t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])

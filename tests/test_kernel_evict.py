@@ -142,10 +142,6 @@ def test_be_cpu_eviction_kills_a_starved_be_pod(cpu_evict_run: CPUEvictRun) -> N
     assert r.ls_proc.poll() is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: the coordinator counts a pending (already evicted) pod as released only when it reaches "
-    "that pod in the victim order; a killed pod's usage is 0, so it sorts last and the next round evicts "
-    "the other BE pod first"))
 def test_be_cpu_eviction_stops_when_one_pod_is_enough(cpu_evict_run: CPUEvictRun) -> None:
     """The killed pod, still listed (no kubelet here removes it), releases its request: no other BE pod
     is evicted in the following rounds."""

@@ -130,9 +130,10 @@ def test_a_refused_pod_is_not_counted_as_released_and_is_retried_after_its_backo
                                 api=KubeEvictor(client, clock=clock, backoff_base=5.0))
 
     def task() -> EvictTask:
-        first, second = (store.pods[f"uid-{n}"] for n in ("first", "second"))
-        return EvictTask("BEMemoryEvict", "memory high", TARGET_POD_USED, {"memory": 100.0},
-                         [Victim(first, {"memory": 100.0}), Victim(second, {"memory": 100.0})])
+        here = [store.pods[u] for u in ("uid-first", "uid-second") if u in store.pods]
+        # more than one pod releases: the pending one does not cover it, the refused one is needed too
+        return EvictTask("BEMemoryEvict", "memory high", TARGET_POD_USED, {"memory": 150.0},
+                         [Victim(p, {"memory": 100.0}) for p in here])
 
     r1 = coord.execute("memoryEvict", [task()], clock.t)
     assert [(d.pod.name, d.action) for d in r1.decisions] == [("first", "failed"), ("second", "evicted")]
@@ -141,11 +142,13 @@ def test_a_refused_pod_is_not_counted_as_released_and_is_retried_after_its_backo
     assert failed[0]["executed"] is False and "429" in failed[0]["error"]
     clock.t += 2.0  # within the 5 s backoff: skipped, not asked
     r2 = coord.execute("memoryEvict", [task()], clock.t)
-    assert [(d.pod.name, d.action) for d in r2.decisions] == [("first", "skipped"), ("second", "pending")]
+    # the pending pod's release counts first, wherever it sits in the order
+    assert [(d.pod.name, d.action) for d in r2.decisions] == [("second", "pending"), ("first", "skipped")]
     clock.t += 4.0  # backoff over: asked again (second 429, 10 s), then the third answer (201)
-    coord.execute("memoryEvict", [task()], clock.t)
+    r3 = coord.execute("memoryEvict", [task()], clock.t)
+    assert [(d.pod.name, d.action) for d in r3.decisions] == [("second", "pending"), ("first", "failed")]
     clock.t += 10.5
-    coord.pending.clear()  # the second pod left (as a DELETED event would have it)
+    store.set_pods(objs[:1])  # the second pod left (as a DELETED event would have it)
     r4 = coord.execute("memoryEvict", [task()], clock.t)
     assert (r4.decisions[0].pod.name, r4.decisions[0].action) == ("first", "evicted")
     assert [(e.name, e.code) for e in api.cluster.evictions] == [

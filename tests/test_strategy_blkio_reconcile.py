@@ -336,3 +336,58 @@ def test_nothing_without_a_nodeslo() -> None:
     h.write_file(h.cgroup_file("blkio", h.layout.qos_dir("BestEffort"), "blkio.throttle.read_iops_device"),
                  "8:16 10\n")
     assert h.tick(NAME, 1000.0) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# a per-disk io.weight the kernel refuses (no iocost on the disk: EOPNOTSUPP)
+# ------------------------------------------------------------------------------------------------
+def test_v2_io_weight_refused_as_unsupported_is_reported_once_and_not_sent_again(monkeypatch) -> None:
+    import errno
+
+    from faultinject import IOFaults
+    from qosmanager.strategies.blkio_reconcile import REFUSED_RETRY_SECONDS
+
+    faults = IOFaults(monkeypatch)
+    faults.fail("/io.weight", errno.EOPNOTSUPP)
+    h = harness(2)
+    h.set_nodeslo(be_slo([SDB]))
+    for t in range(30):  # half a minute of reconcile rounds
+        h.tick(NAME, 1000.0 + t)
+    def sent() -> list[str]:  # the disk's entry in each attempt (a fake file is given the whole table)
+        return [line for p in faults.written("/io.weight") for line in p.decode().splitlines()
+                if line.startswith("8:16")]
+
+    assert sent() == ["8:16 5960"]  # tried once, then left alone
+    refused = [r for r in h.audit.recent if r["target"].endswith("/io.weight") and not r["executed"]]
+    assert len(refused) == 1 and refused[0]["error"].startswith("ENOTSUP"), refused
+    # io.max of the same disk is written and kept as usual
+    assert be_file(h, "io.max") == "8:16 rbps=max wbps=1048576 riops=1000 wiops=max"
+    assert be_file(h, "io.weight") == "default 100"
+    # another wanted value is news: sent once (refused again), then left alone again
+    h.set_nodeslo(be_slo([{**SDB, "ioCfg": {**SDB["ioCfg"], "ioWeightPercent": 50}}]))
+    for t in range(30, 40):
+        h.tick(NAME, 1000.0 + t)
+    assert sent() == ["8:16 5960", "8:16 4950"]
+    # the kernel takes it later (iocost enabled meanwhile): offered again after the retry interval
+    faults.clear()
+    h.tick(NAME, 1039.0 + REFUSED_RETRY_SECONDS)
+    assert sent() == ["8:16 5960", "8:16 4950", "8:16 4950"]
+    assert be_file(h, "io.weight") == "default 100\n8:16 4950"
+    h.tick(NAME, 1040.0 + REFUSED_RETRY_SECONDS)
+    assert len(sent()) == 3  # written: the executor's cache holds it now
+
+
+def test_v2_io_weight_failing_otherwise_is_retried_every_round(monkeypatch) -> None:
+    """Only "not supported" is remembered: a transient failure (EBUSY) is tried again next round."""
+    import errno
+
+    from faultinject import IOFaults
+
+    faults = IOFaults(monkeypatch)
+    faults.fail("/io.weight", errno.EBUSY, times=2)
+    h = harness(2)
+    h.set_nodeslo(be_slo([SDB]))
+    for t in range(4):
+        h.tick(NAME, 1000.0 + t)
+    assert len(faults.written("/io.weight")) == 3
+    assert be_file(h, "io.weight") == "default 100\n8:16 5960"

@@ -208,6 +208,22 @@ def test_be_cpu_evict_by_satisfaction(version: int) -> None:
     assert "release 3000m batch-cpu" in h.recorded.evictions[0]["reason"]
 
 
+def test_be_cpu_evict_counts_a_killed_pod_still_listed_before_evicting_another() -> None:
+    """A killed pod's usage is 0, so it sorts last among the BE victims; while it is still listed its
+    pending release must count before any pod above it is picked: one eviction, not one per round."""
+    h = harness({"BECPUEvict": True}, [be(0, 4000), be(1, 4000)], BE_SLO, cfg=QoSConfig(cpu_evict_cool_time=1.0))
+    # usage 2900 / limit 3000 >= 0.9; satisfaction 3000 / 10000 = 0.3 <= 0.4 -> release 3000m
+    be_series(h, T1, [2900.0] * 6, [10000.0] * 6, [3000.0] * 6)
+    usage(h, T1, {0: 1.9, 1: 1.0})
+    h.tick("cpuEvict", T1)
+    assert evicted(h) == [("be-0", "BECPUEvict")]  # CpuUsage 1900/4000 before 1000/4000; 4000 >= 3000
+    # two seconds on: be-0 is killed (usage 0) but still listed, BE still starved (its request still counts)
+    be_series(h, T1 + 2, [2900.0] * 2, [10000.0] * 2, [3000.0] * 2)
+    usage(h, T1 + 2, {0: 0.0, 1: 1.0})
+    h.tick("cpuEvict", T1 + 2)  # order now be-1, be-0: be-0's pending 4000m covers the 3000m first
+    assert evicted(h) == [("be-0", "BECPUEvict")] and h.coordinator.evicted_total == 1
+
+
 def test_be_cpu_evict_current_values_cap_the_release() -> None:
     h = harness({"BECPUEvict": True}, [be(i, 1000) for i in range(3)], BE_SLO)
     # request: five samples of 10400 then 8000 -> avg (52000 + 8000) / 6 = 10000, last 8000

@@ -54,6 +54,7 @@ from qosmanager.metrics.cache import MetricCache
 from qosmanager.metrics.collector import Collector
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
+from qosmanager.steadyclock import SteadyClock
 
 if TYPE_CHECKING:
     from qosmanager.states.kube.client import KubeClient
@@ -111,14 +112,16 @@ def kubernetes_mode(cfg: AgentConfig) -> bool:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, *, clock: Callable[[], float] = time.time,
+    def __init__(self, cfg: AgentConfig, *, clock: Callable[[], float] | None = None,
                  monotonic: Callable[[], float] = time.monotonic, monotonic_ns: Callable[[], int] | None = None,
                  seed: int | None = None) -> None:
         """``clock`` stamps samples and decisions (wall seconds); ``monotonic`` drives the scheduler;
         ``monotonic_ns`` (default: the native reader's clock) turns counters into rates.  Simulations
         inject all three; ``seed`` makes the scheduler's jitter reproducible."""
         self.cfg = cfg
-        self.clock = clock
+        # wall-clock seconds that never jump (qosmanager.steadyclock): a stepped system clock moves
+        # no cool-down, window or lease
+        clock = self.clock = clock if clock is not None else SteadyClock(monotonic=monotonic)
         self.gates = FeatureGates.from_overrides(cfg.feature_gates)
         cfg.qos.collect_interval = cfg.collect_interval
         cfg.qos.force_update_seconds = cfg.force_update_seconds

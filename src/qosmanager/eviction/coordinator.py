@@ -6,7 +6,8 @@ covers what the task asked for.  What a pod releases is aggregated over every ta
 target (resource-wise maximum, as koordlet), so one eviction can satisfy several tasks.
 
 Pending release: a pod already being evicted (by any strategy, in this round or an earlier one)
-counts as released and is never evicted twice; it stays pending until it is gone from the pod
+counts as released -- credited before any new victim is picked, wherever it sits in the task's
+order -- and is never evicted twice; it stays pending until it is gone from the pod
 list or ``pending_ttl`` passes.  koordlet's default kill mode never recorded evicted pods, so it
 re-killed them every tick; here every mode records them.
 
@@ -182,17 +183,22 @@ class EvictionCoordinator:
                                   feature=task.feature)
             if not need or satisfied(task, need):
                 continue
+            # Pending victims first, wherever they sit in the order: a killed pod's usage is 0, so it
+            # sorts last by usage, and crediting it only there would evict the pods before it anyway.
             for victim in task.victims:
                 pod = victim.pod
-                if pod.uid in done:
-                    continue
-                if self.is_pending(pod.uid, now):
+                if pod.uid not in done and self.is_pending(pod.uid, now):
                     done.add(pod.uid)
                     add(result.released, aggregate(pod))
                     result.decisions.append(EvictDecision(pod, task.feature, "pending", False,
                                                           "already being evicted: counted as released"))
                     if satisfied(task, need):
                         break
+            if satisfied(task, need):
+                continue
+            for victim in task.victims:
+                pod = victim.pod
+                if pod.uid in done:
                     continue
                 refusal = self._refuse(pod, now)
                 if refusal:

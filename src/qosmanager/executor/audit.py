@@ -18,8 +18,9 @@ A disk that is full anyway (ENOSPC, EIO) never stops the agent: the file is writ
 ``write`` calls on an unbuffered descriptor, so a failed write leaves nothing behind to fail
 again on close; the records of a failed flush are dropped and counted (``write_errors``,
 ``dropped``), the failure is logged once and then as a count every few minutes, and
-:meth:`AuditLog.close` never raises.  A line cut short by a full disk is ended before the next
-record, so every later line is whole JSON again.
+:meth:`AuditLog.close` never raises.  A line cut short by a full disk, or by a run killed inside a
+write (found when the file is opened), is ended before the next record, so every later line is
+whole JSON again.
 """
 
 from __future__ import annotations
@@ -102,6 +103,21 @@ class AuditLog:
         except OSError:
             self._size = 0
         self._fd = fd
+        if self._size > 0:  # a run killed inside a write left a cut line: the next record starts a new one
+            self._partial = self._last_byte() != b"\n"
+
+    def _last_byte(self) -> bytes:
+        assert self.path
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return b"\n"
+        try:
+            return os.pread(fd, 1, self._size - 1)
+        except OSError:
+            return b"\n"
+        finally:
+            os.close(fd)
 
     def add_sink(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Also hand every record to ``fn`` (events, metrics)."""

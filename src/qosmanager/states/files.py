@@ -4,7 +4,8 @@
 A change is noticed with one ``stat`` per file per poll (mtime, size and inode), so an
 idle node costs three syscalls per tick.  A file that cannot be read or parsed (or is not
 the kind of object it should hold) keeps the last good state; the reason is logged once
-and stays in the ``state/<kind>-file`` degraded condition until the file is good again.
+and stays in the ``state/<kind>-file`` degraded condition until the file is good again.  A
+read that fails (EMFILE, EACCES, EIO) is tried again at the next poll, changed file or not.
 Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
 levels); a pods file with one pod that cannot be read applies every other pod.
 """
@@ -49,7 +50,16 @@ class WatchedFile:
         self._sig = sig
         try:
             obj = read_document_file(self.path)  # bounded in size and depth
-        except (OSError, ValueError) as e:
+        except OSError as e:
+            # the read failed, not the content (EMFILE, EACCES, EIO): read it again next poll, even if
+            # it does not change meanwhile (it was remembered as seen: the update was lost for good)
+            self._sig = None
+            if self.error != f"cannot read {self.path}: {e.strerror or e}":
+                log.error("cannot read %s file %s: %s (keeping the last state)", self.kind, self.path,
+                          e.strerror or e)
+            self.error = f"cannot read {self.path}: {e.strerror or e}"
+            return False
+        except ValueError as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self.error = f"cannot parse {self.path}: {e}"
             return False

@@ -27,6 +27,12 @@ cgroup v2; this strategy writes ``io.max`` ("MAJ:MIN rbps=.. wbps=.. riops=.. wi
 A file is used where it exists in the kubepods dir (the root dir for the iocost files), checked once, as
 koordlet checks its Anolis blkio files.
 
+**Refused entries.**  The kernel can refuse one entry of a file it has: a per-disk ``io.weight`` needs the
+iocost controller enabled on that disk (``io.cost.qos``), else the write fails with EOPNOTSUPP.  Such a
+refusal is remembered per file and disk: the executor reports it once, and the same value is not sent to
+the same entry again until the wanted value changes or ``REFUSED_RETRY_SECONDS`` have passed (iocost may
+have been enabled meanwhile); the rest of the target's entries are written as usual.
+
 **Disk numbers** come from sysfs (:mod:`qosmanager.host.blockdev`, koordlet used lsblk): a ``device`` is a
 whole disk or a partition of one (throttling applies to the whole disk), a ``volumegroup`` is the first
 disk of the VG, a ``podvolume`` is the disk under the pod's CSI volume mount.  A block whose disk cannot be
@@ -35,6 +41,7 @@ found leaves that whole target untouched for the tick (koordlet's rule), with on
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from collections.abc import Sequence
@@ -50,7 +57,7 @@ from qosmanager.api.nodeslo import (
     ResourceQOSStrategy,
 )
 from qosmanager.api.pod import ANNOTATION_BLKIO_QOS, KUBE_QOS_BESTEFFORT, PHASE_RUNNING, QOS_NONE, PodMeta
-from qosmanager.executor.executor import Write
+from qosmanager.executor.executor import Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
@@ -76,6 +83,9 @@ ROOT_FILES = (COST_QOS, COST_MODEL)
 _DEVNO_AT_START = re.compile(r"(\d+:\d+)\s")
 
 Change = tuple[str, str, str]  # (resource, disk number, value)
+
+REFUSED_RETRY_SECONDS = 600.0  # an entry the kernel refused as unsupported is offered again after this
+_UNSUPPORTED = errno.errorcode[errno.EOPNOTSUPP] + ":"  # how the executor names the errno in a result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +204,8 @@ class BlkIOReconcile(Strategy):
         self._mounts: dict[str, str] | None = None
         self._warned: set[str] = set()
         self._invalid = InvalidAnnotations(self.name, ANNOTATION_BLKIO_QOS, "blkio files")
+        # (resource, cgroup, disk) -> (value, when): entries the kernel refused as unsupported
+        self._refused: dict[tuple[str, str, str], tuple[str, float]] = {}
 
     def tick(self, ctx: Context) -> list[Write]:
         strategy = ctx.nodeslo.resource_qos_strategy if ctx.nodeslo_present else None
@@ -202,13 +214,18 @@ class BlkIOReconcile(Strategy):
         # read again when needed (koordlet's storage collector runs every second)
         self._storage, self._mounts = [], None
         writes: list[Write] = []
+        refused, self._refused = self._refused, {}
         for target in self._targets(ctx, strategy):
             changes = self._update(ctx, target)
             if changes is None:
                 continue
             uid = target.pod.uid if target.pod is not None else None
-            writes.extend(self.write(res, target.cgroup, value, target.reason, entry=dn, uid=uid)
-                          for res, dn, value in changes)
+            for res, dn, value in changes:
+                was = refused.get((res, target.cgroup, dn))
+                if was is not None and was[0] == value and 0 <= ctx.now - was[1] < REFUSED_RETRY_SECONDS:
+                    self._refused[(res, target.cgroup, dn)] = was  # refused before: not sent again
+                    continue
+                writes.append(self.write(res, target.cgroup, value, target.reason, entry=dn, uid=uid))
             if uid is not None:
                 if target.blocks:
                     self._configured_pods.add(uid)
@@ -216,6 +233,17 @@ class BlkIOReconcile(Strategy):
                     self._configured_pods.discard(uid)
         self._configured_pods &= ctx.pods.keys()
         return writes
+
+    def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
+        """Remember the entries the kernel refused as unsupported (the executor reported them)."""
+        for r in results:
+            if r.status == "failed" and r.error is not None and r.error.startswith(_UNSUPPORTED):
+                w = r.write
+                key = (w.resource, w.cgroup, w.entry)
+                if key not in self._refused:
+                    log.info("blkioReconcile: %s refuses %r (%s); not sent again until the wanted value "
+                             "changes, or in %s s", r.target, w.value, r.error, REFUSED_RETRY_SECONDS)
+                self._refused[key] = (w.value, ctx.now)
 
     # -- targets -------------------------------------------------------------------------------
     def _targets(self, ctx: Context, strategy: ResourceQOSStrategy) -> list[Target]:

@@ -3,7 +3,8 @@
 Each of the three is a *reflector* on its own thread, as client-go's informers do it: list, then
 watch from the list's resourceVersion; ADDED/MODIFIED/DELETED change the set, BOOKMARK moves the
 resourceVersion on; a dropped stream is watched again from the last resourceVersion after an
-exponential backoff with jitter; a 410 Gone (the resourceVersion was compacted away) relists and
+exponential backoff with jitter (or the server's ``Retry-After`` when longer, up to the backoff's
+cap); a 410 Gone (the resourceVersion was compacted away) relists and
 replaces the whole set, which also notices objects deleted during the gap.
 
 The reflector threads never touch the :class:`~qosmanager.states.store.StateStore`: they leave
@@ -284,7 +285,7 @@ class Reflector:
                     continue
             except KubeError as e:
                 self._failed("list", e)
-                self.stop.wait(self.backoff.next())
+                self.stop.wait(self._retry_delay(e))
                 continue
             except Exception as e:  # never let the thread die: the agent would silently go stale
                 log.exception("kube %s: list failed unexpectedly", self.resource)
@@ -353,12 +354,21 @@ class Reflector:
                 self._failed("watch", e)
                 if time.monotonic() - started >= 1.0:
                     self.backoff.reset()  # it was a live stream: the first retry comes quickly
-                self.stop.wait(self.backoff.next())
+                self.stop.wait(self._retry_delay(e))
             except Exception as e:  # a bug must not end the thread
                 log.exception("kube %s: watch failed unexpectedly", self.resource)
                 self.watch_restarts += 1
                 self._failed("watch", KubeError(0, f"{type(e).__name__}: {e}"))
                 self.stop.wait(self.backoff.next())
+
+    def _retry_delay(self, e: KubeError) -> float:
+        """The backoff's next delay, or the server's ``Retry-After`` (429, 503) when that is longer,
+        bounded by the backoff's cap: a storm of 429s is asked again no sooner than the server wants,
+        and never later than the cap."""
+        delay = self.backoff.next()
+        if e.retry_after > 0:
+            delay = max(delay, min(e.retry_after, self.backoff.cap))
+        return delay
 
     def _on_event(self, type_: str, obj: Obj) -> None:
         rv = _meta(obj).get("resourceVersion")
