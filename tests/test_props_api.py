@@ -391,3 +391,55 @@ def test_a_status_qos_class_of_the_wrong_type_is_recomputed(bad: Any) -> None:
     pod = pod_meta({"metadata": {"name": "p", "uid": "u1"}, "status": {"qosClass": bad}})
     assert pod.kube_qos == "BestEffort"
     assert any("qosClass" in w for w in pod.warnings)
+
+
+# -- what a strategy does with a pod whose annotation cannot be decoded (strategies/_annotations.py) --
+class AuditSink:
+    """The one Context method InvalidAnnotations calls."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, str, str | None]] = []
+
+    def audit_skip(self, strategy: str, target: str, reason: str, *, uid: str | None = None) -> None:
+        self.records.append((strategy, target, reason, uid))
+
+
+UIDS = ["u1", "u2", "u3"]
+BLKIO_TEXTS = [None, '{"blocks": []}', '{"blocks": [{"ioCfg": {"readIOPS": -1}}]}', "{", '{"blocks": 3}',
+               "[]"]
+
+
+@props(150)
+@given(steps=st.lists(st.dictionaries(st.sampled_from(UIDS), st.sampled_from(BLKIO_TEXTS), max_size=3),
+                      min_size=1, max_size=8))
+def test_an_undecodable_annotation_is_audited_once_per_pod_and_text(
+        steps: list[dict[str, str | None]]) -> None:
+    """Tick after tick (each step: the pods present and their blkio annotation), every pod whose annotation
+    cannot be decoded is skipped with one audit naming it and why, the first time its text is seen; a pod
+    that leaves, or whose annotation becomes fine, is audited again when it is bad again."""
+    from qosmanager.strategies._annotations import InvalidAnnotations
+
+    sink = AuditSink()
+    inv = InvalidAnnotations("blkioReconcile", ANNOTATION_BLKIO_QOS, "blkio files")
+    audited: dict[str, str | None] = {}  # the model: uid -> text last audited while still bad
+    expected = 0
+    for step in steps:
+        pods_now = {}
+        for uid, text in step.items():
+            ann = {} if text is None else {ANNOTATION_BLKIO_QOS: text}
+            pods_now[uid] = pod_meta({"metadata": {"name": uid, "uid": uid, "annotations": ann}})
+        for uid, pod in pods_now.items():
+            if pod.blkio_qos_invalid:
+                if audited.get(uid, ...) != pod.annotations[ANNOTATION_BLKIO_QOS]:
+                    expected += 1
+                    audited[uid] = pod.annotations[ANNOTATION_BLKIO_QOS]
+                before = len(sink.records)
+                inv.skip(sink, pod)  # type: ignore[arg-type]
+                for rec in sink.records[before:]:
+                    assert rec[0] == "blkioReconcile" and rec[1] == pod.key and rec[3] == uid
+                    assert ANNOTATION_BLKIO_QOS in rec[2] and "left as they are" in rec[2]
+        inv.forget_gone(pods_now)
+        for uid in list(audited):
+            if uid not in pods_now or not pods_now[uid].blkio_qos_invalid:
+                del audited[uid]
+        assert len(sink.records) == expected
