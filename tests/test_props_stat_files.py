@@ -455,3 +455,50 @@ def test_cpu_list_parser_reads_or_refuses(text: str) -> None:
         named.update(range(int(lo), int(hi or lo) + 1))
     assert set(cpus) == named
     assert parse_cpu_list(format_cpu_list(cpus)) == cpus
+
+
+# -- blkio and io files: the executor's read-compare and the content after a write ---------------------
+dev = st.sampled_from(["8:0", "8:16", "253:0", "259:3"])
+throttle_entry = st.tuples(dev, st.integers(0, 2**63 - 1)).map(lambda t: f"{t[0]} {t[1]}")
+io_max_entry = st.tuples(dev, st.dictionaries(st.sampled_from(["rbps", "wbps", "riops", "wiops"]),
+                                               st.one_of(st.just("max"), st.integers(0, 10**12).map(str)),
+                                               min_size=1, max_size=4)).map(
+    lambda t: t[0] + " " + " ".join(f"{k}={v}" for k, v in t[1].items()))
+io_weight_entry = st.one_of(st.tuples(st.one_of(dev, st.just("default")), st.integers(1, 10000)).map(
+    lambda t: f"{t[0]} {t[1]}"), dev.map(lambda d: f"{d} default"))
+BLKIO_ENTRIES = {
+    ("blkio.throttle.read_bps_device", 1): throttle_entry,
+    ("blkio.throttle.write_iops_device", 1): throttle_entry,
+    ("blkio.cost.weight", 1): st.tuples(dev, st.integers(1, 100)).map(lambda t: f"{t[0]} {t[1]}"),
+    ("io.max", 2): io_max_entry,
+    ("io.weight", 2): io_weight_entry,
+}
+table_line = st.one_of(
+    throttle_entry, io_max_entry, io_weight_entry,
+    st.sampled_from(["default 100", "8:0", "8:0 rbps", "garbage", "8:0 rbps=1=2", " ", "8:0 x=y z"]),
+    st.text(max_size=12).filter(lambda s: "\n" not in s and "\r" not in s))
+
+
+@pytest.mark.parametrize("name,version", list(BLKIO_ENTRIES), ids=[n for n, _ in BLKIO_ENTRIES])
+@props(120)
+@given(data=st.data(), lines=st.lists(table_line, max_size=5))
+def test_device_tables_take_an_entry_and_compare_without_failing(
+        name: str, version: int, data: st.DataObject, lines: list[str]) -> None:
+    """Whatever the file holds, comparing it with an entry never raises; after the entry is written
+    (the content the kernel shows) it compares equal, a second write changes nothing, and the other
+    devices' lines stay."""
+    from qosmanager.host import resources
+
+    res = resources.get(name)
+    entry = data.draw(BLKIO_ENTRIES[(name, version)])
+    assert res.validate(entry) is None, entry
+    current = "\n".join(lines) + ("\n" if lines else "")
+    rendered = res.render(entry, current, version)
+    res.equal(current, rendered, version)  # a bool, whatever the content
+    assert res.merge_entry is not None
+    clean = "".join(ln.strip() + "\n" for ln in lines if res.validate(ln) is None
+                    and ln.split()[0] != entry.split()[0])
+    after = res.merge_entry(clean, rendered)
+    assert res.equal(after, rendered, version), (clean, rendered, after)
+    assert res.merge_entry(after, rendered) == after
+    assert all(ln in after.splitlines() for ln in clean.splitlines()), (clean, after)
