@@ -304,7 +304,7 @@ pods = st.fixed_dictionaries({
 })
 
 
-@props(400)
+@props(200)
 @given(obj=st.one_of(pods, json_values))
 @example(obj={"metadata": {"name": "p", "uid": "u1"}, "status": {"qosClass": ["Guaranteed"]}})
 @example(obj={"metadata": {"name": "p", "uid": "u1"}, "status": {"qosClass": {"a": 1}}})
@@ -354,7 +354,7 @@ nodes = st.fixed_dictionaries({
 }, optional={"kind": maybe(st.just("Node"))})
 
 
-@props(300)
+@props(150)
 @given(obj=st.one_of(nodes, json_values))
 @example(obj={"status": {"capacity": {"cpu": "4", "memory": "8Gi"}}})
 def test_node_is_a_view_or_a_clear_refusal(obj: Any) -> None:

@@ -184,7 +184,7 @@ def check_valid(obj: Any, path: str) -> None:
             assert _INT64[0] <= v <= _INT64[1]
 
 
-@props(250)
+@props(80)
 @given(data=st.data())
 def test_any_nodeslo_yields_valid_fields_and_names_every_bad_one(data: st.DataObject) -> None:
     verdicts: dict[str, str] = {}
@@ -217,7 +217,7 @@ def test_any_nodeslo_yields_valid_fields_and_names_every_bad_one(data: st.DataOb
     assert all(p in summary for p in named)
 
 
-@props(200)
+@props(100)
 @given(doc=st.one_of(json_any, st.dictionaries(st.sampled_from(["apiVersion", "kind", "metadata", "spec"]),
                                                json_any, max_size=4)))
 def test_any_document_is_a_nodeslo_or_a_clear_refusal(doc: Any) -> None:
@@ -230,7 +230,7 @@ def test_any_document_is_a_nodeslo_or_a_clear_refusal(doc: Any) -> None:
     check_valid(parsed.resource_qos_strategy, "spec.resourceQOSStrategy")
 
 
-@props(150)
+@props(80)
 @given(data=st.data(), cls=st.sampled_from([nodeslo.CPUBurstConfig, nodeslo.PodMemoryQOSConfig,
                                             nodeslo.BlkIOQOS]))
 def test_annotation_configs_are_all_valid_or_refused_naming_the_field(data: st.DataObject, cls: type) -> None:

@@ -165,7 +165,7 @@ class Pair:
 
 # -- cpu.stat and cpuacct.usage ---------------------------------------------------------------------
 @pytest.mark.parametrize("version", [1, 2])
-@props(150)
+@props(60)
 @given(data=st.data())
 def test_cpu_files_agree_and_state_only_what_the_file_says(version: int, data: st.DataObject) -> None:
     files = [data.draw(cpu_stat_bytes(version)) for _ in range(2)]
@@ -215,7 +215,7 @@ def test_cpu_files_agree_and_state_only_what_the_file_says(version: int, data: s
 
 # -- memory.stat ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("version", [1, 2])
-@props(150)
+@props(80)
 @given(text=st.one_of(mem_stat_bytes(1), mem_stat_bytes(2)))
 def test_memory_stat_agrees_and_states_only_what_the_file_says(version: int, text: bytes) -> None:
     pair = Pair(version, memory_stat=text)
@@ -408,7 +408,7 @@ psi_line = st.tuples(st.sampled_from(["some", "full", "Some", ""]), st.lists(st.
     lambda t: " ".join([t[0], *t[1]]))
 
 
-@props(200)
+@props(100)
 @given(text=st.one_of(st.lists(psi_line, max_size=3).map("\n".join), st.text(max_size=60)))
 def test_psi_is_read_or_refused(text: str) -> None:
     from qosmanager.host.procfs import parse_psi
@@ -438,7 +438,7 @@ def test_psi_reads_what_the_kernel_prints(some: tuple, full: tuple | None) -> No
 
 
 # -- the strict CPU list parser (host/cpuset.py) --------------------------------------------------------
-@props(300)
+@props(150)
 @given(text=st.one_of(cpuset_bytes.map(lambda b: b.decode("latin-1")),
                       st.text(alphabet=st.sampled_from(list("0123456789-, \n\t٣")), max_size=30)))
 def test_cpu_list_parser_reads_or_refuses(text: str) -> None:
@@ -480,7 +480,7 @@ table_line = st.one_of(
 
 
 @pytest.mark.parametrize("name,version", list(BLKIO_ENTRIES), ids=[n for n, _ in BLKIO_ENTRIES])
-@props(120)
+@props(60)
 @given(data=st.data(), lines=st.lists(table_line, max_size=5))
 def test_device_tables_take_an_entry_and_compare_without_failing(
         name: str, version: int, data: st.DataObject, lines: list[str]) -> None:
