@@ -149,18 +149,16 @@ cdef inline ssize_t _read_path(const char *path, char *buf, size_t n) noexcept n
 
 
 cdef inline int _parse_int(const char *p, const char *end, int64_t *out) noexcept nogil:
-    """Parse one decimal integer (optional '-') starting at p, ending at whitespace or end.
+    """Parse one non-negative decimal integer starting at p, ending at whitespace or end.
 
-    Returns the number of characters consumed, or -1 when the token is not an integer.
+    Every number the agent reads from these files is a counter or a size, which the kernel
+    prints unsigned: a sign, like any other non-digit, makes the token garbled.
+    Returns the number of characters consumed, or -1 when the token is not such an integer.
     """
     cdef const char *s = p
-    cdef int neg = 0
     cdef uint8_t c
     cdef int64_t v = 0
     cdef int digits = 0
-    if p < end and p[0] == b'-':
-        neg = 1
-        p += 1
     while p < end:
         c = <uint8_t>p[0]
         if c >= 48 and c <= 57:
@@ -175,7 +173,7 @@ cdef inline int _parse_int(const char *p, const char *end, int64_t *out) noexcep
             return -1
     if digits == 0:
         return -1
-    out[0] = -v if neg else v
+    out[0] = v
     return <int>(p - s)
 
 
@@ -258,17 +256,22 @@ cdef inline int _digits(const char **pp, const char *end, int64_t *out) noexcept
 
 
 cdef int _parse_cpuset_count(const char *buf, ssize_t n) noexcept nogil:
-    """Number of CPUs in a kernel CPU list ("0-3,8,10-11"); 0 when empty; -1 when garbled."""
+    """Number of CPUs in a kernel CPU list ("0-3,8,10-11"); 0 when empty; -1 when garbled.
+
+    The kernel prints ascending, disjoint ranges: anything else (overlaps, "0,0", ranges out of
+    order) is garbled rather than counted twice, which also bounds the count by the largest id.
+    """
     cdef const char *p = buf
     cdef const char *end = buf + n
     cdef int64_t a, b
+    cdef int64_t last = -1
     cdef int64_t count = 0
     while end > p and (end[-1] == b'\n' or end[-1] == b' ' or end[-1] == b'\r' or end[-1] == b'\t'):
         end -= 1
     if p == end:
         return 0
     while True:
-        if _digits(&p, end, &a) < 0:
+        if _digits(&p, end, &a) < 0 or a <= last:
             return -1
         b = a
         if p < end and p[0] == b'-':
@@ -276,6 +279,7 @@ cdef int _parse_cpuset_count(const char *buf, ssize_t n) noexcept nogil:
             if _digits(&p, end, &b) < 0 or b < a:
                 return -1
         count += b - a + 1
+        last = b
         if p == end:
             break
         if p[0] != b',':
@@ -799,7 +803,7 @@ cdef class StatReader:
         cdef int found, bad, k
         cdef bint usage_ok = False, thr_ok = False, gone = False
         cdef int32_t err = 0
-        cdef int64_t dp, dthr, dt
+        cdef int64_t dp, dthr, dt, total
 
         cpu[0] = 0; cpu[1] = 0; cpu[2] = 0; cpu[3] = 0
         # --- CPU usage (v1 cpuacct.usage) ---
@@ -825,6 +829,8 @@ cdef class StatReader:
                 else:
                     # v1 keys land in cpu[1..3]; shift the mask to the v2 layout
                     found = _parse_kv(self.buf, r, self.cpu_keys, self.cpu_klen, 3, &cpu[1], &bad) << 1
+                if self.cgroup_version == 2 and (cpu[0] > INT64_MAX_C / 1000 or cpu[3] > INT64_MAX_C / 1000):
+                    bad = 1  # microseconds beyond what int64 nanoseconds hold: not a real counter
                 if bad:
                     err = C_ERR_GARBLED_CPUSTAT
                 elif self.cgroup_version == 2:
@@ -883,6 +889,14 @@ cdef class StatReader:
                 for k in range(NKEYS_MEM):
                     mem[k] = 0
                 found = _parse_kv(self.buf, r, self.mem_keys, self.mem_klen, NKEYS_MEM, mem, &bad)
+                if not bad and found == 31:
+                    # sizes whose sum int64 cannot hold are garbage, not a wrapped-around sum
+                    total = 0
+                    for k in range(NKEYS_MEM):
+                        if mem[k] > INT64_MAX_C - total:
+                            bad = 1
+                            break
+                        total += mem[k]
                 if bad or found != 31:
                     err = C_ERR_GARBLED_MEMSTAT
                 else:
@@ -1044,6 +1058,8 @@ cdef class NodeReader:
                 field += 1
                 # user nice system idle iowait irq softirq ...
                 if field == 1 or field == 2 or field == 3 or field == 6 or field == 7:
+                    if v > INT64_MAX_C - busy:
+                        raise ValueError("garbled /proc/stat value")  # ticks beyond int64: not a real count
                     busy += v
             if field < 7:
                 raise ValueError("/proc/stat cpu line has too few fields")

@@ -37,14 +37,12 @@ def monotonic_ns() -> int:
 
 
 def _parse_int(tok: bytes) -> int | None:
-    """Decimal integer with an optional leading '-', as the native scanner accepts it."""
-    digits = tok[1:] if tok.startswith(b"-") else tok
-    if not digits or not digits.isdigit() or len(digits.lstrip(b"0")) > 19:
+    """Non-negative decimal integer, as the native scanner accepts it (counters and sizes are
+    printed unsigned: a sign makes the token garbled)."""
+    if not tok or not tok.isdigit() or len(tok.lstrip(b"0")) > 19:
         return None
-    v = int(digits)
-    if v > INT64_MAX:
-        return None
-    return -v if tok.startswith(b"-") else v
+    v = int(tok)
+    return v if v <= INT64_MAX else None
 
 
 def _parse_single(data: bytes) -> int | None:
@@ -91,20 +89,25 @@ def _parse_kv(data: bytes, keys: tuple[bytes, ...]) -> tuple[dict[bytes, int], b
 
 
 def _parse_cpuset_count(data: bytes) -> int:
-    """Number of CPUs in a kernel CPU list; 0 when empty; -1 when garbled."""
+    """Number of CPUs in a kernel CPU list; 0 when empty; -1 when garbled (also when its ranges
+    are not ascending and disjoint, as the kernel prints them)."""
     text = data.rstrip(b"\n \r\t")
     if not text:
         return 0
     count = 0
+    last = -1
     for part in text.split(b","):
         lo, dash, hi = part.partition(b"-")
-        if not lo.isdigit() or (dash and not hi.isdigit()) or len(lo) > 8 or len(hi) > 8:
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            return -1
+        if len(lo.lstrip(b"0")) > 8 or len(hi.lstrip(b"0")) > 8:
             return -1
         a = int(lo)
         b = int(hi) if dash else a
-        if a > 1048576 or b > 1048576 or b < a:
+        if a > 1048576 or b > 1048576 or b < a or a <= last:
             return -1
         count += b - a + 1
+        last = b
     return count
 
 
@@ -376,6 +379,9 @@ class StatReader:
                 gone |= self._gone(slot, FILE_CPUSTAT, r)
             else:
                 found, bad = _parse_kv(r, self._cpu_keys)
+                if self.cgroup_version == 2 and max(found.get(b"usage_usec", 0),
+                                                    found.get(b"throttled_usec", 0)) > INT64_MAX // 1000:
+                    bad = True  # microseconds beyond what int64 nanoseconds hold: not a real counter
                 if bad:
                     err = ERR_GARBLED_CPUSTAT
                 elif self.cgroup_version == 2:
@@ -425,7 +431,8 @@ class StatReader:
                 gone |= self._gone(slot, FILE_MEMSTAT, r)
             else:
                 found, bad = _parse_kv(r, self._mem_keys)
-                if bad or len(found) != 5:
+                # sizes whose sum int64 cannot hold are garbage, not a wrapped-around sum
+                if bad or len(found) != 5 or sum(found.values()) > INT64_MAX:
                     err = ERR_GARBLED_MEMSTAT
                 else:
                     m = [found[k] for k in self._mem_keys]
@@ -509,7 +516,7 @@ class NodeReader:
         for line in data.split(b"\n"):
             if len(line) < 4 or not line.startswith(b"cpu"):
                 break
-            fields = line.split()
+            fields = [f for f in line.split(b" ") if f]  # fields are split by spaces only, as natively
             name = fields[0]
             vals = []
             for tok in fields[1:]:
@@ -520,6 +527,8 @@ class NodeReader:
             if len(vals) < 7:
                 raise ValueError("/proc/stat cpu line has too few fields")
             busy = vals[0] + vals[1] + vals[2] + vals[5] + vals[6]
+            if busy > INT64_MAX:
+                raise ValueError("garbled /proc/stat value")  # ticks beyond int64: not a real count
             if name == b"cpu":
                 total = busy
             else:

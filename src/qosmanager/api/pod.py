@@ -602,9 +602,10 @@ def _pod_meta(
     if not isinstance(phase, str):
         raise ValueError("status.phase: must be a string")
     kube_qos = status.get("qosClass") or ""
-    if kube_qos not in KUBE_QOS_CLASSES:
+    if not isinstance(kube_qos, str) or kube_qos not in KUBE_QOS_CLASSES:  # a list or object is unhashable
         if kube_qos:
-            warnings.append(f"status.qosClass {kube_qos!r} is not a Kubernetes QoS class; recomputed")
+            shown = _short(str(kube_qos))
+            warnings.append(f"status.qosClass {shown} is not a Kubernetes QoS class; recomputed")
         kube_qos = compute_kube_qos((c.requests, c.limits) for c in regular + inits)
 
     qos_raw = labels.get(LABEL_QOS, QOS_NONE)

@@ -12,6 +12,11 @@ The wire format (``k8s.io/apimachinery/pkg/api/resource``)::
 the apiserver and the kubelet accept and emit them (``"250000n"`` is a kubelet CPU figure), so
 they are accepted here too.
 
+An amount with a binary suffix is capped at 2^63 - 1, as upstream caps it (``"1024Ei"`` reads as
+9223372036854775807); decimal amounts are not capped (upstream does not cap them either).  An
+exponent above 300 is refused; one below -300 leaves a non-zero amount at one nano, as upstream's
+rounding does.
+
 Values are kept as :class:`fractions.Fraction`, so ``"0.1"`` is exactly one tenth and sums of
 quantities are exact.  Like the upstream parser, a value with more precision than one nano is
 rounded *away from zero* to the next nano ("if you ask for some resource you get some").
@@ -68,6 +73,7 @@ _QUANTITY_RE = re.compile(
 )
 
 _NANO = Fraction(1, 10**9)
+_MAX_BINARY = Fraction(2**63 - 1)
 # Far beyond any resource amount, small enough that nobody can make us build a 10**(10**9).
 _MAX_EXPONENT = 300
 
@@ -91,17 +97,27 @@ def _parse_text(text: str) -> Fraction:
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:
         raise _invalid(text)
-    number = Fraction(match["number"] if not match["number"].endswith(".") else match["number"][:-1])
+    try:
+        number = Fraction(match["number"] if not match["number"].endswith(".") else match["number"][:-1])
+    except ValueError:  # more digits than Python converts (4,300): no resource amount has them
+        raise _invalid(text, f"{len(match['number'])} digits are too many") from None
+    suffix = match["suffix"] or ""
     if match["exponent"] is not None:
         exponent = int(match["exponent"])
-        if abs(exponent) > _MAX_EXPONENT:
+        if exponent < -_MAX_EXPONENT:
+            # far below a nano: upstream rounds any non-zero amount up to one nano (the float 2.2e-311
+            # of a JSON document is such an amount), so no 10**exponent needs to be built
+            number = _NANO if number else Fraction(0)
+        elif exponent > _MAX_EXPONENT:
             raise _invalid(text, f"exponent out of range (|e| <= {_MAX_EXPONENT})")
-        number *= Fraction(10) ** exponent
+        else:
+            number *= Fraction(10) ** exponent
     else:
-        number *= _SUFFIX_FACTORS[match["suffix"] or ""]
-    if match["sign"] == "-":
-        number = -number
-    return _round_to_nano(number)
+        number *= _SUFFIX_FACTORS[suffix]
+    number = _round_to_nano(number)
+    if suffix.endswith("i") and number > _MAX_BINARY:
+        number = _MAX_BINARY  # upstream caps an amount with a binary suffix at the largest int64
+    return -number if match["sign"] == "-" else number
 
 
 def parse_quantity(q: QuantityLike) -> Fraction:
