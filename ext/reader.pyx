@@ -791,15 +791,23 @@ cdef class StatReader:
                     n_ok += 1
         return n_ok
 
-    def read_some(self, slots, int files=15, long long now_ns=-1):
+    def read_some(self, slots, files=15, long long now_ns=-1):
         """Read only the live slots named in ``slots`` (an integer array), and of each only the
-        files whose bit (``1 << FILE_*``) is set in ``files``.  Every other slot, and every file
+        files whose bit (``1 << FILE_*``) is set in ``files`` (one mask for all, or an array of one
+        mask per entry of ``slots``).  Every other slot, and every file
         left out, has no sample this read (NaN, cpuset -1); the counters of what is not read stay
         as they were, so the next read of a slot gives its rate since its previous read.
         Returns the number of slots read without error.
         """
         cdef int64_t[:] idx = np.ascontiguousarray(slots, dtype=np.int64)
         cdef Py_ssize_t i, n = idx.shape[0]
+        cdef uint8_t[:] fm
+        if isinstance(files, (int, np.integer)):
+            fm = np.full(n, int(files) & 15, dtype=np.uint8)
+        else:
+            fm = np.ascontiguousarray(files, dtype=np.uint8)
+            if fm.shape[0] != n:
+                raise ValueError("read_some: one files mask per slot, or one for all")
         cdef int slot, n_ok = 0
         cdef int hw = self.high_water
         with nogil:
@@ -815,7 +823,7 @@ cdef class StatReader:
                 slot = <int>idx[i]
                 if slot < 0 or slot >= hw or self.v_state[slot] != C_STATE_LIVE:
                     continue
-                if self._read_slot(slot, now_ns, files):
+                if self._read_slot(slot, now_ns, fm[i]):
                     n_ok += 1
         return n_ok
 

@@ -353,7 +353,7 @@ class StatReader:
                 n_ok += 1
         return n_ok
 
-    def read_some(self, slots: Any, files: int = 15, now_ns: int = -1) -> int:
+    def read_some(self, slots: Any, files: Any = 15, now_ns: int = -1) -> int:
         """Read only the live slots named in ``slots``, and only the files in the ``files`` bitmask;
         every other slot and file has no sample this read (see the native reader)."""
         n_ok = 0
@@ -363,10 +363,17 @@ class StatReader:
         for arr in (self.cpu_cores, self.throttled_ratio, self.memory_usage, self.memory_usage_with_cache):
             arr[:hw] = np.nan
         self.cpuset_count[:hw] = -1
-        for slot in np.asarray(slots, dtype=np.int64).tolist():
+        idx = np.asarray(slots, dtype=np.int64).tolist()
+        if isinstance(files, (int, np.integer)):
+            masks = [int(files) & 15] * len(idx)
+        else:
+            masks = np.asarray(files, dtype=np.uint8).tolist()
+            if len(masks) != len(idx):
+                raise ValueError("read_some: one files mask per slot, or one for all")
+        for slot, mask in zip(idx, masks):
             if not 0 <= slot < hw or self.state[slot] != STATE_LIVE:
                 continue
-            if self._read_slot(slot, now_ns, files):
+            if self._read_slot(slot, now_ns, mask):
                 n_ok += 1
         return n_ok
 

@@ -56,6 +56,9 @@ class Shared:
     # the kubelet's CPU manager read from the node (qosmanager.host.kubelet_cpu); None: only the
     # configured policy (cfg.cpu_manager_policy) is known
     kubelet_cpu: Callable[[], KubeletCPU] | None = None
+    # demand-driven collection: read a pod metric now that the last collector tick left out
+    # (metric name, now); None: everything is collected (read-everything mode, replay)
+    refresh: Callable[[str, float], object] | None = None
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
@@ -130,6 +133,13 @@ class Context:
         ok = ~np.isnan(vals)
         names = list(keys)
         return {names[i]: float(vals[i]) for i in np.flatnonzero(ok).tolist()}
+
+    def refresh(self, name: str) -> None:
+        """Have the collector read ``name`` (a pod metric) now for every pod its last tick did not
+        read it for: a strategy calls this when it is about to act on the pods' values (the victims'
+        usage when an eviction triggers).  A no-op where everything is collected anyway."""
+        if self._s.refresh is not None:
+            self._s.refresh(name, self.now)
 
     def pod_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
         """``{pod uid: value}`` of ``pod_cpu_usage`` / ``pod_memory_usage`` / ... for every pod with data

@@ -27,6 +27,7 @@ from qosmanager.framework.gates import FeatureGates
 
 if TYPE_CHECKING:
     from qosmanager.framework.context import Context
+    from qosmanager.framework.demand import Need
 
 
 @dataclass
@@ -70,6 +71,12 @@ class Strategy(abc.ABC):
 
     def gate(self, name: str) -> bool:
         return self.feature_gates.enabled(name)
+
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        """What this strategy reads from the metric cache (:mod:`qosmanager.framework.demand`): the
+        collector reads only what some enabled strategy or exported metric needs.  Asked before
+        every collector tick; keep it cheap (cache what depends on the pods or the NodeSLO)."""
+        return ()
 
     @abc.abstractmethod
     def tick(self, ctx: Context) -> list[Write]:

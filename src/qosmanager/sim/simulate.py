@@ -67,6 +67,7 @@ class SimConfig:
     suppress_policy: str = "cfsQuota"
     step: float = 1.0  # load-model step, simulated seconds
     collect_interval: float = 1.0
+    collect_mode: str = "demand"  # the agent's --collect-mode
     feature_gates: dict[str, bool] = field(default_factory=dict)
     cpu_threshold_percent: int = 65
     memory_threshold_percent: int = 70
@@ -312,7 +313,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                             cgroup_driver="cgroupfs", node_name="sim-node", pods_file=node.pods_file,
                             node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
                             audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
-                            collect_interval=cfg.collect_interval)
+                            collect_interval=cfg.collect_interval, collect_mode=cfg.collect_mode)
     agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=cfg.seed)
     evictions: list[Eviction] = []
     removed: set[str] = set()
