@@ -36,6 +36,8 @@ NODE, QOS, POD, CONTAINER = "node", "qos", "pod", "container"
 SCOPES = (NODE, QOS, POD, CONTAINER)
 SLOW_SECONDS = 10.0
 """Default freshness of the per-pod usage history (well under the readers' 20 s delta gap)."""
+STATE_SECONDS = 30.0
+"""Default freshness of a state that changes rarely and is carried between reads (cpusets)."""
 ENTER_MARGIN = 0.10
 """A conditional need switches on when its trigger's proximity reaches 1 - this (90 %)."""
 EXIT_MARGIN = 0.20
@@ -108,6 +110,7 @@ class Planner:
     version: int
     collect_interval: float = 1.0
     _near: dict[tuple[str, int], bool] = field(default_factory=dict)
+    _seen: dict[Proximity, float | None] = field(default_factory=dict)
     last: CollectPlan = field(default_factory=CollectPlan)
 
     def ticks(self, seconds: float) -> int:
@@ -116,11 +119,15 @@ class Planner:
     def is_near(self, owner: str, index: int, need: Need, ctx: Context) -> bool:
         """Whether a conditional need holds now (hysteresis: on at 1 - ENTER, off below 1 - EXIT)."""
         assert need.near is not None
-        try:
-            p = need.near(ctx)
-        except Exception:  # a strategy's estimate must not stop collection: read what it asks for
-            log.exception("%s: trigger proximity failed; collecting its detail", owner)
-            p = math.inf
+        if need.near in self._seen:  # one estimate per strategy and tick
+            p = self._seen[need.near]
+        else:
+            try:
+                p = need.near(ctx)
+            except Exception:  # a strategy's estimate must not stop collection: read what it asks for
+                log.exception("%s: trigger proximity failed; collecting its detail", owner)
+                p = math.inf
+            self._seen[need.near] = p
         key = (owner, index)
         on = self._near.get(key, False)
         if p is None or math.isnan(p):
@@ -136,6 +143,7 @@ class Planner:
         node_cpu = node_memory = qos = be_limit = False
         demands: dict[tuple[str, frozenset[str] | str | None, int], int] = {}  # (kind, keys, every) -> files
         near: list[str] = []
+        self._seen.clear()
         for owner, needs in sources:
             for i, need in enumerate(needs):
                 if need.near is not None and not self.is_near(owner, i, need, ctx):
@@ -181,6 +189,7 @@ __all__ = [
     "POD",
     "QOS",
     "SLOW_SECONDS",
+    "STATE_SECONDS",
     "CollectPlan",
     "Demand",
     "Need",

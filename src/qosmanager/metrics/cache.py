@@ -440,6 +440,13 @@ class SeriesGroup:
             sub = mat[self.window(start, end), : self._used]
             return _reduce(sub, name)
 
+    def aggregate_cols(self, metric: str, cols: np.ndarray, start: float, end: float, agg: str) -> np.ndarray:
+        """:meth:`aggregate_all` over the given columns only (in their order)."""
+        name = normalize_agg(agg)
+        with self._lock:
+            mat = self._matrix(metric)
+            return _reduce(mat[self.window(start, end)][:, cols], name)
+
     def count_all(self, metric: str, start: float, end: float) -> np.ndarray:
         """Samples per column in ``[start, end]`` (int64, length :attr:`used`)."""
         return self.aggregate_all(metric, start, end, AGG_COUNT).astype(np.int64)

@@ -68,6 +68,9 @@ COLLECT_ALL, COLLECT_DEMAND = "all", "demand"
 COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
 
 
+_Selection = tuple[CollectPlan, np.ndarray, np.ndarray]  # plan, slots, files of each
+
+
 @dataclass
 class Tracked:
     """A cgroup the collector follows: its cache column (== reader slot) and its files."""
@@ -170,6 +173,8 @@ class Collector:
         self._pod_files_read = np.zeros(0, dtype=np.uint8)
         self._ctr_cpuset_known = np.zeros(0, dtype=np.int32)
         self._track_gen = 0
+        self._ctr_rates_read = False
+        self._selections: dict[tuple[str, tuple[int, ...], int, int], _Selection] = {}
         self._masks: dict[tuple[str, object], tuple[int, np.ndarray]] = {}
 
     # ------------------------------------------------------------------
@@ -550,8 +555,11 @@ class Collector:
         if pr.vanished.any() or cr.vanished.any() or ar.vanished.any():
             self._note_vanished(now)
         self._check_qos_dirs()
-        self._store_group(self.cache.pods, pr, now)
-        self._store_group(self.cache.containers, cr, now)
+        # demand mode: a group none of whose series was read this tick gets no (empty) row
+        if plan is None or self.stats.pod_reads:
+            self._store_group(self.cache.pods, pr, now)
+        if plan is None or self._ctr_rates_read:
+            self._store_group(self.cache.containers, cr, now)
         if self._apps:
             self._store_group(self.cache.hostapps, ar, now, throttle=False)
         self._store_node(now, plan)
@@ -600,13 +608,20 @@ class Collector:
             counts = cr.cpuset_count[got]
             known[got[counts >= 0]] = counts[counts >= 0]
         self.stats.pod_reads, self.stats.container_reads = int(pslots.size), int(cslots.size)
+        self._ctr_rates_read = bool((cfiles & (15 ^ F_CPUSET)).any())  # more than cpusets (not cached)
 
     def _selection(self, kind: str, plan: CollectPlan) -> tuple[np.ndarray, np.ndarray]:
-        """The slots of ``kind`` this tick reads and the files of each (bits)."""
+        """The slots of ``kind`` this tick reads and the files of each (bits); the same plan at the
+        same turn of its cadences over the same tracked set gives the same selection (kept)."""
         reader = self.pod_reader if kind == POD else self.ctr_reader
         hw = reader.high_water
-        files = np.zeros(hw, dtype=np.uint8)
         tick = self.stats.ticks
+        turns = tuple(tick % d.every for d in plan.demands if d.kind == kind)
+        key = (kind, turns, hw, self._track_gen)
+        hit = self._selections.get(key)
+        if hit is not None and hit[0] == plan:
+            return hit[1], hit[2]
+        files = np.zeros(hw, dtype=np.uint8)
         for d in plan.demands:
             if d.kind != kind or not hw:
                 continue
@@ -619,6 +634,9 @@ class Collector:
             else:
                 files[mask] |= d.files
         slots = np.flatnonzero(files)
+        if len(self._selections) > 256:
+            self._selections.clear()
+        self._selections[key] = (plan, slots, files[slots])
         return slots, files[slots]
 
     def _key_mask(self, kind: str, keys: frozenset[str] | str | None, hw: int) -> np.ndarray | None:

@@ -353,15 +353,17 @@ class CPUBurst(Strategy):
         cpu_info = ctx.cpu_info
         if node_used is None or cpu_info is None:
             return UNKNOWN
-        pod_used = ctx.pod_metrics("pod_cpu_usage", "avg", window)
         total = float(len(cpu_info.processors))
         for request in plan.share_pool_requests:
             total -= request
         usage = node_used
         be_dir = ctx.node_metric("besteffort_cpu_usage", "avg", window)
         if be_dir is not None:  # the kernel's sum (demand-driven collection)
-            usage -= class_usage(be_dir, self._plan_keys(ctx, plan)[0], pod_used)
+            split = self._plan_keys(ctx, plan)[0]
+            usage -= class_usage(be_dir, split, ctx.pod_metrics("pod_cpu_usage", "avg", window,
+                                                                keys=split.corrections))
         else:
+            pod_used = ctx.pod_metrics("pod_cpu_usage", "avg", window)
             for uid in plan.share_pool_excluded:
                 used = pod_used.get(uid)
                 if used is not None:

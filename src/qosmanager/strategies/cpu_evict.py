@@ -36,7 +36,7 @@ from qosmanager.api.nodeslo import CPU_EVICT_POLICY_ALLOCATABLE, ResourceThresho
 from qosmanager.api.pod import BATCH_CPU, RESOURCE_CPU, PodMeta
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
 from qosmanager.framework.context import Context
-from qosmanager.framework.demand import NODE, POD, QOS, SLOW_SECONDS, Need
+from qosmanager.framework.demand import NODE, POD, QOS, SLOW_SECONDS, STATE_SECONDS, Need
 from qosmanager.framework.strategy import register
 from qosmanager.strategies._eviction import (
     Candidate,
@@ -88,7 +88,8 @@ class CPUEvict(EvictionStrategy):
     def needs(self, ctx: Context) -> Sequence[Need]:
         """Node-level series always (BE usage from the BestEffort dir, request, real limit; node
         usage); every pod's usage at a slow cadence (the windows keep a history) and every tick
-        while a trigger is near; BE containers' cpusets (the real limit) likewise."""
+        while a trigger is near; BE containers' cpusets (the real limit: a state, carried between
+        reads) every 30 s and every tick while a trigger is near."""
         if is_feature_disabled(ctx):
             return ()
         cfg = ctx.nodeslo.resource_used_threshold_with_be
@@ -97,7 +98,7 @@ class CPUEvict(EvictionStrategy):
                Need("pod_cpu_usage", POD, near=self.proximity)]
         if self.gate(BE_CPU_EVICT):
             out += [Need("be_cpu_usage", QOS, window=window), Need("be_cpu_request", NODE, window=window),
-                    Need("be_cpu_real_limit", NODE, freshness=SLOW_SECONDS, window=window),
+                    Need("be_cpu_real_limit", NODE, freshness=STATE_SECONDS, window=window),
                     Need("be_cpu_real_limit", NODE, near=self.proximity)]
         if self.gate(CPU_EVICT):
             out.append(Need("node_cpu_usage", NODE, window=window))
@@ -114,12 +115,12 @@ class CPUEvict(EvictionStrategy):
         near: list[float] = []
         lower = cfg.cpu_evict_be_satisfaction_lower_percent
         if self.gate(BE_CPU_EVICT) and lower is not None and lower > 0:
-            usage, _ = node_avg(ctx, BE_CPU_USAGE, window)
-            request, _ = node_avg(ctx, BE_CPU_REQUEST, window)
+            usage = ctx.node_metric(BE_CPU_USAGE, "avg", window) or 0.0
+            request = ctx.node_metric(BE_CPU_REQUEST, "avg", window) or 0.0
             if cfg.cpu_evict_policy == CPU_EVICT_POLICY_ALLOCATABLE:
                 limit = float(be_milli_allocatable(node))
             else:
-                limit, _ = node_avg(ctx, BE_CPU_REAL_LIMIT, window)
+                limit = ctx.node_metric(BE_CPU_REAL_LIMIT, "avg", window) or 0.0
             if request > 0 and limit > 0:
                 satisfaction = (lower / 100) / (limit / request)
                 pct = cfg.cpu_evict_be_usage_threshold_percent or BE_CPU_USAGE_THRESHOLD_PERCENT

@@ -186,7 +186,11 @@ class CPUSuppress(Strategy):
         node = ctx.node
         if node is None or not ctx.pods:
             return []
-        pod_used = ctx.pod_metrics("pod_cpu_usage")
+        kubepods = ctx.node_metric("kubepods_cpu_usage")
+        be_dir = ctx.node_metric("besteffort_cpu_usage")
+        by_dirs = kubepods is not None and be_dir is not None  # the kernel's sums (demand-driven)
+        # with the kube QoS dirs' sums only the pods whose class differs from their dir count
+        pod_used = ctx.pod_metrics("pod_cpu_usage", keys=self.be_split(ctx).corrections if by_dirs else None)
         node_used = ctx.node_metric("node_cpu_usage")
         if node_used is None:
             # no sample within 2 x collect interval: never act on stale data, never let go either
@@ -196,9 +200,7 @@ class CPUSuppress(Strategy):
         if thr.cpu_suppress_threshold_percent is None:
             return []
         used = None
-        kubepods = ctx.node_metric("kubepods_cpu_usage")
-        be_dir = ctx.node_metric("besteffort_cpu_usage")
-        if kubepods is not None and be_dir is not None:  # the kernel's sums (demand-driven collection)
+        if kubepods is not None and be_dir is not None:
             used = filter_used_from_qos_dirs(node_used, node.reserved_cpu_milli / 1000, kubepods,
                                              class_usage(be_dir, self.be_split(ctx), pod_used),
                                              ctx.nodeslo.host_applications, host_used, non_be_host_app_filter)
