@@ -128,7 +128,8 @@ def test_quiet_node_reads_a_tenth_of_the_pods_and_no_container(agent: Any) -> No
     assert st.container_reads <= st.containers // 30 + 1
     # the node series come from the kube QoS dirs: no per-pod sum needed
     lo, hi = now[0] - 2, now[0]
-    for name in ("node_cpu_usage", "kubepods_cpu_usage", "besteffort_cpu_usage", "be_cpu_usage", "be_cpu_real_limit"):
+    for name in ("node_cpu_usage", "kubepods_cpu_usage", "besteffort_cpu_usage", "be_cpu_usage",
+                 "be_cpu_real_limit"):
         assert a.cache.query(name, lo, hi, "last") is not None, name
 
 
@@ -246,7 +247,8 @@ def test_real_kernel_qos_dir_sums_agree_with_the_pods(version: int) -> None:
     with kernelcg.kernel_tree(version) as tree:
         layout = CgroupLayout(HostRoots(cgroup=tree.root), version, "cgroupfs")
         pods = []
-        for i, qos in enumerate((KubeQoS.BURSTABLE, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT, KubeQoS.BESTEFFORT)):
+        classes = (KubeQoS.BURSTABLE, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT, KubeQoS.BESTEFFORT)
+        for i, qos in enumerate(classes):
             pod = FakePod(f"2222aaaa-0000-4000-8000-00000000000{i}", "default", f"p{i}", qos,
                           [FakeContainer("c0", "containerd://" + f"{i}a" * 32)])
             pod_rel = layout.pod_dir(qos, pod.uid)
