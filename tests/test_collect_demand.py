@@ -17,6 +17,7 @@ import pytest
 
 import kernelcg
 from qosmanager.agent import Agent, AgentConfig
+from qosmanager.api.pod import pod_meta
 from qosmanager.framework.demand import CONTAINER, NODE, POD, CollectPlan, Demand, Need, Planner
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.roots import HostRoots
@@ -27,6 +28,7 @@ from qosmanager.sim.load import LoadShape
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from qosmanager.sim.simulate import SimConfig, SimResult, run_simulation
 from qosmanager.states.store import StateStore
+from qosmanager.strategies import _helpers as hp
 
 CPUS = 16
 PERIOD = 100_000
@@ -283,3 +285,44 @@ def test_real_kernel_qos_dir_sums_agree_with_the_pods(version: int) -> None:
             assert abs(be - be_sum) <= 0.02 + 0.05 * be_sum, (be, be_sum)
             checked += total > 0.05
         assert checked >= 2, "the busy processes hardly ran"
+
+
+# ---------------------------------------------------------------------------------------------
+# the class sums, by hand
+
+
+def _meta(uid: str, qos_label: str | None, kube_qos: str) -> Any:
+    labels = {"koordinator.sh/qosClass": qos_label} if qos_label else {}
+    return pod_meta({"metadata": {"uid": uid, "name": uid, "labels": labels},
+                     "spec": {"containers": [{"name": "c"}]}, "status": {"qosClass": kube_qos}})
+
+
+def test_class_sums_from_the_qos_dirs_equal_the_per_pod_sums() -> None:
+    """cpuSuppress's non-BE / system terms and cpuBurst's share-pool exclusion, from kubepods and
+    besteffort plus the pods whose class differs from their dir, equal the per-pod sums; leaving the
+    correction out would be wrong by exactly the odd pods' usage."""
+    pods = {p.uid: p for p in (_meta("ls", "LS", "Burstable"), _meta("g", None, "Guaranteed"),
+                               _meta("be", "BE", "BestEffort"), _meta("be-in-burstable", "BE", "Burstable"),
+                               _meta("ls-in-besteffort", "LS", "BestEffort"),
+                               _meta("lsr", "LSR", "Guaranteed"))}
+    # dyadic usages so every float sum is exact
+    used = {"ls": 2.25, "g": 0.5, "be": 1.5, "be-in-burstable": 0.75, "ls-in-besteffort": 0.25, "lsr": 1.0}
+    kubepods = sum(used.values())
+    be_dir = used["be"] + used["ls-in-besteffort"]
+    node_used, reserved = 7.0, 0.0
+    per_pod = hp.calculate_filter_pods_used(node_used, reserved, pods, used, (), {}, hp.non_be_pod_filter,
+                                            hp.non_be_host_app_filter)
+    # cpuSuppress: BE by NonBEPodFilter (labelled BE, or kube BestEffort)
+    split = hp.class_split(pods, lambda p: not hp.non_be_pod_filter(p))
+    assert split.corrections == {"be-in-burstable"}
+    only = {u: used[u] for u in split.corrections}
+    by_dirs = hp.filter_used_from_qos_dirs(node_used, reserved, kubepods, hp.class_usage(be_dir, split, only),
+                                           (), {}, hp.non_be_host_app_filter)
+    assert (by_dirs.pods, by_dirs.host_apps, by_dirs.system) == (per_pod.pods, per_pod.host_apps,
+                                                                 per_pod.system)
+    assert hp.class_usage(be_dir, split, {}) == hp.class_usage(be_dir, split, only) - 0.75
+    # cpuBurst's share pool: LSE/LSR/BE by label, against the BestEffort dir, both ways
+    share = hp.class_split(pods, lambda p: p.qos_raw in ("LSE", "LSR", "BE"))
+    assert share.plus == {"be-in-burstable", "lsr"} and share.minus == {"ls-in-besteffort"}
+    want = used["be"] + used["be-in-burstable"] + used["lsr"]
+    assert hp.class_usage(be_dir, share, {u: used[u] for u in share.corrections}) == want
