@@ -98,12 +98,13 @@ def test_floor(bench: Any, steady: Any) -> None:
         return col.pod_reader.pread_only() + col.ctr_reader.pread_only() + col.qos_reader.pread_only()
 
     # the same files in the same state as the agent meets them: just rewritten by the next second
-    assert bench(SCENARIO, "floor (read-everything pass)", floor, setup=advance, per=n, unit="cgroup") > 0
+    assert bench(SCENARIO, "floor (read-everything pass)", floor, setup=advance, per=n, unit="cgroup",
+                 rounds=30) > 0
 
 
 def test_steady(bench: Any, steady: Any) -> None:
     agent, advance, tick = steady
-    bench(SCENARIO, "agent tick, steady", tick, setup=advance, per=N, unit="container")
+    bench(SCENARIO, "agent tick, steady", tick, setup=advance, per=N, unit="container", rounds=30)
     plan = agent.collector.plan
     st = agent.collector.stats
     assert plan is not None and not plan.near, plan.near

@@ -303,6 +303,9 @@ class CPUBurst(Strategy):
         return self._keys[1], self._keys[2], self._keys[3]
 
     def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
         """The share pool (node usage less the LSE/LSR/BE pods: the BestEffort dir's sum corrected by
         the pods whose class differs from their dir) while some policy bursts quotas; the throttling
         of the containers that may burst; the usage of those with a token bucket."""

@@ -86,6 +86,9 @@ class CPUEvict(EvictionStrategy):
 
     # ------------------------------------------------------------------ what it reads
     def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
         """Node-level series always (BE usage from the BestEffort dir, request, real limit; node
         usage); every pod's usage at a slow cadence (the windows keep a history) and every tick
         while a trigger is near; BE containers' cpusets (the real limit: a state, carried between

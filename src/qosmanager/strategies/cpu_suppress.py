@@ -153,6 +153,9 @@ class CPUSuppress(Strategy):
         return self._split[1]
 
     def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
         """The node's usage, the kubepods and BestEffort dirs' sums, the pods whose class differs from
         their kube QoS dir, the host applications: no other per-pod read."""
         if threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present) is not False:

@@ -70,6 +70,9 @@ class MemoryEvict(EvictionStrategy):
 
     # ------------------------------------------------------------------ what it reads
     def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
         """Node memory always; every pod's memory only while node usage nears the threshold (and,
         through :meth:`victims_usage`, read on the spot when a task needs its victims')."""
         if is_feature_disabled(ctx):
