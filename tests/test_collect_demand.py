@@ -326,3 +326,28 @@ def test_class_sums_from_the_qos_dirs_equal_the_per_pod_sums() -> None:
     assert share.plus == {"be-in-burstable", "lsr"} and share.minus == {"ls-in-besteffort"}
     want = used["be"] + used["be-in-burstable"] + used["lsr"]
     assert hp.class_usage(be_dir, share, {u: used[u] for u in share.corrections}) == want
+
+
+@pytest.mark.parametrize("exported", [False, True])
+def test_nothing_is_read_that_nobody_asks_for(tmp_path: Any, exported: bool) -> None:
+    """No metric-reading strategy: no pod, container, node or QoS-dir file is read -- except the BE
+    QoS dir's usage when /metrics exports it."""
+    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=4)
+    pods = FakeHost.make_pods(10, seed=6)
+    host.add_pods(pods)
+    with open(tmp_path / "pods.json", "w") as f:
+        json.dump(pod_list(pod_object(p) for p in pods), f)
+    a = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"), strategies=["cgroupReconcile"],
+                          metrics_addr="127.0.0.1:0" if exported else ""), clock=lambda: 100.0)
+    try:
+        for t in (100.0, 101.0, 102.0):
+            a.collect(t)
+        plan = a.collector.plan
+        assert plan is not None and plan.demands == ()
+        assert a.collector.stats.pod_reads == 0 and a.collector.stats.container_reads == 0
+        assert not plan.node_cpu and not plan.node_memory
+        assert plan.qos is exported
+        assert (a.cache.query("be_cpu_usage", 90, 110, "last") is not None) is exported
+        assert a.cache.query("node_cpu_usage", 90, 110, "last") is None
+    finally:
+        a.close()
