@@ -14,6 +14,7 @@ Bounds (the demand-driven collection issue):
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import pytest
@@ -78,6 +79,7 @@ def steady(tmpfs_dir: str) -> Any:
                                    satisfaction=10)
     yield agent, advance, tick
     agent.close()
+    shutil.rmtree(os.path.join(tmpfs_dir, "demand-steady"), ignore_errors=True)  # its inodes, now
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +89,7 @@ def pressure(tmpfs_dir: str) -> Any:
                                    satisfaction=60)
     yield agent, advance, tick
     agent.close()
+    shutil.rmtree(os.path.join(tmpfs_dir, "demand-pressure"), ignore_errors=True)
 
 
 def test_floor(bench: Any, steady: Any) -> None:
