@@ -351,3 +351,19 @@ def test_nothing_is_read_that_nobody_asks_for(tmp_path: Any, exported: bool) -> 
         assert a.cache.query("node_cpu_usage", 90, 110, "last") is None
     finally:
         a.close()
+
+
+def test_collect_mode_flags() -> None:
+    from qosmanager.agent import config_from_args
+    from qosmanager.cli import build_parser
+    from qosmanager.sim.simulate import config_from_args as sim_config
+
+    parser = build_parser()
+    assert config_from_args(parser.parse_args(["run"])).collect_mode == "demand"
+    assert config_from_args(parser.parse_args(["run", "--collect-mode", "all"])).collect_mode == "all"
+    assert sim_config(parser.parse_args(["simulate"])).collect_mode == "demand"
+    assert sim_config(parser.parse_args(["simulate", "--collect-mode", "all"])).collect_mode == "all"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--collect-mode", "some"])
+    with pytest.raises(ValueError):
+        Collector.__init__(object.__new__(Collector), None, None, None, mode="some")  # type: ignore[arg-type]

@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--suppress-policy", default="cfsQuota", choices=["cfsQuota", "cpuset"],
                      help="NodeSLO cpuSuppressPolicy")
     sim.add_argument("--step", type=duration, default=1.0, help="load-model step (simulated seconds)")
+    sim.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
+                     help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},
                      help="Name=true,Other=false on top of the simulation's (BEMemoryEvict=true)")
     sim.add_argument("--plot", default=None, metavar="FILE.png", help="draw the run (needs matplotlib)")

@@ -615,7 +615,7 @@ def result_json(res: SimResult) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(containers=args.containers, duration=args.duration, cgroup_version=args.cgroup_version,
                      seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib,
-                     suppress_policy=args.suppress_policy, step=args.step,
+                     suppress_policy=args.suppress_policy, step=args.step, collect_mode=args.collect_mode,
                      feature_gates=dict(args.feature_gates), audit_log=args.audit_log, workdir=args.workdir,
                      keep=args.keep, real_time=args.real_time)
 
