@@ -27,7 +27,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 RESULTS: dict[str, dict[str, dict[str, float]]] = {}
-FNS: dict[str, dict[str, Callable[[], Any]]] = {}  # the measured functions, for re-measuring
+# the measured functions and their untimed set-up, for re-measuring
+FNS: dict[str, dict[str, tuple[Callable[[], Any] | None, Callable[[], Any]]]] = {}
 RATIOS: list[dict[str, Any]] = []
 OUT = os.path.join(os.path.dirname(__file__), "latest.json")
 
@@ -35,12 +36,17 @@ OUT = os.path.join(os.path.dirname(__file__), "latest.json")
 @pytest.fixture
 def bench(benchmark: Any) -> Callable[..., Any]:
     def run(scenario: str, variant: str, fn: Callable[[], Any], *, per: int = 1, unit: str = "op",
-            remeasure: bool = True) -> Any:
+            remeasure: bool = True, setup: Callable[[], Any] | None = None, rounds: int = 15) -> Any:
         """``remeasure=False``: a variant no bound compares (its function may hold descriptors that
-        must go when the test ends, not when the scenario's bounds are checked)."""
+        must go when the test ends, not when the scenario's bounds are checked).  ``setup``: run
+        before every round, untimed (e.g. advance the counters the next tick reads); then
+        ``rounds`` rounds are measured."""
         benchmark.group = scenario
         benchmark.name = variant
-        result = benchmark(fn)
+        if setup is None:
+            result = benchmark(fn)
+        else:
+            result = benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1)
         stats = benchmark.stats
         if stats is not None:  # None when benchmarks are disabled
             RESULTS.setdefault(scenario, {})[variant] = {
@@ -48,7 +54,7 @@ def bench(benchmark: Any) -> Callable[..., Any]:
                 "rounds": stats.stats.rounds,
             }
             if remeasure:
-                FNS.setdefault(scenario, {})[variant] = fn
+                FNS.setdefault(scenario, {})[variant] = (setup, fn)
         return result
 
     return run
@@ -97,8 +103,11 @@ def _remeasure(scenario: str, variants: tuple[str, ...], budget: float = 4.0, ro
     try:
         for _ in range(rounds):
             for v in variants:
+                setup, fn = fns[v]
+                if setup is not None:
+                    setup()
                 t0 = time.perf_counter()
-                fns[v]()
+                fn()
                 best[v] = min(best[v], time.perf_counter() - t0)
             if time.perf_counter() > deadline:
                 break

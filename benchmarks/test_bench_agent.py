@@ -2,7 +2,8 @@
 tick of every strategy, against the collector's own tick.
 
 Bound (the QoS-manager issue): the whole agent spends at most twice the collector's cost per tick,
-i.e. all strategies together cost no more than collecting.
+i.e. all strategies together cost no more than collecting.  The collector here reads everything
+(``--collect-mode all``): the demand-driven collector's own bounds are in test_bench_demand.py.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def agent(tmpfs_dir: str) -> Any:
     now = [10_000.0]
     a = Agent(AgentConfig(roots=host.roots, pods_file=os.path.join(root, "pods.json"),
                           node_file=os.path.join(root, "node.json"), node_slo_file=os.path.join(root, "nodeslo.json"),
-                          feature_gates={"AllAlpha": True, "AllBeta": True}), clock=lambda: now[0])
+                          feature_gates={"AllAlpha": True, "AllBeta": True}, collect_mode="all"),
+              clock=lambda: now[0])
     for _ in range(3):  # warm up: discovery, first samples, first writes
         now[0] = float(next(clock))
         a.collect(now[0])

@@ -791,11 +791,47 @@ cdef class StatReader:
                 self.v_vanished[slot] = 0
                 if self.v_state[slot] != C_STATE_LIVE:
                     continue
-                if self._read_slot(slot, now_ns):
+                if self._read_slot(slot, now_ns, 15):
                     n_ok += 1
         return n_ok
 
-    cdef bint _read_slot(self, int slot, long long now_ns) noexcept nogil:
+    def read_some(self, slots, files=15, long long now_ns=-1):
+        """Read only the live slots named in ``slots`` (an integer array), and of each only the
+        files whose bit (``1 << FILE_*``) is set in ``files`` (one mask for all, or an array of one
+        mask per entry of ``slots``).  Every other slot, and every file
+        left out, has no sample this read (NaN, cpuset -1); the counters of what is not read stay
+        as they were, so the next read of a slot gives its rate since its previous read.
+        Returns the number of slots read without error.
+        """
+        cdef int64_t[:] idx = np.ascontiguousarray(slots, dtype=np.int64)
+        cdef Py_ssize_t i, n = idx.shape[0]
+        cdef uint8_t[:] fm
+        if isinstance(files, (int, np.integer)):
+            fm = np.full(n, int(files) & 15, dtype=np.uint8)
+        else:
+            fm = np.ascontiguousarray(files, dtype=np.uint8)
+            if fm.shape[0] != n:
+                raise ValueError("read_some: one files mask per slot, or one for all")
+        cdef int slot, n_ok = 0
+        cdef int hw = self.high_water
+        with nogil:
+            for slot in range(hw):
+                self.v_died[slot] = 0
+                self.v_vanished[slot] = 0
+                self.v_cores[slot] = NAN
+                self.v_ratio[slot] = NAN
+                self.v_memu[slot] = NAN
+                self.v_memc[slot] = NAN
+                self.v_cpuset[slot] = -1
+            for i in range(n):
+                slot = <int>idx[i]
+                if slot < 0 or slot >= hw or self.v_state[slot] != C_STATE_LIVE:
+                    continue
+                if self._read_slot(slot, now_ns, fm[i]):
+                    n_ok += 1
+        return n_ok
+
+    cdef bint _read_slot(self, int slot, long long now_ns, int files) noexcept nogil:
         cdef ssize_t r
         cdef int64_t usage = 0, t
         cdef int64_t cpu[4]
@@ -807,7 +843,7 @@ cdef class StatReader:
 
         cpu[0] = 0; cpu[1] = 0; cpu[2] = 0; cpu[3] = 0
         # --- CPU usage (v1 cpuacct.usage) ---
-        if self.cgroup_version == 1 and self._has_file(slot, 0):
+        if self.cgroup_version == 1 and (files & 1) and self._has_file(slot, 0):
             r = self._read_file(slot, 0)
             if r < 0:
                 err = <int32_t>(-r)
@@ -817,7 +853,7 @@ cdef class StatReader:
             else:
                 err = C_ERR_GARBLED_USAGE
         # --- cpu.stat (v1 throttling; v2 usage + throttling) ---
-        if self._has_file(slot, 1):
+        if (files & 2) and self._has_file(slot, 1):
             r = self._read_file(slot, 1)
             if r < 0:
                 err = <int32_t>(-r)
@@ -879,7 +915,7 @@ cdef class StatReader:
         # --- memory.stat ---
         self.v_memu[slot] = NAN
         self.v_memc[slot] = NAN
-        if self._has_file(slot, 2):
+        if (files & 4) and self._has_file(slot, 2):
             r = self._read_file(slot, 2)
             if r < 0:
                 err = <int32_t>(-r)
@@ -906,7 +942,7 @@ cdef class StatReader:
                     self.v_memc[slot] = <double>(mem[0] + mem[1] + mem[2] + mem[3] + mem[4])
         # --- cpuset.cpus (BE cgroups only) ---
         self.v_cpuset[slot] = -1
-        if self._has_file(slot, 3):
+        if (files & 8) and self._has_file(slot, 3):
             r = self._read_file(slot, 3)
             if r < 0:
                 err = <int32_t>(-r)

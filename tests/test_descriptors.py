@@ -198,7 +198,8 @@ for k, obj in (("pods", pod_list(pod_object(p) for p in pods)), ("node", node_ob
 clk = {"wall": 1000.0, "mono": 50 * S}
 agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=files["pods"], node_file=files["node"],
                           node_slo_file=files["slo"], metrics_addr="127.0.0.1:0",
-                          audit_log=os.path.join(root, "audit.log")),
+                          audit_log=os.path.join(root, "audit.log"),
+                          collect_mode="all"),  # every container's files, read through the budget
               clock=lambda: clk["wall"], monotonic_ns=lambda: clk["mono"], seed=1)
 assert agent.exporter is not None and agent.exporter.start()
 lay = agent.layout

@@ -30,7 +30,8 @@ def test_every_run_flag_in_the_table_exists_with_its_default() -> None:
     assert len(table) >= 18
     actions = {opt: a for a in run_parser()._actions for opt in a.option_strings}
     plain = {"`/sys/fs/cgroup`": "/sys/fs/cgroup", "`/proc`": "/proc", "`/sys`": "/sys", "`auto`": "auto",
-             "`/`": "/", "`127.0.0.1:9316`": "127.0.0.1:9316", "`/var/lib/kubelet`": "/var/lib/kubelet"}
+             "`/`": "/", "`127.0.0.1:9316`": "127.0.0.1:9316", "`/var/lib/kubelet`": "/var/lib/kubelet",
+             "`demand`": "demand"}
     for flag, default in table:
         assert flag in actions, f"{flag} is documented but not a flag of run"
         want = plain.get(default.strip())

@@ -206,7 +206,9 @@ def test_a_pod_created_through_the_api_is_collected(tmp_path: Path) -> None:
         sc.received()
         sc.tick()
         assert sc.agent.collector.stats.pods == 5 and new.uid in sc.agent.store.pods
-        mem = sc.agent.manager.context(sc.clock.t).pod_metrics("pod_memory_usage")
+        ctx = sc.agent.manager.context(sc.clock.t)
+        ctx.refresh("pod_memory_usage")  # no strategy runs, so none needs pod memory: read on demand
+        mem = ctx.pod_metrics("pod_memory_usage")
         assert mem[new.uid] == 3 * GIB  # inactive_anon + active_anon + unevictable
 
 

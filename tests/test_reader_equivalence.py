@@ -466,3 +466,46 @@ def test_node_reader_files_stand_alone(tmp_path) -> None:
         assert e.value.errno == 2 and e.value.filename == str(meminfo)
         meminfo.write_text("MemTotal: 3 kB\nMemFree: 2 kB\nMemAvailable: 1 kB\n")
         assert r.read_meminfo() == (3, 2, 1)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_partial_reads_agree(tmp_path_factory, version: int, seed: int) -> None:
+    """``read_some`` (a subset of slots, a subset of files) agrees between the two readers, gives no
+    sample for what it leaves out, and a slot read again gives its rate since its previous read."""
+    rng = random.Random(seed)
+    tree = Tree(str(tmp_path_factory.mktemp("p")), version, n=6)
+    usage = [rng.randrange(0, 1 << 40) for _ in range(tree.n)]
+    for i in range(tree.n):
+        tree.write_valid(i, rng, usage[i], 100, 10)
+    a = native.StatReader(8, version)
+    b = pure_reader.StatReader(8, version)
+    for i in range(tree.n):
+        assert a.open(i, **tree.paths(i)) == b.open(i, **tree.paths(i)) == 0
+    t = 1_000_000_000
+    last: dict[int, tuple[int, int]] = {}  # slot -> (usage, time) of its previous read
+    for _tick in range(8):
+        slots = np.array(sorted(rng.sample(range(tree.n + 2), rng.randrange(0, tree.n + 2))), dtype=np.int64)
+        files = rng.randrange(0, 16)
+        per_slot = np.full(len(slots), files, dtype=np.uint8)  # the array form, one mask per slot
+        assert a.read_some(slots, per_slot if _tick % 2 else files, t) == b.read_some(slots, files, t)
+        assert_same(a, b)
+        chosen = set(slots.tolist())
+        for i in range(tree.n):
+            cpu_file = 2 if version == 2 else 1
+            if i not in chosen or not files & cpu_file:
+                assert np.isnan(a.cpu_cores[i])
+            if i not in chosen or not files & 4:
+                assert np.isnan(a.memory_usage[i])
+            if i not in chosen or not files & 8:
+                assert a.cpuset_count[i] == -1
+            if i in chosen and files & cpu_file:
+                seen = usage[i] if version == 1 else usage[i] // 1000 * 1000
+                if i in last:  # the rate spans every tick since this slot's previous read
+                    assert a.cpu_cores[i] == pytest.approx((seen - last[i][0]) / (t - last[i][1]))
+                last[i] = (seen, t)
+        t += rng.randrange(1, 2_000_000_000)
+        for i in range(tree.n):
+            usage[i] += rng.randrange(0, 2_000_000_000)
+            tree.write_valid(i, rng, usage[i], 100, 10)

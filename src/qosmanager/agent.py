@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -40,6 +40,7 @@ from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
 from qosmanager.exporter import Exporter
 from qosmanager.framework.context import Shared
+from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, Need, Planner
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.manager import QoSManager, load_strategies
 from qosmanager.framework.scheduler import Scheduler
@@ -51,7 +52,7 @@ from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics.cache import MetricCache
-from qosmanager.metrics.collector import Collector
+from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
 from qosmanager.steadyclock import SteadyClock
@@ -88,6 +89,7 @@ class AgentConfig:
     metrics_addr: str = ""
     feature_gates: dict[str, bool] = field(default_factory=dict)
     collect_interval: float = 1.0
+    collect_mode: str = "demand"  # "demand" (what the strategies need) | "all" (every file, each tick)
     force_update_seconds: float = 60.0
     max_fds: int = -1
     qos: QoSConfig = field(default_factory=QoSConfig)
@@ -98,6 +100,10 @@ class AgentConfig:
     cpu_info_refresh: float = 60.0  # koordlet's NodeInfoCollector interval
     kube_events: bool = True  # Kubernetes mode: record Events (off under --dry-run)
     kube_watch_timeout: tuple[float, float] = (300.0, 600.0)  # seconds of one watch, drawn at random
+
+
+EXPORTED_NEEDS = (Need("be_cpu_usage", QOS),)
+"""What ``/metrics`` shows from the metric cache (the rest it takes from the strategies' last decisions)."""
 
 
 def kubernetes_mode(cfg: AgentConfig) -> bool:
@@ -153,10 +159,11 @@ class Agent:
                                  force_seconds=cfg.force_update_seconds, budget=fds, clock=clock,
                                  conditions=self.store.conditions)
         if monotonic_ns is None:
-            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds)
+            self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds,
+                                       mode=cfg.collect_mode)
         else:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, mono=monotonic_ns,
-                                       budget=fds)
+                                       budget=fds, mode=cfg.collect_mode)
         self.collector.on_pod_removed.append(self.executor.forget)
         evict_mode = cfg.evict_mode or ("api" if self.kube_client is not None else "none")
         self.evict_mode = evict_mode
@@ -177,6 +184,12 @@ class Agent:
                              cpu_info=self.cpu_info,
                              kubelet_cpu=self.kubelet_cpu.current if self.kubelet_cpu is not None else None)
         self.manager = QoSManager(self.shared, only=cfg.strategies, clock=clock)
+        # demand-driven collection: the collector reads what the enabled strategies (and the exported
+        # BE usage) need, planned before every tick
+        self.planner: Planner | None = None
+        if cfg.collect_mode == COLLECT_DEMAND:
+            self.planner = Planner(self.layout.version, cfg.collect_interval)
+            self.shared.refresh = self.collector.refresh
         self.scheduler = Scheduler(wall=clock, monotonic=monotonic, seed=seed)
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
         # strategies start after the first samples exist (koordlet waits for the collectors too)
@@ -272,7 +285,27 @@ class Agent:
 
     def collect(self, now: float) -> None:
         self.source.poll(now)
+        if self.planner is not None:
+            self.collector.plan = self.plan(now)
         self.collector.collect(now)
+
+    def plan(self, now: float) -> CollectPlan:
+        """This tick's reads: the union of the enabled strategies' needs (and the exporter's)."""
+        assert self.planner is not None
+        ctx = self.manager.context(now)
+        sources: list[tuple[str, Sequence[Need]]] = []
+        for s in self.manager.enabled():
+            try:
+                sources.append((s.name, s.needs(ctx)))
+            except Exception:  # one strategy's declaration must not stop collection: read everything
+                log.exception("strategy %s: its needs could not be listed; collecting everything", s.name)
+                sources.append((s.name, (Need("pod_cpu_usage", POD), Need("pod_memory_usage", POD),
+                                         Need("container_cpu_throttled", CONTAINER),
+                                         Need("node_cpu_usage", NODE), Need("node_memory_usage", NODE),
+                                         Need("be_cpu_real_limit", NODE))))
+        if self.cfg.metrics_addr:
+            sources.append(("exporter", EXPORTED_NEEDS))
+        return self.planner.plan(ctx, sources)
 
     def run(self, duration: float = 0.0) -> None:
         if self.exporter is not None:
@@ -361,6 +394,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         metrics_addr=args.metrics_addr,
         feature_gates=args.feature_gates,
         collect_interval=args.collect_interval,
+        collect_mode=args.collect_mode,
         force_update_seconds=args.force_update_seconds,
         qos=QoSConfig(
             reconcile_interval=args.reconcile_interval_seconds,

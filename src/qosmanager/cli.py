@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--feature-gates", type=feature_gates, default={}, help="Name=true,Other=false")
     run.add_argument("--collect-interval", type=positive_duration, default=1.0,
                      help="metric collection period")
+    run.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
+                     help="demand: read what the enabled strategies and exported metrics need; "
+                          "all: every stat file of every pod and container each tick")
     run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
     run.add_argument("--force-update-seconds", type=seconds, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")
@@ -124,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--suppress-policy", default="cfsQuota", choices=["cfsQuota", "cpuset"],
                      help="NodeSLO cpuSuppressPolicy")
     sim.add_argument("--step", type=duration, default=1.0, help="load-model step (simulated seconds)")
+    sim.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
+                     help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},
                      help="Name=true,Other=false on top of the simulation's (BEMemoryEvict=true)")
     sim.add_argument("--plot", default=None, metavar="FILE.png", help="draw the run (needs matplotlib)")

@@ -17,7 +17,7 @@ A :class:`Context` is built for every strategy tick from long-lived shared parts
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +56,9 @@ class Shared:
     # the kubelet's CPU manager read from the node (qosmanager.host.kubelet_cpu); None: only the
     # configured policy (cfg.cpu_manager_policy) is known
     kubelet_cpu: Callable[[], KubeletCPU] | None = None
+    # demand-driven collection: read a pod metric now that the last collector tick left out
+    # (metric name, now); None: everything is collected (read-everything mode, replay)
+    refresh: Callable[[str, float], object] | None = None
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
@@ -119,23 +122,39 @@ class Context:
         v = self.cache.query(name, lo, hi, "count")
         return int(v or 0)
 
-    def _group_metrics(self, group: mc.SeriesGroup, metric: str, agg: str, window: float | None) -> dict[str, float]:
+    def _group_metrics(self, group: mc.SeriesGroup, metric: str, agg: str, window: float | None,
+                       keys: Iterable[str] | None = None) -> dict[str, float]:
         lo, hi = self._span(window)
+        if keys is not None:  # only these series: reduce over their columns alone
+            pairs = [(k, c) for k in keys if (c := group.lookup(k)) is not None]
+            if not pairs:
+                return {}
+            vals = group.aggregate_cols(metric, np.fromiter((c for _, c in pairs), dtype=np.int64,
+                                                            count=len(pairs)), lo, hi, agg)
+            return {pairs[i][0]: float(vals[i]) for i in np.flatnonzero(~np.isnan(vals)).tolist()}
         values = group.aggregate_all(metric, lo, hi, agg)
-        keys = group.keys()
-        if not keys:
+        all_keys = group.keys()
+        if not all_keys:
             return {}
-        cols = np.fromiter(keys.values(), dtype=np.int64, count=len(keys))
+        cols = np.fromiter(all_keys.values(), dtype=np.int64, count=len(all_keys))
         vals = values[cols]
         ok = ~np.isnan(vals)
-        names = list(keys)
+        names = list(all_keys)
         return {names[i]: float(vals[i]) for i in np.flatnonzero(ok).tolist()}
 
-    def pod_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
+    def refresh(self, name: str) -> None:
+        """Have the collector read ``name`` (a pod metric) now for every pod its last tick did not
+        read it for: a strategy calls this when it is about to act on the pods' values (the victims'
+        usage when an eviction triggers).  A no-op where everything is collected anyway."""
+        if self._s.refresh is not None:
+            self._s.refresh(name, self.now)
+
+    def pod_metrics(self, name: str, agg: str = "last", window: float | None = None,
+                    keys: Iterable[str] | None = None) -> dict[str, float]:
         """``{pod uid: value}`` of ``pod_cpu_usage`` / ``pod_memory_usage`` / ... for every pod with data
-        (koordlet's CollectAllPodMetrics), in one vectorised pass."""
+        (koordlet's CollectAllPodMetrics), in one vectorised pass; ``keys``: only those pods."""
         group, metric = self.cache.group_of(name)
-        return self._group_metrics(group, metric, agg, window)
+        return self._group_metrics(group, metric, agg, window, keys)
 
     def container_metrics(self, name: str, agg: str = "last", window: float | None = None) -> dict[str, float]:
         """``{container id: value}`` of ``container_cpu_usage`` / ``container_throttled_ratio`` / ..."""

@@ -20,7 +20,7 @@ next tick, and a strategy that is switched off there restores what it changed.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -29,6 +29,7 @@ from qosmanager.framework.gates import FeatureGates
 
 if TYPE_CHECKING:
     from qosmanager.framework.context import Context
+    from qosmanager.framework.demand import Need
 
 
 @dataclass
@@ -72,6 +73,22 @@ class Strategy(abc.ABC):
 
     def gate(self, name: str) -> bool:
         return self.feature_gates.enabled(name)
+
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        """What this strategy reads from the metric cache (:mod:`qosmanager.framework.demand`): the
+        collector reads only what some enabled strategy or exported metric needs.  Asked before
+        every collector tick; keep it cheap (see :meth:`kept_needs`)."""
+        return ()
+
+    def kept_needs(self, ctx: Context, build: Callable[[], Sequence[Need]]) -> Sequence[Need]:
+        """``build()``'s needs, built again only when the pods or the NodeSLO changed (the same
+        object otherwise, which lets the planner keep its plan)."""
+        key = (ctx.pods_generation, id(ctx.nodeslo), ctx.nodeslo_present)
+        kept = getattr(self, "_kept_needs", None)
+        if kept is None or kept[0] != key or kept[2] is not ctx.nodeslo:
+            kept = (key, build(), ctx.nodeslo)
+            self._kept_needs = kept
+        return kept[1]
 
     @abc.abstractmethod
     def tick(self, ctx: Context) -> Sequence[Request]:

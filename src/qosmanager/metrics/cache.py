@@ -39,7 +39,7 @@ released column is cleared and reused (lowest free first).  One column costs
 4 metrics) that is **1,920 B per container** and **3,840 B per pod**: a 1,000-pod, 2,000-container node
 holds about 3.8 MB + 3.8 MB of samples (up to twice that transiently, because capacity doubles), plus
 ``rows * 8`` bytes of timestamps per group.  The node and host-application groups are 1,800 rows
-(30 min at 1 s, the longest NodeMetric window) x 8 and x 3 metrics: 115 KB and 43 KB per column.
+(30 min at 1 s, the longest NodeMetric window) x 11 and x 3 metrics: 158 KB and 43 KB per column.
 
 Ordering
 --------
@@ -440,6 +440,13 @@ class SeriesGroup:
             sub = mat[self.window(start, end), : self._used]
             return _reduce(sub, name)
 
+    def aggregate_cols(self, metric: str, cols: np.ndarray, start: float, end: float, agg: str) -> np.ndarray:
+        """:meth:`aggregate_all` over the given columns only (in their order)."""
+        name = normalize_agg(agg)
+        with self._lock:
+            mat = self._matrix(metric)
+            return _reduce(mat[self.window(start, end)][:, cols], name)
+
     def count_all(self, metric: str, start: float, end: float) -> np.ndarray:
         """Samples per column in ``[start, end]`` (int64, length :attr:`used`)."""
         return self.aggregate_all(metric, start, end, AGG_COUNT).astype(np.int64)
@@ -507,6 +514,10 @@ NODE_METRICS = (
     "be_cpu_usage",
     "be_cpu_request",
     "be_cpu_real_limit",
+    # the kube QoS cgroups' own usage (cores): the kernel's sum over every pod beneath them
+    "kubepods_cpu_usage",
+    "burstable_cpu_usage",
+    "besteffort_cpu_usage",
 )
 POD_METRICS = (CPU_USAGE, MEMORY_USAGE, MEMORY_USAGE_WITH_PAGE_CACHE, CPU_THROTTLED_RATIO)
 CONTAINER_METRICS = POD_METRICS

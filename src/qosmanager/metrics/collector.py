@@ -41,6 +41,7 @@ import numpy as np
 
 from qosmanager._native import STATE_FREE, STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
 from qosmanager.api.pod import PodMeta
+from qosmanager.framework.demand import BE_CONTAINERS, CONTAINER, F_CPUSET, POD, CollectPlan, files_of
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.procfs import clock_ticks
@@ -63,6 +64,11 @@ FILE_HIERARCHY = {"usage": "cpuacct", "cpu_stat": "cpu", "memory_stat": "memory"
 COND_QOS = "collector/qos-cgroups"
 COND_PROC_STAT = "collector/proc-stat"
 COND_PROC_MEMINFO = "collector/proc-meminfo"
+COLLECT_ALL, COLLECT_DEMAND = "all", "demand"
+COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
+
+
+_Selection = tuple[CollectPlan, np.ndarray, np.ndarray]  # plan, slots, files of each
 
 
 @dataclass
@@ -99,6 +105,9 @@ class CollectorStats:
     closed: int = 0
     vanished: int = 0
     read_errors: int = 0
+    pod_reads: int = 0  # pod slots read by the last tick (demand mode: what the plan asked for)
+    container_reads: int = 0
+    refreshed: int = 0  # pod slots read on a strategy's demand between ticks, in total
     last_tick_seconds: float = 0.0
     last_sync_seconds: float = 0.0
 
@@ -109,9 +118,16 @@ class Collector:
     def __init__(self, layout: CgroupLayout, cache: mc.MetricCache, store: StateStore, *,
                  clock: Callable[[], float] = time.time, mono: Callable[[], int] = monotonic_ns,
                  max_fds: int = -1, max_gap_seconds: float = 20.0,
-                 budget: DescriptorBudget | None = None) -> None:
+                 budget: DescriptorBudget | None = None, mode: str = COLLECT_ALL) -> None:
         """``budget``: the descriptor budget shared with the executor; without one, ``max_fds``
-        (when >= 0) or the process's limit less the reserves (:mod:`qosmanager.host.descriptors`)."""
+        (when >= 0) or the process's limit less the reserves (:mod:`qosmanager.host.descriptors`).
+        ``mode``: ``all`` reads every file of every tracked cgroup each tick; ``demand`` reads what
+        :attr:`plan` (set before each tick from the strategies' needs) asks for, and everything
+        while no plan is set."""
+        if mode not in COLLECT_MODES:
+            raise ValueError(f"collect mode must be one of {', '.join(COLLECT_MODES)}, got {mode!r}")
+        self.mode = mode
+        self.plan: CollectPlan | None = None
         self.layout = layout
         self.cache = cache
         self.store = store
@@ -152,6 +168,14 @@ class Collector:
                            for slot, q in enumerate(QOS_DIRS)]
         self._qos_seen = False  # every kube QoS dir has been seen in every hierarchy read
         self._open_qos_dirs()
+        # demand mode: the files each pod slot got in the last tick, the last cpuset count read of
+        # each container (cpusets are states, not rates: carried between reads), the key masks
+        self._pod_files_read = np.zeros(0, dtype=np.uint8)
+        self._ctr_cpuset_known = np.zeros(0, dtype=np.int32)
+        self._track_gen = 0
+        self._ctr_rates_read = False
+        self._selections: dict[tuple[str, tuple[int, ...], int, int], _Selection] = {}
+        self._masks: dict[tuple[str, object], tuple[int, np.ndarray]] = {}
 
     # ------------------------------------------------------------------
     # which stat files exist on this host (decided once)
@@ -304,6 +328,7 @@ class Collector:
         self._be_cpu_request = float(sum(p.batch_cpu_request for p in pods.values()
                                          if p.is_be() and p.phase not in TERMINAL_PHASES))
         self._refresh_be_mask()
+        self._track_gen += 1
         self.stats.pods = len(self._pods)
         self.stats.containers = sum(len(tp.containers) for tp in self._pods.values())
         if gone_dirs:
@@ -414,6 +439,8 @@ class Collector:
             self.budget.reclaim(need)  # the executor's cached descriptors give way to the readers
         reader.max_fds = reader.open_fds + self.budget.available()
         err = reader.open(tr.col, **tr.files)
+        if kind == "container" and tr.col < len(self._ctr_cpuset_known):
+            self._ctr_cpuset_known[tr.col] = -1
         if err == 0:
             tr.open = True
             tr.backoff = 0.0
@@ -506,15 +533,21 @@ class Collector:
     # the tick
     # ------------------------------------------------------------------
     def collect(self, now: float | None = None) -> None:
-        """Sample everything once and store it in the metric cache at time ``now``."""
+        """Sample once and store it in the metric cache at time ``now``: everything (mode ``all``, or
+        no plan yet), else what :attr:`plan` asks for."""
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
         self.sync(now)
+        plan = self.plan if self.mode == COLLECT_DEMAND else None
         pr, cr, qr, ar = self.pod_reader, self.ctr_reader, self.qos_reader, self.app_reader
         t_ns = self.mono() if self._reader_clock else -1
-        pr.read(t_ns)
-        cr.read(t_ns)
-        qr.read(t_ns)
+        if plan is None:
+            pr.read(t_ns)
+            cr.read(t_ns)
+            qr.read(t_ns)
+            self.stats.pod_reads, self.stats.container_reads = pr.high_water, cr.high_water
+        else:
+            self._read_planned(plan, t_ns)
         if self._apps:
             ar.read(t_ns)
         if pr.died.any() or cr.died.any() or ar.died.any():
@@ -522,15 +555,148 @@ class Collector:
         if pr.vanished.any() or cr.vanished.any() or ar.vanished.any():
             self._note_vanished(now)
         self._check_qos_dirs()
-        self._store_group(self.cache.pods, pr, now)
-        self._store_group(self.cache.containers, cr, now)
+        # demand mode: a group none of whose series was read this tick gets no (empty) row
+        if plan is None or self.stats.pod_reads:
+            self._store_group(self.cache.pods, pr, now)
+        if plan is None or self._ctr_rates_read:
+            self._store_group(self.cache.containers, cr, now)
         if self._apps:
             self._store_group(self.cache.hostapps, ar, now, throttle=False)
-        self._store_node(now)
+        self._store_node(now, plan)
         self.stats.ticks += 1
         self.stats.read_errors = int(np.count_nonzero(pr.errors[: pr.high_water])
                                      + np.count_nonzero(cr.errors[: cr.high_water]))
         self.stats.last_tick_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------
+    # demand mode
+    # ------------------------------------------------------------------
+    def _qos_usable(self) -> bool:
+        """The kubepods and BestEffort dirs give their CPU usage (else pods are read one by one)."""
+        qr = self.qos_reader
+        cpu = 1 << (0 if self.version == 1 else 1)
+        return all(qr.state[s] == STATE_LIVE and not (int(qr.missing[s]) & cpu) for s in (0, BE_SLOT))
+
+    def _read_planned(self, plan: CollectPlan, t_ns: int) -> None:
+        pr, cr, qr = self.pod_reader, self.ctr_reader, self.qos_reader
+        if plan.qos or not self._qos_usable():
+            qr.read(t_ns)
+        pslots, pfiles = self._selection(POD, plan)
+        if plan.qos and not self._qos_usable():
+            # no aggregate from the kernel: every pod's CPU, as the read-everything mode has it
+            cpu = 1 if self.version == 1 else 2
+            hw = pr.high_water
+            files = np.zeros(hw, dtype=np.uint8)
+            files[pslots] = pfiles
+            files |= cpu
+            pslots = np.flatnonzero(files)
+            pfiles = files[pslots]
+        cslots, cfiles = self._selection(CONTAINER, plan)
+        pr.read_some(pslots, pfiles, t_ns)
+        cr.read_some(cslots, cfiles, t_ns)
+        if len(self._pod_files_read) < pr.capacity:
+            self._pod_files_read = np.zeros(pr.capacity, dtype=np.uint8)
+        self._pod_files_read[:] = 0
+        self._pod_files_read[pslots] = pfiles
+        if plan.be_real_limit:
+            known = self._ctr_cpuset_known
+            if len(known) < cr.capacity:
+                grown = np.full(cr.capacity, -1, dtype=np.int32)
+                grown[: len(known)] = known
+                self._ctr_cpuset_known = known = grown
+            got = cslots[(cfiles & F_CPUSET) != 0]
+            counts = cr.cpuset_count[got]
+            known[got[counts >= 0]] = counts[counts >= 0]
+        self.stats.pod_reads, self.stats.container_reads = int(pslots.size), int(cslots.size)
+        self._ctr_rates_read = bool((cfiles & (15 ^ F_CPUSET)).any())  # more than cpusets (not cached)
+
+    def _selection(self, kind: str, plan: CollectPlan) -> tuple[np.ndarray, np.ndarray]:
+        """The slots of ``kind`` this tick reads and the files of each (bits); the same plan at the
+        same turn of its cadences over the same tracked set gives the same selection (kept)."""
+        reader = self.pod_reader if kind == POD else self.ctr_reader
+        hw = reader.high_water
+        tick = self.stats.ticks
+        turns = tuple(tick % d.every for d in plan.demands if d.kind == kind)
+        key = (kind, turns, hw, self._track_gen)
+        hit = self._selections.get(key)
+        if hit is not None and hit[0] == plan:
+            return hit[1], hit[2]
+        files = np.zeros(hw, dtype=np.uint8)
+        for d in plan.demands:
+            if d.kind != kind or not hw:
+                continue
+            mask = self._key_mask(kind, d.keys, hw)
+            if d.every > 1:  # each key every d.every ticks, the keys spread evenly over the ticks
+                turn = (np.arange(hw) % d.every) == (tick % d.every)
+                mask = turn if mask is None else mask & turn
+            if mask is None:
+                files |= d.files
+            else:
+                files[mask] |= d.files
+        slots = np.flatnonzero(files)
+        if len(self._selections) > 256:
+            self._selections.clear()
+        self._selections[key] = (plan, slots, files[slots])
+        return slots, files[slots]
+
+    def _key_mask(self, kind: str, keys: frozenset[str] | str | None, hw: int) -> np.ndarray | None:
+        """The slots of ``keys`` (None: all, ``"be"``: the BestEffort containers), kept until the
+        tracked set changes."""
+        if keys is None:
+            return None
+        if keys == BE_CONTAINERS:
+            mask = np.zeros(hw, dtype=bool)
+            n = min(hw, len(self._be_ctr_mask))
+            mask[:n] = self._be_ctr_mask[:n]
+            return mask
+        hit = self._masks.get((kind, keys))
+        if hit is not None and hit[0] == self._track_gen and len(hit[1]) == hw:
+            return hit[1]
+        mask = np.zeros(hw, dtype=bool)
+        if kind == POD:
+            cols = [tp.cg.col for uid in keys if (tp := self._pods.get(uid)) is not None]
+        else:
+            ids = {cid: tr.col for tp in self._pods.values() for cid, tr in tp.containers.items()}
+            cols = [c for cid in keys if (c := ids.get(cid)) is not None]
+        cols = [c for c in cols if c < hw]
+        mask[cols] = True
+        if len(self._masks) > 64:  # plans come and go with the pod set: keep only the recent masks
+            self._masks.clear()
+        self._masks[(kind, keys)] = (self._track_gen, mask)
+        return mask
+
+    def refresh(self, metric: str, now: float | None = None) -> int:
+        """Read now, for a strategy about to act on it, a pod metric the last tick did not read
+        (demand mode; e.g. the victims' memory when memory eviction triggers).  Memory is a level,
+        CPU a rate since the pod's previous read.  Returns the number of pods read."""
+        if self.mode != COLLECT_DEMAND or self.plan is None:
+            return 0
+        kind, m = mc.METRIC_NAMES[metric]
+        if kind != POD:
+            return 0
+        now = self.clock() if now is None else now
+        pr = self.pod_reader
+        hw = pr.high_water
+        bits = files_of(metric, self.version)
+        if len(self._pod_files_read) < hw:
+            return 0
+        slots = np.flatnonzero((pr.state[:hw] == STATE_LIVE) & ((self._pod_files_read[:hw] & bits) == 0))
+        if not slots.size:
+            return 0
+        pr.read_some(slots, bits, self.mono() if self._reader_clock else -1)
+        self._pod_files_read[slots] |= bits
+        if m == mc.CPU_USAGE:
+            values = {mc.CPU_USAGE: pr.cpu_cores}
+        elif m == mc.CPU_THROTTLED_RATIO:
+            values = {mc.CPU_THROTTLED_RATIO: pr.throttled_ratio}
+        else:
+            values = {mc.MEMORY_USAGE: pr.memory_usage,
+                      mc.MEMORY_USAGE_WITH_PAGE_CACHE: pr.memory_usage_with_cache}
+        self.cache.pods.append_row(now, values)
+        if pr.died.any():
+            self._reap_all(now)
+        self.stats.refreshed += int(slots.size)
+        return int(slots.size)
 
     def _indexes(self) -> tuple[dict[int, Tracked], dict[int, Tracked], dict[int, Tracked]]:
         pods = {tp.cg.col: tp.cg for tp in self._pods.values()}
@@ -561,7 +727,9 @@ class Collector:
             values[mc.CPU_THROTTLED_RATIO] = reader.throttled_ratio
         group.append_row(now, values)
 
-    def _store_node(self, now: float) -> None:
+    def _store_node(self, now: float, plan: CollectPlan | None = None) -> None:
+        """The node-level series.  ``plan`` (demand mode): only what it asks for, and the pods' sums
+        from the kube QoS cgroups (the kernel's own sums) instead of every pod's files."""
         row: dict[str, np.ndarray] = {}
 
         def put(name: str, v: float) -> None:
@@ -570,7 +738,7 @@ class Collector:
         # node CPU from /proc/stat ticks, memory from /proc/meminfo: each file (and each
         # field) feeds only its own series
         node_cpu = float("nan")
-        busy = self._read_proc_stat()
+        busy = self._read_proc_stat() if plan is None or plan.node_cpu else None
         if busy is not None:
             t = self.mono()
             if self._prev_node is not None:
@@ -581,30 +749,40 @@ class Collector:
             self._prev_node = (busy, t)
             put("node_cpu_usage", node_cpu)
         node_mem = float("nan")
-        total_kb, free_kb, avail_kb = self._read_proc_meminfo()
+        total_kb, free_kb, avail_kb = (self._read_proc_meminfo() if plan is None or plan.node_memory
+                                       else (-1, -1, -1))
         if total_kb >= 0 and avail_kb >= 0:
             node_mem = float(max(total_kb - avail_kb, 0) * 1024)
             put("node_memory_usage", node_mem)
         if total_kb >= 0 and free_kb >= 0:
             put("node_memory_usage_with_page_cache", float(max(total_kb - free_kb, 0) * 1024))
         # system usage = node - pods - host apps (only when every part was sampled now)
-        pr, ar = self.pod_reader, self.app_reader
-        pods_cpu = np.nansum(pr.cpu_cores[: pr.high_water])
-        pods_mem = np.nansum(pr.memory_usage[: pr.high_water])
+        pr, ar, qr = self.pod_reader, self.app_reader, self.qos_reader
         apps_cpu = np.nansum(ar.cpu_cores[: ar.high_water]) if self._apps else 0.0
         apps_mem = np.nansum(ar.memory_usage[: ar.high_water]) if self._apps else 0.0
-        if not np.isnan(node_cpu):
+        if plan is None:
+            pods_cpu = np.nansum(pr.cpu_cores[: pr.high_water])
+            pods_mem = np.nansum(pr.memory_usage[: pr.high_water])
+        else:  # the kubepods cgroup's own counters sum every pod beneath it
+            pods_cpu, pods_mem = float(qr.cpu_cores[0]), float(qr.memory_usage[0])
+            if plan.qos:
+                names = ("kubepods_cpu_usage", "burstable_cpu_usage", "besteffort_cpu_usage")
+                for slot, name in enumerate(names):
+                    if not np.isnan(qr.cpu_cores[slot]):
+                        put(name, float(qr.cpu_cores[slot]))
+        if not np.isnan(node_cpu) and not np.isnan(pods_cpu):
             put("sys_cpu_usage", max(node_cpu - pods_cpu - apps_cpu, 0.0))
-        if not np.isnan(node_mem):
+        if not np.isnan(node_mem) and not np.isnan(pods_mem):
             put("sys_memory_usage", max(node_mem - pods_mem - apps_mem, 0.0))
         # BE: usage of the BE QoS dir, request of BE pods, real limit from cpusets and quota
-        be_cores = self.qos_reader.cpu_cores[BE_SLOT]
-        if not np.isnan(be_cores):
+        be_cores = qr.cpu_cores[BE_SLOT]
+        if not np.isnan(be_cores) and (plan is None or plan.qos):
             put("be_cpu_usage", float(int(be_cores * 1000)))
         put("be_cpu_request", self._be_cpu_request)
-        limit = self._be_real_limit()
-        if limit is not None:
-            put("be_cpu_real_limit", limit)
+        if plan is None or plan.be_real_limit:
+            limit = self._be_real_limit(None if plan is None else self._ctr_cpuset_known)
+            if limit is not None:
+                put("be_cpu_real_limit", limit)
         self.cache.node.column(mc.NODE_KEY)
         self.cache.node.append_row(now, row)
 
@@ -657,15 +835,19 @@ class Collector:
             self._node_problem(COND_PROC_MEMINFO, None)
         return total, free, avail
 
-    def _be_real_limit(self) -> float | None:
-        """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota."""
+    def _be_real_limit(self, known: np.ndarray | None = None) -> float | None:
+        """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota.
+        ``known``: the containers' last counts read (demand mode) instead of this tick's."""
         counts = [int(self.qos_reader.cpuset_count[BE_SLOT])]
         cr = self.ctr_reader
-        hw = cr.high_water
+        hw = min(cr.high_water, len(self._be_ctr_mask))
+        if known is not None:
+            hw = min(hw, len(known))
+        cpusets = cr.cpuset_count if known is None else known
         if hw:
-            mask = self._be_ctr_mask[:hw] & (cr.state[:hw] == STATE_LIVE) & (cr.cpuset_count[:hw] >= 0)
+            mask = self._be_ctr_mask[:hw] & (cr.state[:hw] == STATE_LIVE) & (cpusets[:hw] >= 0)
             if mask.any():
-                counts.append(int(cr.cpuset_count[:hw][mask].min()))
+                counts.append(int(cpusets[:hw][mask].min()))
         valid = [c for c in counts if c >= 0]
         if not valid:
             return None

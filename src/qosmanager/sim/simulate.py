@@ -67,6 +67,7 @@ class SimConfig:
     suppress_policy: str = "cfsQuota"
     step: float = 1.0  # load-model step, simulated seconds
     collect_interval: float = 1.0
+    collect_mode: str = "demand"  # the agent's --collect-mode
     feature_gates: dict[str, bool] = field(default_factory=dict)
     cpu_threshold_percent: int = 65
     memory_threshold_percent: int = 70
@@ -312,7 +313,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                             cgroup_driver="cgroupfs", node_name="sim-node", pods_file=node.pods_file,
                             node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
                             audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
-                            collect_interval=cfg.collect_interval)
+                            collect_interval=cfg.collect_interval, collect_mode=cfg.collect_mode)
     agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=cfg.seed)
     evictions: list[Eviction] = []
     removed: set[str] = set()
@@ -614,7 +615,7 @@ def result_json(res: SimResult) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(containers=args.containers, duration=args.duration, cgroup_version=args.cgroup_version,
                      seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib,
-                     suppress_policy=args.suppress_policy, step=args.step,
+                     suppress_policy=args.suppress_policy, step=args.step, collect_mode=args.collect_mode,
                      feature_gates=dict(args.feature_gates), audit_log=args.audit_log, workdir=args.workdir,
                      keep=args.keep, real_time=args.real_time)
 

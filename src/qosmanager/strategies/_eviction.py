@@ -169,7 +169,7 @@ class EvictionStrategy(Strategy):
         if node is None or not self.has_capacity(node):
             return []
         cfg = ctx.nodeslo.resource_used_threshold_with_be
-        usage = Lazy(lambda: ctx.pod_metrics(self.usage_metric))
+        usage = Lazy(lambda: self.victims_usage(ctx))
         builders = self.task_builders()
         tasks: list[EvictTask] = []
         for feature in self.features:
@@ -184,6 +184,11 @@ class EvictionStrategy(Strategy):
         if result.newly_evicted:  # pods still pending release do not restart the cool-down
             self.last_evict_time = ctx.now
         return []
+
+    def victims_usage(self, ctx: Context) -> dict[str, float]:
+        """The pods' usage when a task needs it: read now for the pods the collector left out."""
+        ctx.refresh(self.usage_metric)
+        return ctx.pod_metrics(self.usage_metric)
 
     @abc.abstractmethod
     def cooling_down(self, ctx: Context, since: float) -> bool:

@@ -146,6 +146,68 @@ def calculate_filter_pods_used(
 
 
 # ---------------------------------------------------------------------------------------------
+# Pod-class sums from the kube QoS cgroups (demand-driven collection)
+#
+# The kernel sums the usage of every pod beneath ``kubepods`` and ``kubepods/besteffort``: with
+# those two series a "BE vs the rest" split needs no per-pod read, except of the pods whose class
+# (as the caller defines it) differs from their kube QoS dir (a pod labelled BE under burstable, an
+# LS pod in besteffort): those are read one by one and corrected for.
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSplit:
+    """The pods of a class (``members``) against the BestEffort QoS dir's: the pods to add to the
+    dir's sum (members outside it) and to take out of it (non-members inside it)."""
+
+    members: frozenset[str]
+    plus: frozenset[str]
+    minus: frozenset[str]
+
+    @property
+    def corrections(self) -> frozenset[str]:
+        """The pods read one by one."""
+        return self.plus | self.minus
+
+
+def class_split(pods: Mapping[str, PodMeta], member: PodFilter) -> ClassSplit:
+    members = frozenset(uid for uid, p in pods.items() if member(p))
+    in_be_dir = frozenset(uid for uid, p in pods.items() if p.kube_qos == KUBE_QOS_BESTEFFORT)
+    return ClassSplit(members, members - in_be_dir, in_be_dir - members)
+
+
+def class_usage(be_dir_used: float, split: ClassSplit, pod_used: Mapping[str, float]) -> float:
+    """Usage of the class: the BE dir's sum, plus its members outside, minus its non-members inside
+    (pods without a sample count as 0, as they would in the per-pod sum)."""
+    used = be_dir_used
+    for uid in split.plus:
+        used += pod_used.get(uid, 0.0)
+    for uid in split.minus:
+        used -= pod_used.get(uid, 0.0)
+    return max(used, 0.0)
+
+
+def filter_used_from_qos_dirs(node_used: float, node_reserved: float, kubepods_used: float,
+                              be_class_used: float, host_apps: Iterable[HostApplicationSpec],
+                              host_app_used: Mapping[str, float],
+                              host_app_filter: HostAppFilter) -> FilteredUsage:
+    """:func:`calculate_filter_pods_used` with the non-BE filter, from the kube QoS dirs' sums: the
+    non-BE pods use what kubepods uses less the BE class; "system" is the node less kubepods and the
+    host applications (a pod the agent does not know, or without a sample, is in kubepods' sum
+    either way: counted high priority here, as system there; their sum is the same)."""
+    host_all = host_filter = 0.0
+    for app in host_apps:
+        app_used = host_app_used.get(app.name)
+        if app_used is None:
+            continue
+        host_all += app_used
+        if host_app_filter(app):
+            host_filter += app_used
+    system = max(node_used - kubepods_used - host_all, 0.0)
+    system = max(system, node_reserved)
+    return FilteredUsage(max(kubepods_used - be_class_used, 0.0), host_filter, system)
+
+
+# ---------------------------------------------------------------------------------------------
 # NodeResourceTopology annotations
 
 
@@ -211,6 +273,10 @@ def cpu_manager_policy(annotations: Mapping[str, str], default: str) -> str:
 
 __all__ = [
     "AnnotationError",
+    "ClassSplit",
+    "class_split",
+    "class_usage",
+    "filter_used_from_qos_dirs",
     "FilteredUsage",
     "HostAppFilter",
     "PodFilter",

@@ -64,10 +64,12 @@ from qosmanager.api.pod import (
 )
 from qosmanager.executor.executor import Plan, Request, Write
 from qosmanager.framework.context import Context
+from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, Need
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota
 from qosmanager.strategies._annotations import InvalidAnnotations
+from qosmanager.strategies._helpers import ClassSplit, class_split, class_usage
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +284,42 @@ class CPUBurst(Strategy):
         self._plan: _Plan | None = None
         self._ran = False  # a NodeSLO was seen: if it goes away, the defaults (no burst) restore
         self._invalid = InvalidAnnotations(self.name, ANNOTATION_CPU_BURST, "CPU burst and quota files")
+        self._keys: tuple[_Plan, ClassSplit, frozenset[str], frozenset[str]] | None = None
+
+    # ------------------------------------------------------------------ what it reads
+    def _plan_keys(self, ctx: Context, plan: _Plan) -> tuple[ClassSplit, frozenset[str], frozenset[str]]:
+        """The share pool's pods against the BestEffort dir, the containers whose policy bursts (their
+        throttling) and those with a token bucket (their usage), kept with the plan."""
+        if self._keys is None or self._keys[0] is not plan:
+            split = class_split(ctx.pods, lambda p: p.qos_raw in (QOS_LSE, QOS_LSR, QOS_BE))
+            burst = frozenset(plan.ids[k] for k in np.flatnonzero(plan.cfs_burst).tolist())
+            bucket = frozenset(plan.ids[k] for k in np.flatnonzero(plan.mode == BUCKET).tolist())
+            self._keys = (plan, split, burst, bucket)
+        return self._keys[1], self._keys[2], self._keys[3]
+
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
+        """The share pool (node usage less the LSE/LSR/BE pods: the BestEffort dir's sum corrected by
+        the pods whose class differs from their dir) while some policy bursts quotas; the throttling
+        of the containers that may burst; the usage of those with a token bucket."""
+        if not ctx.nodeslo_present and not self._ran:
+            return ()
+        plan = self._plan_for(ctx)
+        if not plan.ids:
+            return ()
+        split, burst, bucket = self._plan_keys(ctx, plan)
+        out: list[Need] = []
+        if burst:
+            window = min(NODE_STATE_WINDOW_INTERVALS * ctx.cfg.reconcile_interval, NODE_STATE_MAX_WINDOW)
+            out += [Need("node_cpu_usage", NODE, window=window),
+                    Need("besteffort_cpu_usage", QOS, window=window),
+                    Need("pod_cpu_usage", POD, window=window, keys=split.corrections),
+                    Need("container_cpu_throttled", CONTAINER, keys=burst)]
+        if bucket:
+            out.append(Need("container_cpu_usage", CONTAINER, keys=bucket))
+        return out
 
     # ------------------------------------------------------------------ the tick (start)
     def tick(self, ctx: Context) -> list[Request]:
@@ -306,15 +344,21 @@ class CPUBurst(Strategy):
         cpu_info = ctx.cpu_info
         if node_used is None or cpu_info is None:
             return UNKNOWN
-        pod_used = ctx.pod_metrics("pod_cpu_usage", "avg", window)
         total = float(len(cpu_info.processors))
         for request in plan.share_pool_requests:
             total -= request
         usage = node_used
-        for uid in plan.share_pool_excluded:
-            used = pod_used.get(uid)
-            if used is not None:
-                usage -= used
+        be_dir = ctx.node_metric("besteffort_cpu_usage", "avg", window)
+        if be_dir is not None:  # the kernel's sum (demand-driven collection)
+            split = self._plan_keys(ctx, plan)[0]
+            usage -= class_usage(be_dir, split, ctx.pod_metrics("pod_cpu_usage", "avg", window,
+                                                                keys=split.corrections))
+        else:
+            pod_used = ctx.pod_metrics("pod_cpu_usage", "avg", window)
+            for uid in plan.share_pool_excluded:
+                used = pod_used.get(uid)
+                if used is not None:
+                    usage -= used
         ratio = usage / total if total > 0 else 1.0
         threshold = (ctx.nodeslo.cpu_burst_strategy.share_pool_threshold_percent or 0) / 100
         if ratio >= threshold:

@@ -29,13 +29,14 @@ twins of these features.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import CPU_EVICT_POLICY_ALLOCATABLE, ResourceThresholdStrategy
 from qosmanager.api.pod import BATCH_CPU, RESOURCE_CPU, PodMeta
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
 from qosmanager.framework.context import Context
+from qosmanager.framework.demand import NODE, POD, QOS, SLOW_SECONDS, STATE_SECONDS, Need
 from qosmanager.framework.strategy import register
 from qosmanager.strategies._eviction import (
     Candidate,
@@ -48,6 +49,7 @@ from qosmanager.strategies._eviction import (
     check_allocatable_config,
     describe_amounts,
     describe_requested,
+    is_feature_disabled,
     priority_candidates,
     release_by_used_threshold,
     request_release_of,
@@ -81,6 +83,58 @@ class CPUEvict(EvictionStrategy):
 
     def cooling_down(self, ctx: Context, since: float) -> bool:
         return ctx.now - since < ctx.cfg.cpu_evict_cool_time
+
+    # ------------------------------------------------------------------ what it reads
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
+        """Node-level series always (BE usage from the BestEffort dir, request, real limit; node
+        usage); every pod's usage at a slow cadence (the windows keep a history) and every tick
+        while a trigger is near; BE containers' cpusets (the real limit: a state, carried between
+        reads) every 30 s and every tick while a trigger is near."""
+        if is_feature_disabled(ctx):
+            return ()
+        cfg = ctx.nodeslo.resource_used_threshold_with_be
+        window = float(max(collect_seconds(ctx), cfg.cpu_evict_time_window_seconds or 0))
+        out = [Need("pod_cpu_usage", POD, freshness=SLOW_SECONDS, window=window),
+               Need("pod_cpu_usage", POD, near=self.proximity)]
+        if self.gate(BE_CPU_EVICT):
+            out += [Need("be_cpu_usage", QOS, window=window), Need("be_cpu_request", NODE, window=window),
+                    Need("be_cpu_real_limit", NODE, freshness=STATE_SECONDS, window=window),
+                    Need("be_cpu_real_limit", NODE, near=self.proximity)]
+        if self.gate(CPU_EVICT):
+            out.append(Need("node_cpu_usage", NODE, window=window))
+        return out
+
+    def proximity(self, ctx: Context) -> float | None:
+        """How near a usage trigger is (1.0: there): BE satisfaction (limit / request down to the
+        lower percent while BE uses its limit) and node usage against the threshold."""
+        node = ctx.node
+        if node is None or node.cpu_capacity_milli <= 0:
+            return None
+        cfg = ctx.nodeslo.resource_used_threshold_with_be
+        window = float(max(collect_seconds(ctx), cfg.cpu_evict_time_window_seconds or 0))
+        near: list[float] = []
+        lower = cfg.cpu_evict_be_satisfaction_lower_percent
+        if self.gate(BE_CPU_EVICT) and lower is not None and lower > 0:
+            usage = ctx.node_metric(BE_CPU_USAGE, "avg", window) or 0.0
+            request = ctx.node_metric(BE_CPU_REQUEST, "avg", window) or 0.0
+            if cfg.cpu_evict_policy == CPU_EVICT_POLICY_ALLOCATABLE:
+                limit = float(be_milli_allocatable(node))
+            else:
+                limit = ctx.node_metric(BE_CPU_REAL_LIMIT, "avg", window) or 0.0
+            if request > 0 and limit > 0:
+                satisfaction = (lower / 100) / (limit / request)
+                pct = cfg.cpu_evict_be_usage_threshold_percent or BE_CPU_USAGE_THRESHOLD_PERCENT
+                busy = 1.0 if limit < 1000 else (usage / limit) / (pct / 100)
+                near.append(min(satisfaction, busy))
+        threshold = cfg.cpu_evict_threshold_percent
+        if self.gate(CPU_EVICT) and threshold:
+            node_used = ctx.node_metric("node_cpu_usage", "avg", window)
+            if node_used is not None:
+                near.append(node_used * 1000 * 100 / node.cpu_capacity_milli / threshold)
+        return max(near) if near else None
 
     def has_capacity(self, node: NodeMeta) -> bool:
         return node.cpu_capacity_milli > 0

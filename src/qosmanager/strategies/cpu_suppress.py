@@ -53,6 +53,7 @@ from qosmanager.api.nodeslo import (
 from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
 from qosmanager.executor.executor import Plan, Request, Write, WriteResult
 from qosmanager.framework.context import Context
+from qosmanager.framework.demand import NODE, POD, QOS, Need
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
@@ -60,9 +61,13 @@ from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
 from qosmanager.strategies._helpers import (
     AnnotationError,
+    ClassSplit,
     FilteredUsage,
     calculate_filter_pods_used,
+    class_split,
+    class_usage,
     cpu_manager_policy,
+    filter_used_from_qos_dirs,
     go_div,
     non_be_host_app_filter,
     non_be_pod_filter,
@@ -132,6 +137,29 @@ class CPUSuppress(Strategy):
         self.held_quota: int | None = None
         self.held_cpuset: tuple[str, bool] | None = None
         self._holding = False
+        self._split: tuple[int, ClassSplit] | None = None
+
+    # ------------------------------------------------------------------ what it reads
+    def be_split(self, ctx: Context) -> ClassSplit:
+        """BE by ``NonBEPodFilter`` against the BestEffort dir (kept until the pods change)."""
+        if self._split is None or self._split[0] != ctx.pods_generation:
+            self._split = (ctx.pods_generation, class_split(ctx.pods, lambda p: not non_be_pod_filter(p)))
+        return self._split[1]
+
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
+        """The node's usage, the kubepods and BestEffort dirs' sums, the pods whose class differs from
+        their kube QoS dir, the host applications: no other per-pod read."""
+        if threshold_feature_disabled(ctx.nodeslo, ctx.nodeslo_present) is not False:
+            return ()
+        if self.gate("BECPUSuppress") and self.gate("BECPUManager"):
+            return ()
+        return (Need("node_cpu_usage", NODE), Need("kubepods_cpu_usage", QOS),
+                Need("besteffort_cpu_usage", QOS),
+                Need("pod_cpu_usage", POD, keys=self.be_split(ctx).corrections),
+                Need("hostapp_cpu_usage", NODE))
 
     # ------------------------------------------------------------------ the tick (suppressBECPU)
     def tick(self, ctx: Context) -> list[Request]:
@@ -154,7 +182,11 @@ class CPUSuppress(Strategy):
         node = ctx.node
         if node is None or not ctx.pods:
             return []
-        pod_used = ctx.pod_metrics("pod_cpu_usage")
+        kubepods = ctx.node_metric("kubepods_cpu_usage")
+        be_dir = ctx.node_metric("besteffort_cpu_usage")
+        by_dirs = kubepods is not None and be_dir is not None  # the kernel's sums (demand-driven)
+        # with the kube QoS dirs' sums only the pods whose class differs from their dir count
+        pod_used = ctx.pod_metrics("pod_cpu_usage", keys=self.be_split(ctx).corrections if by_dirs else None)
         node_used = ctx.node_metric("node_cpu_usage")
         if node_used is None:
             # no sample within 2 x collect interval: never act on stale data, never let go either
@@ -163,8 +195,14 @@ class CPUSuppress(Strategy):
         thr = ctx.nodeslo.resource_used_threshold_with_be
         if thr.cpu_suppress_threshold_percent is None:
             return []
+        used = None
+        if kubepods is not None and be_dir is not None:
+            used = filter_used_from_qos_dirs(node_used, node.reserved_cpu_milli / 1000, kubepods,
+                                             class_usage(be_dir, self.be_split(ctx), pod_used),
+                                             ctx.nodeslo.host_applications, host_used, non_be_host_app_filter)
         q = calculate_be_suppress_cpu(node, node_used, pod_used, ctx.pods, ctx.nodeslo.host_applications,
-                                      host_used, thr.cpu_suppress_threshold_percent, thr.cpu_suppress_min_percent)
+                                      host_used, thr.cpu_suppress_threshold_percent,
+                                      thr.cpu_suppress_min_percent, used)
         self.last_suppress = q
         cpu_info = ctx.cpu_info
         if cpu_info is None:
@@ -449,14 +487,16 @@ class CPUSuppress(Strategy):
 def calculate_be_suppress_cpu(node: NodeMeta, node_used: float, pod_used: Mapping[str, float],
                               pods: Mapping[str, PodMeta], host_apps: Sequence[HostApplicationSpec],
                               host_used: Mapping[str, float], threshold_percent: int,
-                              min_percent: int | None) -> SuppressQuantity:
+                              min_percent: int | None, used: FilteredUsage | None = None) -> SuppressQuantity:
     """``calculateBESuppressCPU``: the BE budget in milli-cores (may be negative), int64 arithmetic.
 
-    Node *capacity* is the base; each usage term is truncated to milli-cores on its own.
+    Node *capacity* is the base; each usage term is truncated to milli-cores on its own.  ``used``:
+    the non-BE, host and system terms when already known (from the kube QoS dirs' sums).
     """
-    reserved = node.reserved_cpu_milli / 1000
-    used = calculate_filter_pods_used(node_used, reserved, pods, pod_used, host_apps, host_used,
-                                      non_be_pod_filter, non_be_host_app_filter)
+    if used is None:
+        reserved = node.reserved_cpu_milli / 1000
+        used = calculate_filter_pods_used(node_used, reserved, pods, pod_used, host_apps, host_used,
+                                          non_be_pod_filter, non_be_host_app_filter)
     capacity = node.cpu_capacity_milli
     milli = (capacity * threshold_percent // 100 - int(used.pods * 1000) - int(used.host_apps * 1000)
              - int(used.system * 1000))

@@ -20,13 +20,14 @@ Units: bytes throughout (pod and node memory usage metrics are bytes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import ResourceThresholdStrategy
 from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
 from qosmanager.framework.context import Context
+from qosmanager.framework.demand import NODE, POD, Need
 from qosmanager.framework.strategy import register
 from qosmanager.strategies._eviction import (
     Candidate,
@@ -39,6 +40,7 @@ from qosmanager.strategies._eviction import (
     check_allocatable_config,
     describe_amounts,
     describe_requested,
+    is_feature_disabled,
     priority_candidates,
     release_by_used_threshold,
     request_release_of,
@@ -65,6 +67,26 @@ class MemoryEvict(EvictionStrategy):
 
     def cooling_down(self, ctx: Context, since: float) -> bool:
         return ctx.now < since + ctx.cfg.memory_evict_cool_time
+
+    # ------------------------------------------------------------------ what it reads
+    def needs(self, ctx: Context) -> Sequence[Need]:
+        return self.kept_needs(ctx, lambda: self.build_needs(ctx))
+
+    def build_needs(self, ctx: Context) -> Sequence[Need]:
+        """Node memory always; every pod's memory only while node usage nears the threshold (and,
+        through :meth:`victims_usage`, read on the spot when a task needs its victims')."""
+        if is_feature_disabled(ctx):
+            return ()
+        return (Need("node_memory_usage", NODE), Need("pod_memory_usage", POD, near=self.proximity))
+
+    def proximity(self, ctx: Context) -> float | None:
+        """Node memory usage over the threshold (1.0: at it)."""
+        node = ctx.node
+        threshold = ctx.nodeslo.resource_used_threshold_with_be.memory_evict_threshold_percent
+        used = ctx.node_metric("node_memory_usage")
+        if node is None or node.memory_capacity <= 0 or not threshold or used is None:
+            return None
+        return used * 100 / node.memory_capacity / threshold
 
     def has_capacity(self, node: NodeMeta) -> bool:
         return node.memory_capacity > 0
