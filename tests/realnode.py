@@ -59,10 +59,10 @@ def real_node(workdir: str, *, version: int | None = None, driver: str = "cgroup
     if version is not None and version != have:
         pytest.skip(f"needs cgroup v{version}, this kernel's tests use v{have}"
                     + (f"; {GUEST_HINT}" if version == 2 else ""))
-    reason = kernelcg.unavailable(have, controllers if have == 2 else ())
+    reason = kernelcg.unavailable(have, controllers)
     if reason:
         pytest.skip(f"real cgroups v{have} unavailable: {reason}")
-    tree = KernelTree(have)
+    tree = KernelTree(have, controllers)
     try:
         yield RealNode(tree, str(workdir), driver=driver)
     finally:
