@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -325,6 +326,91 @@ class Agent:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# a proc root with the node-wide inputs a test sets itself
+
+
+class ProcView:
+    """A proc root for the agent (``--proc-root``): ``/proc``'s entries as symlinks (pid dirs linked as
+    they appear, so kill mode can check a process's cgroup), except the files the test sets:
+
+    * ``stat`` (with ``cpus``): the node's CPUs busy ``busy`` (0..1) of the time;
+    * ``meminfo`` (with ``memory``): ``MemTotal`` ``memory[0]`` and ``memory[1]()`` bytes in use.
+
+    On a shared machine other work moves the real node-wide numbers; these files make the node the
+    test's own.  They are rewritten every 0.1 s in place at a fixed length (the agent keeps them open)."""
+
+    def __init__(self, root: str, *, cpus: int | None = None, busy: float = 0.0,
+                 memory: tuple[int, Callable[[], int]] | None = None) -> None:
+        self.root, self.cpus, self.busy, self.memory = root, cpus, busy, memory
+        self.own = {n for n, on in (("stat", cpus is not None), ("meminfo", memory is not None)) if on}
+        os.makedirs(root)
+        self._busy_ticks = self._idle_ticks = 0.0
+        self._at = time.monotonic()
+        self._stop = threading.Event()
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        self._link()
+        if self.cpus is not None:
+            self._write_stat()
+        if self.memory is not None:
+            total, used = self.memory[0], min(self.memory[1](), self.memory[0])
+            kb = [total // 1024, (total - used) // 1024]
+            self._put("meminfo", f"MemTotal:       {kb[0]:012d} kB\nMemFree:        {kb[1]:012d} kB\n"
+                                 f"MemAvailable:   {kb[1]:012d} kB\n")
+
+    def _link(self) -> None:
+        have = set(os.listdir(self.root))
+        for name in os.listdir("/proc"):
+            if name not in have and name not in self.own:
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(f"/proc/{name}", os.path.join(self.root, name))
+
+    def _write_stat(self) -> None:
+        assert self.cpus is not None
+        now = time.monotonic()
+        elapsed = (now - self._at) * CLK_TCK
+        self._at = now
+        self._busy_ticks += elapsed * self.busy
+        self._idle_ticks += elapsed * (1 - self.busy)
+        zeros = " ".join(["000000000000"] * 6)
+
+        def row(busy: float, idle: float) -> str:
+            return f"{int(busy):012d} 000000000000 000000000000 {int(idle):012d} {zeros}"
+
+        text = f"cpu  {row(self._busy_ticks * self.cpus, self._idle_ticks * self.cpus)}\n"
+        text += "".join(f"cpu{i:<4d}{row(self._busy_ticks, self._idle_ticks)}\n" for i in range(self.cpus))
+        self._put("stat", text)
+
+    def _put(self, name: str, text: str) -> None:
+        fd = os.open(os.path.join(self.root, name), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, text.encode(), 0)  # the same length every time: no truncation to race with
+        finally:
+            os.close(fd)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.refresh()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@contextlib.contextmanager
+def proc_view(node: RealNode, **kw: Any) -> Iterator[ProcView]:
+    """A :class:`ProcView` in the node's work dir while the block runs."""
+    view = ProcView(os.path.join(node.workdir, "proc"), **kw)
+    try:
+        yield view
+    finally:
+        view.close()
 
 
 # ---------------------------------------------------------------------------------------------

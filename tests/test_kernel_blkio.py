@@ -109,7 +109,7 @@ def test_blkio_throttle_accepted_and_enforced(blkio_run: BlkioRun) -> None:
     assert not r.refused, f"writes the kernel refused: {r.refused[:3]}"
     be_rate = read_rate(r.node, r.be_dir, r.disk)
     ls_rate = read_rate(r.node, r.ls.containers[0], r.disk)
-    assert be_rate <= LIMIT * 1.25, f"read in the BE dir at {be_rate / MiB:.1f} MiB/s, limit {LIMIT / MiB:.0f}"
+    assert be_rate <= LIMIT * 1.25, f"BE dir read at {be_rate / MiB:.1f} MiB/s, limit {LIMIT / MiB:.0f}"
     assert ls_rate > 2 * LIMIT, f"LS read at {ls_rate / MiB:.1f} MiB/s: the limit is BE's alone"
 
 

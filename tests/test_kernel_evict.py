@@ -3,17 +3,18 @@ The host runs this on cgroup v1, ``test_guest.py`` in the cgroup v2 guest."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from realnode import RealNode, real_node
+from realnode import RealNode, kv_file, proc_view, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -83,6 +84,64 @@ def test_memory_eviction_under_real_pressure(tmp_path) -> None:
             assert 100 * (total - meminfo()[1]) / total < threshold
 
 
+MiB = 1 << 20
+
+
+def test_memory_eviction_v1_under_a_real_allocation(tmp_path) -> None:
+    """cgroup v1: a BE pod that really allocates 512 MiB takes the node (2 GiB in its Node object) past
+    the threshold; the agent, reading the pods' real ``memory.usage_in_bytes`` / ``memory.stat``,
+    kills that pod's every process (a background child included) and leaves a small BE pod and an
+    LS pod alone.  The hog's usage it acted on is what the kernel counts for it.
+
+    The node's memory use is the test's own: ``/proc/meminfo`` says MemTotal 2 GiB and in use 256 MiB
+    plus what the kernel counts in this test's memory cgroups (a shared machine's other work would
+    otherwise move it by gigabytes)."""
+    capacity, system = 2048 * MiB, 256 * MiB
+    with real_node(tmp_path, version=1, controllers=("cpu", "memory")) as node:
+        def used(rel: str = "") -> int:  # usage as the kernel counts it, page cache that can go excluded
+            stat = kv_file(node.path(rel, "memory.stat", "memory"))
+            return int(node.read(rel, "memory.usage_in_bytes", "memory")) - stat.get("total_inactive_file", 0)
+
+        node.write_node(memory=capacity)
+        hog = node.add_pod("be-hog", "BE", memory=1024 * MiB, memory_limit=True)  # the kubelet's cap: 1 GiB
+        small = node.add_pod("be-small", "BE")
+        ls = node.add_pod("ls", "LS")
+        others = [node.start(pod, ["sleep", "600"], memory=True) for pod in (small, ls)]
+        helper = node.start(hog, ["sh", "-c", "sleep 600 & wait"], memory=True)  # and its background child
+        code = f"import time\nb = bytearray({HOG})\nb[::4096] = b'x' * {HOG // 4096}\ntime.sleep(600)\n"
+        proc = node.start(hog, [sys.executable, "-c", code], memory=True)
+        counted = _wait(lambda: used(hog.dir) >= HOG and used(hog.dir), 60, "the hog's allocation")
+        # 256 MiB + a few: 13 %; with the hog's 512 MiB: 38 %; the threshold between (release to 28 %)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "memoryEvictThresholdPercent": 30}})
+        with proc_view(node, memory=(capacity, lambda: system + used())) as view, \
+                node.agent("--strategies", "memoryEvict", "--feature-gates", "BEMemoryEvict=true",
+                           "--evict-mode", "kill", "--collect-interval", "500ms",
+                           "--memory-evict-interval-seconds", "0.5", "--proc-root", view.root) as agent:
+            agent.wait_for("the hog's end", lambda: proc.poll() is not None, 60)
+            procs_file = node.path(hog.containers[0], "cgroup.procs", "memory")
+            agent.wait_for("the hog's cgroup to empty", lambda: not _read(procs_file).split(), 10)
+            assert proc.returncode == -signal.SIGKILL and helper.wait(5) == -signal.SIGKILL
+            time.sleep(2)  # a few more eviction rounds: memory is back under the threshold
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+            assert {r["target"] for r in evictions} == {f"default/{hog.name}"}, evictions
+            assert all(p.poll() is None for p in others), "the small BE pod and the LS pod live on"
+            assert (system + used()) * 100 // capacity < 30
+    match = re.search(r"usage=(\d+)", evictions[0]["reason"])
+    assert match, evictions[0]
+    acted_on = int(match.group(1))
+    assert abs(acted_on - counted) <= 0.05 * counted, f"the agent acted on {acted_on} bytes, kernel {counted}"
+
+
+def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s in vain for {what}"
+        time.sleep(0.1)
+    return value
+
+
+HOG = 512 * MiB
 AGENT_MEMORY_PCT = 10  # the agent's resident memory in the 1 GiB guest, with a margin
 
 
