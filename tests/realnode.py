@@ -109,15 +109,16 @@ class RealNode:
     # ------------------------------------------------------------------ pods, as the kubelet lays them out
     def add_pod(self, name: str, qos: str, *, containers: int = 1, cpu_milli: int = 1000,
                 memory: int = 1 << 30, cpu_limit: bool = False, memory_limit: bool = False,
-                annotations: Mapping[str, str] | None = None) -> Pod:
+                annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+                priority: int | None = None) -> Pod:
         """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources).
         ``cpu_limit`` / ``memory_limit``: set the limits of ``pod_object`` in the pod's and containers'
         cgroups, as the kubelet does (LS pods: requests are half the limits)."""
         uid = str(uuid.uuid4())
         fake = FakePod(uid, "default", name, KUBE_QOS_OF[qos],
                        [FakeContainer(f"c{i}", "containerd://" + uuid.uuid4().hex * 2) for i in range(containers)])
-        labels = {"koordinator.sh/qosClass": qos}
-        obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, labels=labels, annotations=annotations)
+        obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, annotations=annotations, priority=priority,
+                         labels={"koordinator.sh/qosClass": qos, **(labels or {})})
         pod_dir = self.layout.pod_dir(fake.qos, uid)
         ctr_dirs = [self.layout.container_dir(pod_dir, c.container_id) for c in fake.containers]
         for d in ctr_dirs:
@@ -175,10 +176,13 @@ class RealNode:
     def write_pods(self) -> None:
         _write_json(self.pods_file, pod_list(p.obj for p in self.pods))
 
-    def write_node(self, *, cpus: int | None = None, memory: int | None = None) -> None:
+    def write_node(self, *, cpus: int | None = None, memory: int | None = None,
+                   extra: Mapping[str, str] | None = None) -> None:
+        """The Node: ``cpus`` and ``memory`` (default: this machine's), and ``extra`` resources
+        (``kubernetes.io/batch-cpu`` ...) in its capacity and allocatable."""
         cpus = cpus or self.cpus
         memory = memory or _meminfo_total()
-        alloc = {"cpu": str(cpus), "memory": str(memory), "pods": "110"}
+        alloc = {"cpu": str(cpus), "memory": str(memory), "pods": "110", **(extra or {})}
         _write_json(self.node_file, {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "real-node", "labels": {"kubernetes.io/hostname": "real-node"}},

@@ -142,6 +142,51 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 HOG = 512 * MiB
+OPT_IN = {"koordinator.sh/eviction-enabled": "true"}
+
+
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_allocatable_eviction_kills_the_lowest_priority_pod(tmp_path, resource: str) -> None:
+    """CPUAllocatableEvict / MemoryAllocatableEvict: opted-in BE pods request 91 % of the node's batch
+    allocatable, over the 80 % threshold; releasing down to 60 % takes the lowest-priority pod alone,
+    whose processes get SIGKILL; the other BE pod, an LS pod (priority above the threshold) and their
+    processes live on, also in the rounds after (the killed pod, still listed, counts as released)."""
+    with real_node(tmp_path, driver="systemd", controllers=("cpu", "memory")) as node:
+        # requests in the resource under test: 1500 + 500 of 2200 (batch-cpu: milli-cores; batch-memory: MiB)
+        big, small = (1500, 500)
+        size = {"cpu": lambda n: {"cpu_milli": n, "memory": 64 * MiB},
+                "memory": lambda n: {"cpu_milli": 100, "memory": n * MiB}}[resource]
+        low = node.add_pod("be-low", "BE", priority=5100, labels=OPT_IN, **size(big))
+        mid = node.add_pod("be-mid", "BE", priority=5300, labels=OPT_IN, **size(small))
+        ls = node.add_pod("ls", "LS", labels=OPT_IN)  # priority 9500: above the threshold
+        offered = {r: 2200 if r == resource else 100_000 for r in ("cpu", "memory")}
+        node.write_node(extra={"kubernetes.io/batch-cpu": str(offered["cpu"]),
+                               "kubernetes.io/batch-memory": str(offered["memory"] * MiB)})
+        victims = [node.start(low, ["sleep", "600"], memory=True),
+                   node.start(low, ["sh", "-c", "sleep 600 & wait"], memory=True)]
+        others = [node.start(pod, ["sleep", "600"], memory=True) for pod in (mid, ls)]
+        feature = "CPUAllocatableEvict" if resource == "cpu" else "MemoryAllocatableEvict"
+        strategy = "cpuEvict" if resource == "cpu" else "memoryEvict"
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "allocatableEvictPriorityThreshold": 5999,
+            f"{resource}AllocatableEvictThresholdPercent": 80,
+            f"{resource}AllocatableEvictLowerPercent": 60}})
+        with node.agent("--strategies", strategy, "--feature-gates", f"{feature}=true",
+                        "--evict-mode", "kill", "--collect-interval", "500ms",
+                        "--cpu-evict-interval-seconds", "0.5",
+                        "--memory-evict-interval-seconds", "0.5", "--cpu-evict-cool-time-seconds", "1",
+                        "--memory-evict-cool-time-seconds", "1") as agent:
+            agent.wait_for("the victim's processes to end",
+                           lambda: all(p.poll() is not None for p in victims), 60)
+            assert [p.returncode for p in victims] == [-signal.SIGKILL] * 2
+            procs_file = node.path(low.containers[0], "cgroup.procs")
+            agent.wait_for("its cgroup to empty", lambda: not _read(procs_file).split(), 10)
+            time.sleep(3)  # a few more rounds and cool-downs
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+            assert [(r["target"], r["feature"], r["executed"]) for r in evictions] == [
+                (f"default/{low.name}", feature, True)], evictions
+            assert all(p.poll() is None for p in others), "only the lowest-priority pod's processes end"
+            assert agent.proc.poll() is None
 AGENT_MEMORY_PCT = 10  # the agent's resident memory in the 1 GiB guest, with a margin
 
 
