@@ -1,8 +1,10 @@
 """cpuset suppression on a real kernel: BE processes' allowed CPUs, as the scheduler sees them.
 
-The policy never gives BE fewer than two CPUs, so a node needs three or more to show a shrink:
-``test_guest.py`` runs this file in a three-CPU cgroup v2 guest; on a host with enough CPUs it runs
-on cgroup v1 too.
+The policy never gives BE fewer than two CPUs (koordlet's ``beMinCPUSetCores``), and every way of
+narrowing the pool it picks from (LSE, reserved or system-exclusive CPUs) leaves it fewer CPUs than
+BE's two, when nothing is written: a node needs three or more CPUs to show a shrink.  The host has
+two, so ``test_guest.py`` runs the suppression test in three-CPU guests, cgroup v2 and cgroup v1; on
+a host with enough CPUs it runs on the host too.
 """
 
 from __future__ import annotations
