@@ -43,6 +43,7 @@ KUBE_QOS_OF = {"LSE": KubeQoS.GUARANTEED, "LSR": KubeQoS.GUARANTEED, "LS": KubeQ
                "BE": KubeQoS.BESTEFFORT}
 
 
+AGENT_START_TIMEOUT = 300.0  # seconds for ``qosmanager run`` to start (a loaded machine's guest is slow)
 GUEST_HINT = "cgroup v2 tests run in the test guest (tests/test_guest.py)"
 
 
@@ -201,11 +202,14 @@ class RealNode:
 
     @contextlib.contextmanager
     def agent(self, *flags: str) -> Iterator[Agent]:
-        """``qosmanager run`` on this node while the block runs; SIGTERM (then SIGKILL) after it."""
+        """``qosmanager run`` on this node while the block runs, from when it says it starts (the
+        tests' timeouts measure the agent, not its interpreter's start-up: minutes in a slow guest);
+        SIGTERM (then SIGKILL) after it."""
         log = open(os.path.join(self.workdir, "agent.log"), "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(self.agent_command(*flags), stdout=log, stderr=subprocess.STDOUT)
         agent = Agent(proc, self.audit_file, log.name)
         try:
+            agent.wait_for("the agent's start", agent.started, AGENT_START_TIMEOUT)
             yield agent
         finally:
             agent.stop()
@@ -313,6 +317,14 @@ class Agent:
             if time.monotonic() > deadline:
                 raise AssertionError(f"waited {timeout:.0f} s in vain for {what}; agent log:\n{self.log()}")
             time.sleep(0.1)
+
+    def started(self) -> bool:
+        """Whether the agent logged its start line (``starting: ...``, before its first tick)."""
+        try:
+            with open(self.log_file, "rb") as f:
+                return b" starting: " in f.read()
+        except OSError:
+            return False
 
     def log(self) -> str:
         try:

@@ -74,7 +74,6 @@ def test_burst_scales_down_when_the_budget_is_spent(tmp_path) -> None:
             "policy": "cfsQuotaBurstOnly", "cfsQuotaBurstPercent": 300, "cfsQuotaBurstPeriodSeconds": 2,
             "sharePoolThresholdPercent": 90}})
         with node.agent(*FAST, "--proc-root", cpu.root) as agent:
-            agent.wait_for("the agent's start", lambda: "starting:" in agent.log(), 60)
             time.sleep(5)  # idle: the bucket (capacity 2 s x 200 %) fills at 100 % a second
             node.start(ls)  # one busy loop: a whole CPU wanted, a fifth of one allowed
             agent.wait_for("a quota above the limit", lambda: node.quota(ctr) > LIMIT, 30)
