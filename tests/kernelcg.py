@@ -40,6 +40,7 @@ from typing import Any
 
 CGROUP_MOUNT = "/sys/fs/cgroup"
 V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory")
+V1_OPTIONAL = ("blkio",)  # created only when a test asks for them (``controllers``)
 
 
 def own_cgroups() -> dict[str, str]:
@@ -90,11 +91,12 @@ def _is_cgroup_mount(path: str, fstype: str | None = None) -> bool:
 
 def unavailable(version: int = 1, controllers: tuple[str, ...] = ()) -> str | None:
     """Why real cgroups cannot be used for this version here, or None when they can.  On v2,
-    ``controllers`` (``cpu``, ``memory`` ...) must also be available below this process's cgroup."""
+    ``controllers`` (``cpu``, ``memory`` ...) must also be available below this process's cgroup; on
+    v1 those of :data:`V1_OPTIONAL` among them must be mounted and writable too."""
     if os.geteuid() != 0:
         return "real cgroups need root"
     own = own_cgroups()
-    hierarchies = V1_HIERARCHIES if version == 1 else ("unified",)
+    hierarchies = V1_HIERARCHIES + _v1_extra(controllers) if version == 1 else ("unified",)
     for h in hierarchies:
         d = hierarchy_dir(h)
         if not _is_cgroup_mount(d):
@@ -117,6 +119,10 @@ def unavailable(version: int = 1, controllers: tuple[str, ...] = ()) -> str | No
     return None
 
 
+def _v1_extra(controllers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(c for c in V1_OPTIONAL if c in controllers)
+
+
 def _subtree_control(path: str) -> set[str]:
     try:
         with open(os.path.join(path, "cgroup.subtree_control")) as f:
@@ -126,13 +132,15 @@ def _subtree_control(path: str) -> set[str]:
 
 
 class KernelTree:
-    """A private cgroup subtree in every hierarchy, seen through one symlink root."""
+    """A private cgroup subtree in every hierarchy, seen through one symlink root.  On v1 the hierarchies
+    of :data:`V1_OPTIONAL` named in ``controllers`` (``blkio``) are created too, and processes enter them."""
 
-    def __init__(self, version: int = 1) -> None:
-        reason = unavailable(version)
+    def __init__(self, version: int = 1, controllers: tuple[str, ...] = ()) -> None:
+        reason = unavailable(version, controllers)
         if reason:
             raise RuntimeError(reason)
         self.version = version
+        self.extra = _v1_extra(controllers) if version == 1 else ()
         self.name = f"qosm-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.root = tempfile.mkdtemp(prefix="qosm-cgroot-")
         own = own_cgroups()
@@ -141,7 +149,7 @@ class KernelTree:
         self._procs: list[subprocess.Popen[bytes]] = []
         try:
             if version == 1:
-                for h in V1_HIERARCHIES:
+                for h in V1_HIERARCHIES + self.extra:
                     base = os.path.join(hierarchy_dir(h), own[h].lstrip("/"), self.name)
                     os.mkdir(base)
                     self._created.append(base)
@@ -214,10 +222,11 @@ class KernelTree:
         return ["--cgroup-root", self.mount, "--kubelet-cgroup-root", rel]
 
     def hierarchies(self, memory: bool = False) -> tuple[str, ...]:
-        """Where a process is placed: v1 cpu, cpuacct, cpuset (and memory if asked), v2 the one tree."""
+        """Where a process is placed: v1 cpu, cpuacct, cpuset, the optional ones (and memory if asked),
+        v2 the one tree."""
         if self.version == 2:
             return ("",)
-        return ("cpu", "cpuacct", "cpuset", "memory") if memory else ("cpu", "cpuacct", "cpuset")
+        return ("cpu", "cpuacct", "cpuset", *self.extra) + (("memory",) if memory else ())
 
     def spawn(self, rel: str, argv: list[str], *, memory: bool = False,
               **popen: Any) -> subprocess.Popen[bytes]:

@@ -1,4 +1,4 @@
-"""A real cgroup v2 kernel for tests: a Debian kernel under QEMU, the host's ``/`` shared read-only.
+"""A real cgroup v2 (or v1) kernel for tests: a Debian kernel under QEMU, the host's ``/`` shared read-only.
 
 The machines this project is built on mount cgroup v1 (with an empty cgroup2 ``unified`` beside it),
 so cgroup v2's files (``cpu.max``, ``cpu.max.burst``, ``cpu.idle``, ``memory.high``, PSI ...) exist
@@ -11,16 +11,23 @@ about 5 s to boot, code about 20x slower) with:
 * one host directory (the *share*) read-write at the same path, where the command runs and leaves
   its results;
 * cgroup2 alone at ``/sys/fs/cgroup`` (``cgroup_no_v1=all``) with every controller enabled for the
-  root's children, as systemd does on a v2 host.
+  root's children, as systemd does on a v2 host;
+* or, for a cgroup v1 guest (``cgroup=1``), a tmpfs at ``/sys/fs/cgroup`` with the v1 hierarchies
+  ``cpu``, ``cpuacct``, ``cpuset``, ``memory`` and ``blkio`` mounted in it, as on the project's hosts.
+  Its kernel is another one (:data:`V1_KERNEL_PACKAGE`, assets in ``guest_dir(1)``): the 6.12 one is
+  built without v1 cpusets and memory (``CONFIG_CPUSETS_V1``, ``CONFIG_MEMCG_V1``).  It serves what
+  the host cannot show: the host has 2 CPUs, cpuset suppression needs 3.
 
 ``setup(dir)`` installs QEMU and BusyBox from Debian's packages and unpacks a kernel package into
 ``dir`` (idempotent: a second call with the assets in place does nothing); ``.ci/setup-guest`` calls
-it.  ``run(script, share, timeout=...)`` boots the guest once, runs a shell script in the share and
-returns its exit status and output.  ``unavailable()`` says why the guest cannot run here (tests skip
-with it).
+it for both guests.  ``run(script, share, timeout=...)`` boots the guest once, runs a shell script in
+the share and returns its exit status and output.  ``unavailable()`` says why the guest cannot run
+here (tests skip with it).
 
     python3 tests/kernelvm.py setup [DIR]          # once per machine (root, Debian)
+    python3 tests/kernelvm.py setup-v1 [DIR]       # the cgroup v1 guest's kernel
     python3 tests/kernelvm.py run SHARE 'cmd ...'  # boot, run, print the output, exit with cmd's status
+    python3 tests/kernelvm.py run-v1 SHARE 'cmd ...'  # the same in the cgroup v1 guest
 
 Standard library only: ``.ci/setup-guest`` runs it before any virtual environment exists.
 """
@@ -42,6 +49,8 @@ import time
 
 # The kernel: Debian's 6.12 series (bookworm backports it; its "cloud" flavour lacks 9p).
 KERNEL_PACKAGE = os.environ.get("QOSM_GUEST_KERNEL", "linux-image-6.12-amd64")
+# The cgroup v1 guest's: Debian 12's own series (6.1), with every v1 controller built in.
+V1_KERNEL_PACKAGE = os.environ.get("QOSM_GUEST_V1_KERNEL", "linux-image-amd64")
 HOST_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod")
 QEMU = "qemu-system-x86_64"
 BUSYBOX = "/bin/busybox"
@@ -49,13 +58,16 @@ BUSYBOX = "/bin/busybox"
 MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay", "virtio_blk")
 
 
-def guest_dir() -> str:
-    """Where the guest's assets are cached: ``$QOSM_GUEST_DIR``, else ``~/.cache/qosmanager/guest``."""
+def guest_dir(cgroup: int = 2) -> str:
+    """Where the guest's assets are cached: ``$QOSM_GUEST_DIR``, else ``~/.cache/qosmanager/guest``;
+    the cgroup v1 guest's in the same path with ``-v1`` appended."""
     explicit = os.environ.get("QOSM_GUEST_DIR")
     if explicit:
-        return os.path.abspath(explicit)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "qosmanager", "guest")
+        base = os.path.abspath(explicit)
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(cache, "qosmanager", "guest")
+    return base if cgroup == 2 else base + "-v1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +113,21 @@ $B chroot /newroot /bin/sh -c "cd '$SHARE' && \
     sh ./guest-run.sh > ./guest-run.log 2>&1; echo \$? > ./guest-rc"
 $B sync
 $B poweroff -f
+"""
+
+
+# Run first in a cgroup v1 guest (booted without cgroup_no_v1): hand every controller back from the
+# cgroup2 mount init made, and mount the v1 hierarchies the host has in its place.
+V1_MOUNTS = r"""
+for c in $(cat /sys/fs/cgroup/cgroup.subtree_control); do
+    echo "-$c" > /sys/fs/cgroup/cgroup.subtree_control || exit 97
+done
+umount /sys/fs/cgroup || exit 97
+mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup || exit 97
+for c in cpu cpuacct cpuset memory blkio; do
+    mkdir /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c \
+        || { echo "guest: no v1 $c"; exit 97; }
+done
 """
 
 
@@ -265,15 +292,15 @@ def setup(directory: str | None = None, package: str = KERNEL_PACKAGE) -> Assets
     return assets
 
 
-def unavailable(directory: str | None = None) -> str | None:
-    """Why the guest cannot run here, or None when it can."""
-    directory = directory or guest_dir()
+def unavailable(directory: str | None = None, cgroup: int = 2) -> str | None:
+    """Why the guest (of cgroup version ``cgroup``) cannot run here, or None when it can."""
+    directory = directory or guest_dir(cgroup)
     if sys.platform != "linux" or os.uname().machine != "x86_64":
         return f"the guest needs an x86_64 Linux host, not {sys.platform}/{os.uname().machine}"
     if not shutil.which(QEMU):
         return f"{QEMU} is not installed (run .ci/setup-guest)"
     if Assets.load(directory) is None:
-        return f"no guest kernel in {directory} (run .ci/setup-guest, or set QOSM_GUEST_DIR)"
+        return f"no cgroup v{cgroup} guest kernel in {directory} (run .ci/setup-guest, or set QOSM_GUEST_DIR)"
     return None
 
 
@@ -298,10 +325,12 @@ class GuestRun:
 
 
 def qemu_command(assets: Assets, share: str, *, cpus: int = 2, memory: str = "1G",
-                 drives: tuple[str, ...] = (), append: str = "") -> list[str]:
+                 drives: tuple[str, ...] = (), append: str = "", cgroup: int = 2) -> list[str]:
     """The QEMU command line: TCG (no KVM here), serial console on stdout, ``/`` and ``share`` over 9p,
-    each of ``drives`` (raw image files) a virtio disk (``/dev/vda``, ``/dev/vdb`` ...)."""
-    kargs = (f"console=ttyS0 quiet loglevel=1 panic=-1 cgroup_no_v1=all qosm.share={share} "
+    each of ``drives`` (raw image files) a virtio disk (``/dev/vda``, ``/dev/vdb`` ...).  ``cgroup=1``:
+    the v1 controllers are left to the kernel (the script mounts them)."""
+    no_v1 = "cgroup_no_v1=all " if cgroup == 2 else ""
+    kargs = (f"console=ttyS0 quiet loglevel=1 panic=-1 {no_v1}qosm.share={share} "
              f"qosm.modules={','.join(assets.modules)} {append}").strip()
     cmd = [QEMU, "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", str(cpus), "-m", memory,
            "-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
@@ -314,13 +343,16 @@ def qemu_command(assets: Assets, share: str, *, cpus: int = 2, memory: str = "1G
 
 
 def run(script: str, share: str, *, timeout: float, assets: Assets | None = None, cpus: int = 2,
-        memory: str = "1G", drives: tuple[str, ...] = (), append: str = "") -> GuestRun:
+        memory: str = "1G", drives: tuple[str, ...] = (), append: str = "", cgroup: int = 2) -> GuestRun:
     """Boot the guest, run the shell ``script`` in ``share`` (a host dir, read-write in the guest at the
-    same path) and power off.  ``timeout`` bounds the whole run: QEMU is killed after it."""
+    same path) and power off.  ``timeout`` bounds the whole run: QEMU is killed after it.  ``cgroup=1``:
+    the cgroup v1 guest (its kernel, its hierarchies mounted before the script runs)."""
     if assets is None:
-        assets = Assets.load(guest_dir())
+        assets = Assets.load(guest_dir(cgroup))
         if assets is None:
-            raise RuntimeError(unavailable() or "no guest assets")
+            raise RuntimeError(unavailable(cgroup=cgroup) or "no guest assets")
+    if cgroup == 1:
+        script = V1_MOUNTS + script
     share = os.path.realpath(share)
     if any(c.isspace() for c in share):
         raise ValueError(f"the share's path must not hold white space: {share!r}")
@@ -330,7 +362,7 @@ def run(script: str, share: str, *, timeout: float, assets: Assets | None = None
             os.unlink(os.path.join(share, name))
     with open(os.path.join(share, "guest-run.sh"), "w") as f:
         f.write(script)
-    cmd = qemu_command(assets, share, cpus=cpus, memory=memory, drives=drives, append=append)
+    cmd = qemu_command(assets, share, cpus=cpus, memory=memory, drives=drives, append=append, cgroup=cgroup)
     t0 = time.monotonic()
     timed_out = False
     try:
@@ -358,12 +390,16 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["setup"]:
         setup(argv[1] if len(argv) > 1 else None)
         return 0
-    if len(argv) >= 3 and argv[0] == "run":
-        reason = unavailable()
+    if argv[:1] == ["setup-v1"]:
+        setup(argv[1] if len(argv) > 1 else guest_dir(1), V1_KERNEL_PACKAGE)
+        return 0
+    if len(argv) >= 3 and argv[0] in ("run", "run-v1"):
+        cgroup = 1 if argv[0] == "run-v1" else 2
+        reason = unavailable(cgroup=cgroup)
         if reason:
             print(reason, file=sys.stderr)
             return 2
-        result = run(" ".join(argv[2:]) + "\n", argv[1], timeout=600)
+        result = run(" ".join(argv[2:]) + "\n", argv[1], timeout=600, cgroup=cgroup)
         sys.stdout.write(result.output)
         if result.rc is None:
             print(result.explain(), file=sys.stderr)

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +43,7 @@ KUBE_QOS_OF = {"LSE": KubeQoS.GUARANTEED, "LSR": KubeQoS.GUARANTEED, "LS": KubeQ
                "BE": KubeQoS.BESTEFFORT}
 
 
+AGENT_START_TIMEOUT = 300.0  # seconds for ``qosmanager run`` to start (a loaded machine's guest is slow)
 GUEST_HINT = "cgroup v2 tests run in the test guest (tests/test_guest.py)"
 
 
@@ -59,10 +61,10 @@ def real_node(workdir: str, *, version: int | None = None, driver: str = "cgroup
     if version is not None and version != have:
         pytest.skip(f"needs cgroup v{version}, this kernel's tests use v{have}"
                     + (f"; {GUEST_HINT}" if version == 2 else ""))
-    reason = kernelcg.unavailable(have, controllers if have == 2 else ())
+    reason = kernelcg.unavailable(have, controllers)
     if reason:
         pytest.skip(f"real cgroups v{have} unavailable: {reason}")
-    tree = KernelTree(have)
+    tree = KernelTree(have, controllers)
     try:
         yield RealNode(tree, str(workdir), driver=driver)
     finally:
@@ -108,15 +110,16 @@ class RealNode:
     # ------------------------------------------------------------------ pods, as the kubelet lays them out
     def add_pod(self, name: str, qos: str, *, containers: int = 1, cpu_milli: int = 1000,
                 memory: int = 1 << 30, cpu_limit: bool = False, memory_limit: bool = False,
-                annotations: Mapping[str, str] | None = None) -> Pod:
+                annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+                priority: int | None = None) -> Pod:
         """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources).
         ``cpu_limit`` / ``memory_limit``: set the limits of ``pod_object`` in the pod's and containers'
         cgroups, as the kubelet does (LS pods: requests are half the limits)."""
         uid = str(uuid.uuid4())
         fake = FakePod(uid, "default", name, KUBE_QOS_OF[qos],
                        [FakeContainer(f"c{i}", "containerd://" + uuid.uuid4().hex * 2) for i in range(containers)])
-        labels = {"koordinator.sh/qosClass": qos}
-        obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, labels=labels, annotations=annotations)
+        obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, annotations=annotations, priority=priority,
+                         labels={"koordinator.sh/qosClass": qos, **(labels or {})})
         pod_dir = self.layout.pod_dir(fake.qos, uid)
         ctr_dirs = [self.layout.container_dir(pod_dir, c.container_id) for c in fake.containers]
         for d in ctr_dirs:
@@ -174,10 +177,13 @@ class RealNode:
     def write_pods(self) -> None:
         _write_json(self.pods_file, pod_list(p.obj for p in self.pods))
 
-    def write_node(self, *, cpus: int | None = None, memory: int | None = None) -> None:
+    def write_node(self, *, cpus: int | None = None, memory: int | None = None,
+                   extra: Mapping[str, str] | None = None) -> None:
+        """The Node: ``cpus`` and ``memory`` (default: this machine's), and ``extra`` resources
+        (``kubernetes.io/batch-cpu`` ...) in its capacity and allocatable."""
         cpus = cpus or self.cpus
         memory = memory or _meminfo_total()
-        alloc = {"cpu": str(cpus), "memory": str(memory), "pods": "110"}
+        alloc = {"cpu": str(cpus), "memory": str(memory), "pods": "110", **(extra or {})}
         _write_json(self.node_file, {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "real-node", "labels": {"kubernetes.io/hostname": "real-node"}},
@@ -196,11 +202,14 @@ class RealNode:
 
     @contextlib.contextmanager
     def agent(self, *flags: str) -> Iterator[Agent]:
-        """``qosmanager run`` on this node while the block runs; SIGTERM (then SIGKILL) after it."""
+        """``qosmanager run`` on this node while the block runs, from when it says it starts (the
+        tests' timeouts measure the agent, not its interpreter's start-up: minutes in a slow guest);
+        SIGTERM (then SIGKILL) after it."""
         log = open(os.path.join(self.workdir, "agent.log"), "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(self.agent_command(*flags), stdout=log, stderr=subprocess.STDOUT)
         agent = Agent(proc, self.audit_file, log.name)
         try:
+            agent.wait_for("the agent's start", agent.started, AGENT_START_TIMEOUT)
             yield agent
         finally:
             agent.stop()
@@ -309,6 +318,14 @@ class Agent:
                 raise AssertionError(f"waited {timeout:.0f} s in vain for {what}; agent log:\n{self.log()}")
             time.sleep(0.1)
 
+    def started(self) -> bool:
+        """Whether the agent logged its start line (``starting: ...``, before its first tick)."""
+        try:
+            with open(self.log_file, "rb") as f:
+                return b" starting: " in f.read()
+        except OSError:
+            return False
+
     def log(self) -> str:
         try:
             with open(self.log_file, errors="replace") as f:
@@ -325,6 +342,91 @@ class Agent:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# a proc root with the node-wide inputs a test sets itself
+
+
+class ProcView:
+    """A proc root for the agent (``--proc-root``): ``/proc``'s entries as symlinks (pid dirs linked as
+    they appear, so kill mode can check a process's cgroup), except the files the test sets:
+
+    * ``stat`` (with ``cpus``): the node's CPUs busy ``busy`` (0..1) of the time;
+    * ``meminfo`` (with ``memory``): ``MemTotal`` ``memory[0]`` and ``memory[1]()`` bytes in use.
+
+    On a shared machine other work moves the real node-wide numbers; these files make the node the
+    test's own.  They are rewritten every 0.1 s in place at a fixed length (the agent keeps them open)."""
+
+    def __init__(self, root: str, *, cpus: int | None = None, busy: float = 0.0,
+                 memory: tuple[int, Callable[[], int]] | None = None) -> None:
+        self.root, self.cpus, self.busy, self.memory = root, cpus, busy, memory
+        self.own = {n for n, on in (("stat", cpus is not None), ("meminfo", memory is not None)) if on}
+        os.makedirs(root)
+        self._busy_ticks = self._idle_ticks = 0.0
+        self._at = time.monotonic()
+        self._stop = threading.Event()
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        self._link()
+        if self.cpus is not None:
+            self._write_stat()
+        if self.memory is not None:
+            total, used = self.memory[0], min(self.memory[1](), self.memory[0])
+            kb = [total // 1024, (total - used) // 1024]
+            self._put("meminfo", f"MemTotal:       {kb[0]:012d} kB\nMemFree:        {kb[1]:012d} kB\n"
+                                 f"MemAvailable:   {kb[1]:012d} kB\n")
+
+    def _link(self) -> None:
+        have = set(os.listdir(self.root))
+        for name in os.listdir("/proc"):
+            if name not in have and name not in self.own:
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(f"/proc/{name}", os.path.join(self.root, name))
+
+    def _write_stat(self) -> None:
+        assert self.cpus is not None
+        now = time.monotonic()
+        elapsed = (now - self._at) * CLK_TCK
+        self._at = now
+        self._busy_ticks += elapsed * self.busy
+        self._idle_ticks += elapsed * (1 - self.busy)
+        zeros = " ".join(["000000000000"] * 6)
+
+        def row(busy: float, idle: float) -> str:
+            return f"{int(busy):012d} 000000000000 000000000000 {int(idle):012d} {zeros}"
+
+        text = f"cpu  {row(self._busy_ticks * self.cpus, self._idle_ticks * self.cpus)}\n"
+        text += "".join(f"cpu{i:<4d}{row(self._busy_ticks, self._idle_ticks)}\n" for i in range(self.cpus))
+        self._put("stat", text)
+
+    def _put(self, name: str, text: str) -> None:
+        fd = os.open(os.path.join(self.root, name), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, text.encode(), 0)  # the same length every time: no truncation to race with
+        finally:
+            os.close(fd)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.refresh()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@contextlib.contextmanager
+def proc_view(node: RealNode, **kw: Any) -> Iterator[ProcView]:
+    """A :class:`ProcView` in the node's work dir while the block runs."""
+    view = ProcView(os.path.join(node.workdir, "proc"), **kw)
+    try:
+        yield view
+    finally:
+        view.close()
 
 
 # ---------------------------------------------------------------------------------------------

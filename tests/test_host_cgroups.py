@@ -287,6 +287,7 @@ def test_version_missing_root(tmp_path: Path) -> None:
         detect_version(str(tmp_path / "nope"), _fake_statfs(None)[0])
 
 
+@pytest.mark.kernel  # reads the real cgroup mounts
 def test_version_real_host() -> None:
     sysio = pytest.importorskip("qosmanager._native.sysio")
     root = "/sys/fs/cgroup"

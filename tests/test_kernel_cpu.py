@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from realnode import PERIOD_US, RealNode, real_node
+from realnode import PERIOD_US, RealNode, proc_view, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -134,15 +134,16 @@ def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
 def test_cpu_burst(tmp_path) -> None:
     """A CPU-limited LS container gets a CFS burst the kernel accepts (it refuses one above the quota),
     its pod the sum; throttled, its quota rises above the limit up to the ceiling, and both return to
-    the kubelet's values when the NodeSLO turns burst off."""
-    with real_node(tmp_path) as node:
-        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # quota 50000 per 100 ms
+    the kubelet's values when the NodeSLO turns burst off.  The node's ``/proc/stat`` says 30 % busy
+    (``realnode.ProcView``): a shared machine's load would otherwise hold the burst back."""
+    with real_node(tmp_path) as node, proc_view(node, cpus=node.cpus, busy=0.3) as view:
+        ls = node.add_pod("ls", "LS", cpu_milli=200, cpu_limit=True)  # quota 20000 per 100 ms
         node.start(ls)
-        node.start(ls)  # two busy loops under half a CPU: throttled in every period
-        ctr, limit = ls.containers[0], 50_000
+        node.start(ls)  # two busy loops under a fifth of a CPU: throttled in every period, even when busy
+        ctr, limit = ls.containers[0], 20_000
         # auto: the static burst (cpuBurstPercent 1000 %) and the quota burst (up to 300 % of the limit)
         node.write_nodeslo({"cpuBurstStrategy": {"policy": "auto", "sharePoolThresholdPercent": 100}})
-        with node.agent("--strategies", "cpuBurst", *FAST) as agent:
+        with node.agent("--strategies", "cpuBurst", *FAST, "--proc-root", view.root) as agent:
             agent.wait_for("a CFS burst", lambda: node.burst(ctr) > 0 and node.burst(ls.dir) > 0, 60)
             agent.wait_for("a quota above the limit", lambda: node.quota(ctr) > limit, 30)
             seen = [node.quota(ctr)]

@@ -3,17 +3,18 @@ The host runs this on cgroup v1, ``test_guest.py`` in the cgroup v2 guest."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from realnode import RealNode, real_node
+from realnode import RealNode, kv_file, proc_view, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -83,6 +84,109 @@ def test_memory_eviction_under_real_pressure(tmp_path) -> None:
             assert 100 * (total - meminfo()[1]) / total < threshold
 
 
+MiB = 1 << 20
+
+
+def test_memory_eviction_v1_under_a_real_allocation(tmp_path) -> None:
+    """cgroup v1: a BE pod that really allocates 512 MiB takes the node (2 GiB in its Node object) past
+    the threshold; the agent, reading the pods' real ``memory.usage_in_bytes`` / ``memory.stat``,
+    kills that pod's every process (a background child included) and leaves a small BE pod and an
+    LS pod alone.  The hog's usage it acted on is what the kernel counts for it.
+
+    The node's memory use is the test's own: ``/proc/meminfo`` says MemTotal 2 GiB and in use 256 MiB
+    plus what the kernel counts in this test's memory cgroups (a shared machine's other work would
+    otherwise move it by gigabytes)."""
+    capacity, system = 2048 * MiB, 256 * MiB
+    with real_node(tmp_path, version=1, controllers=("cpu", "memory")) as node:
+        def used(rel: str = "") -> int:  # usage as the kernel counts it, page cache that can go excluded
+            stat = kv_file(node.path(rel, "memory.stat", "memory"))
+            return int(node.read(rel, "memory.usage_in_bytes", "memory")) - stat.get("total_inactive_file", 0)
+
+        node.write_node(memory=capacity)
+        hog = node.add_pod("be-hog", "BE", memory=1024 * MiB, memory_limit=True)  # the kubelet's cap: 1 GiB
+        small = node.add_pod("be-small", "BE")
+        ls = node.add_pod("ls", "LS")
+        others = [node.start(pod, ["sleep", "600"], memory=True) for pod in (small, ls)]
+        helper = node.start(hog, ["sh", "-c", "sleep 600 & wait"], memory=True)  # and its background child
+        code = f"import time\nb = bytearray({HOG})\nb[::4096] = b'x' * {HOG // 4096}\ntime.sleep(600)\n"
+        proc = node.start(hog, [sys.executable, "-c", code], memory=True)
+        counted = _wait(lambda: used(hog.dir) >= HOG and used(hog.dir), 60, "the hog's allocation")
+        # 256 MiB + a few: 13 %; with the hog's 512 MiB: 38 %; the threshold between (release to 28 %)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "memoryEvictThresholdPercent": 30}})
+        with proc_view(node, memory=(capacity, lambda: system + used())) as view, \
+                node.agent("--strategies", "memoryEvict", "--feature-gates", "BEMemoryEvict=true",
+                           "--evict-mode", "kill", "--collect-interval", "500ms",
+                           "--memory-evict-interval-seconds", "0.5", "--proc-root", view.root) as agent:
+            agent.wait_for("the hog's end", lambda: proc.poll() is not None, 60)
+            procs_file = node.path(hog.containers[0], "cgroup.procs", "memory")
+            agent.wait_for("the hog's cgroup to empty", lambda: not _read(procs_file).split(), 10)
+            assert proc.returncode == -signal.SIGKILL and helper.wait(5) == -signal.SIGKILL
+            time.sleep(2)  # a few more eviction rounds: memory is back under the threshold
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+            assert {r["target"] for r in evictions} == {f"default/{hog.name}"}, evictions
+            assert all(p.poll() is None for p in others), "the small BE pod and the LS pod live on"
+            assert (system + used()) * 100 // capacity < 30
+    match = re.search(r"usage=(\d+)", evictions[0]["reason"])
+    assert match, evictions[0]
+    acted_on = int(match.group(1))
+    assert abs(acted_on - counted) <= 0.05 * counted, f"the agent acted on {acted_on} bytes, kernel {counted}"
+
+
+def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s in vain for {what}"
+        time.sleep(0.1)
+    return value
+
+
+HOG = 512 * MiB
+OPT_IN = {"koordinator.sh/eviction-enabled": "true"}
+
+
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_allocatable_eviction_kills_the_lowest_priority_pod(tmp_path, resource: str) -> None:
+    """CPUAllocatableEvict / MemoryAllocatableEvict: opted-in BE pods request 91 % of the node's batch
+    allocatable, over the 80 % threshold; releasing down to 60 % takes the lowest-priority pod alone,
+    whose processes get SIGKILL; the other BE pod, an LS pod (priority above the threshold) and their
+    processes live on, also in the rounds after (the killed pod, still listed, counts as released)."""
+    with real_node(tmp_path, driver="systemd", controllers=("cpu", "memory")) as node:
+        # requests in the resource under test: 1500 + 500 of 2200 (batch-cpu: milli-cores; batch-memory: MiB)
+        big, small = (1500, 500)
+        size = {"cpu": lambda n: {"cpu_milli": n, "memory": 64 * MiB},
+                "memory": lambda n: {"cpu_milli": 100, "memory": n * MiB}}[resource]
+        low = node.add_pod("be-low", "BE", priority=5100, labels=OPT_IN, **size(big))
+        mid = node.add_pod("be-mid", "BE", priority=5300, labels=OPT_IN, **size(small))
+        ls = node.add_pod("ls", "LS", labels=OPT_IN)  # priority 9500: above the threshold
+        offered = {r: 2200 if r == resource else 100_000 for r in ("cpu", "memory")}
+        node.write_node(extra={"kubernetes.io/batch-cpu": str(offered["cpu"]),
+                               "kubernetes.io/batch-memory": str(offered["memory"] * MiB)})
+        victims = [node.start(low, ["sleep", "600"], memory=True),
+                   node.start(low, ["sh", "-c", "sleep 600 & wait"], memory=True)]
+        others = [node.start(pod, ["sleep", "600"], memory=True) for pod in (mid, ls)]
+        feature = "CPUAllocatableEvict" if resource == "cpu" else "MemoryAllocatableEvict"
+        strategy = "cpuEvict" if resource == "cpu" else "memoryEvict"
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "allocatableEvictPriorityThreshold": 5999,
+            f"{resource}AllocatableEvictThresholdPercent": 80,
+            f"{resource}AllocatableEvictLowerPercent": 60}})
+        with node.agent("--strategies", strategy, "--feature-gates", f"{feature}=true",
+                        "--evict-mode", "kill", "--collect-interval", "500ms",
+                        "--cpu-evict-interval-seconds", "0.5",
+                        "--memory-evict-interval-seconds", "0.5", "--cpu-evict-cool-time-seconds", "1",
+                        "--memory-evict-cool-time-seconds", "1") as agent:
+            agent.wait_for("the victim's processes to end",
+                           lambda: all(p.poll() is not None for p in victims), 60)
+            assert [p.returncode for p in victims] == [-signal.SIGKILL] * 2
+            procs_file = node.path(low.containers[0], "cgroup.procs")
+            agent.wait_for("its cgroup to empty", lambda: not _read(procs_file).split(), 10)
+            time.sleep(3)  # a few more rounds and cool-downs
+            evictions = [r for r in agent.audit() if r["action"] == "evict"]
+            assert [(r["target"], r["feature"], r["executed"]) for r in evictions] == [
+                (f"default/{low.name}", feature, True)], evictions
+            assert all(p.poll() is None for p in others), "only the lowest-priority pod's processes end"
+            assert agent.proc.poll() is None
 AGENT_MEMORY_PCT = 10  # the agent's resident memory in the 1 GiB guest, with a margin
 
 

@@ -84,6 +84,18 @@ def test_qemu_command_shares_root_read_only_and_the_share_writable(tmp_path) -> 
     assert "file=/tmp/d.img,format=raw,if=virtio" in joined
 
 
+def test_the_v1_guest_has_its_own_assets_and_keeps_the_v1_controllers(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("QOSM_GUEST_DIR", str(tmp_path / "g"))
+    assert kernelvm.guest_dir() == str(tmp_path / "g")
+    assert kernelvm.guest_dir(1) == str(tmp_path / "g") + "-v1"
+    assets = kernelvm.Assets(str(tmp_path), "/k", "/i", "6.1", ("9p",))
+    append = (cmd := kernelvm.qemu_command(assets, "/tmp/share", cgroup=1))[cmd.index("-append") + 1]
+    assert "cgroup_no_v1" not in append and "qosm.share=/tmp/share" in append
+    assert "for c in cpu cpuacct cpuset memory blkio; do" in kernelvm.V1_MOUNTS  # the host's hierarchies
+    v1 = [g for g in test_guest.GUESTS if g.cgroup == 1]
+    assert v1 and all(g.cpus >= 3 for g in v1)
+
+
 def test_guest_script_runs_the_guests_tests_with_this_interpreter(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "src")
     guest = test_guest.GUESTS[0]
