@@ -189,3 +189,23 @@ def test_a_changed_state_file_is_applied_once(tmp_path: Path) -> None:
     assert source.poll(1000.0) is True
     assert store.nodeslo_generation == before + 1
     assert source.poll(1001.0) is False and store.nodeslo_generation == before + 1
+
+
+def test_the_store_holds_pods_only_as_far_as_it_reads_them() -> None:
+    """A field the view does not read (managedFields, conditions) changing is no change: the view and
+    the generation stay; the store's views hold no whole object."""
+    store = StateStore()
+    objs = pods(3)
+    store.set_pods(objs, now=1.0)
+    gen, views = store.pods_generation, dict(store.pods)
+    assert all("managedFields" not in v.raw["metadata"] and "conditions" not in v.raw["status"]
+               for v in views.values())
+    touched = copy.deepcopy(objs)
+    for o in touched:
+        o["metadata"]["managedFields"] = [{"manager": "kubelet", "time": "2026-01-01T00:00:09Z"}]
+        o["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert not store.set_pods(touched, now=2.0)
+    assert store.pods_generation == gen and all(store.pods[u] is v for u, v in views.items())
+    relabelled = copy.deepcopy(objs)
+    relabelled[0]["metadata"]["labels"]["app"] = "renamed"
+    assert store.set_pods(relabelled, now=3.0) and store.pods_generation == gen + 1

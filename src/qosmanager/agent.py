@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from qosmanager.api.decode import read_document_file
 from qosmanager.api.node import node_meta
 from qosmanager.api.nodeslo import parse_nodeslo
+from qosmanager.api.pod import prune_pod_hook
 from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
@@ -393,7 +394,8 @@ def strategies_off(cfg: AgentConfig, gates: FeatureGates) -> dict[str, str]:
 def _check_state_file(flag: str, path: str, kind: str) -> None:
     """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo)."""
     try:
-        obj = read_document_file(path)  # what the file source reads: bounded in size and depth
+        # what the file source reads: bounded in size and depth, pods pruned as they are decoded
+        obj = read_document_file(path, object_hook=prune_pod_hook if kind == "pods" else None)
     except OSError as e:
         raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
     except ValueError as e:

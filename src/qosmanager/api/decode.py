@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,9 @@ _JSON_START = re.compile(rb"[ \t\r\n]*[\[{]")
 _BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SMALL = 16 * KIB  # below this the bracket check runs on bytes; above, vectorised in chunks
-_CHUNK = 1 * MIB
+# each chunk makes a few int32 arrays of its length: 128 KiB keeps them ~2 MiB in all, where 1 MiB
+# chunks of int64 took 40 MiB, more than decoding a 1,000-pod list itself
+_CHUNK = 128 * KIB
 _QUOTE, _OPEN1, _OPEN2, _CLOSE1, _CLOSE2 = (ord(c) for c in '"[{]}')
 
 
@@ -148,11 +150,11 @@ def _nesting_large(data: bytes) -> tuple[int, int]:
     inside, depth, deepest, containers = 0, 0, 0, 0
     for start in range(0, len(data), _CHUNK):
         arr = np.frombuffer(data, dtype=np.uint8, count=min(_CHUNK, len(data) - start), offset=start)
-        outside = ((np.cumsum(arr == _QUOTE, dtype=np.int64) + inside) & 1) == 0
+        outside = ((np.cumsum(arr == _QUOTE, dtype=np.int32) + inside) & 1) == 0
         inside = 0 if outside[-1] else 1
         opening = ((arr == _OPEN1) | (arr == _OPEN2)) & outside
         closing = ((arr == _CLOSE1) | (arr == _CLOSE2)) & outside
-        running = np.cumsum(opening.astype(np.int64) - closing) + depth
+        running = np.cumsum(opening.astype(np.int32) - closing, dtype=np.int32) + depth
         deepest = max(deepest, int(running.max()))
         depth = int(running[-1])
         containers += int(np.count_nonzero(opening))
@@ -170,15 +172,18 @@ def _finite(text: str) -> float:
     return number
 
 
-def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str = "") -> Any:
+def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str = "",
+                object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Strict JSON (Go's ``encoding/json``: no NaN or Infinity, no float beyond float64) within ``limits``.
 
     Raises :class:`DecodeError` naming ``what`` when the text is too large, too deep or not JSON.
+    ``object_hook`` (``json``'s) may shrink each object as it is decoded (a pod list is pruned pod by
+    pod instead of being held whole).
     """
     data = _as_bytes(text, what, limits)
     _check_json_nesting(data, what, limits)
     try:
-        return json.loads(data, parse_constant=_not_json, parse_float=_finite)
+        return json.loads(data, parse_constant=_not_json, parse_float=_finite, object_hook=object_hook)
     except RecursionError:  # cannot happen after the check; never let it escape anyway
         raise _too_deep(what, limits) from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
@@ -248,11 +253,13 @@ def _decode_yaml(text: str, what: str, limits: Limits) -> Any:
         loader.dispose()
 
 
-def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_LIMITS) -> Any:
+def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_LIMITS,
+                  object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """A YAML or JSON document (JSON is YAML) within ``limits``; ``DecodeError`` names ``what``.
 
     JSON is tried first: the kubelet's pod list of a big node is megabytes, and the YAML parser
-    takes seconds on it where the JSON parser takes milliseconds.
+    takes seconds on it where the JSON parser takes milliseconds.  ``object_hook`` applies to JSON
+    only (a YAML document is small or rare: its caller shrinks the result).
     """
     data = _as_bytes(text, what, limits)
     if _JSON_START.match(data):
@@ -260,7 +267,7 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
         # brackets cannot hold one), so the check is right for either
         _check_json_nesting(data, what, limits)
         try:
-            return json.loads(data)
+            return json.loads(data, object_hook=object_hook)
         except (RecursionError, ValueError):
             pass  # not JSON: YAML says what is wrong with it
     if isinstance(text, bytes):
@@ -271,10 +278,11 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
     return _decode_yaml(text, what, limits)
 
 
-def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIMITS) -> dict[str, Any]:
+def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIMITS,
+                object_hook: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Parse a YAML or JSON document into a dict; ``ValueError`` (:class:`DecodeError`) names ``path``."""
     where = path or "<text>"
-    obj = load_document(text, where, limits)
+    obj = load_document(text, where, limits, object_hook)
     if obj is None:
         raise DecodeError(f"{where}: empty document")
     if not isinstance(obj, dict):
@@ -282,7 +290,8 @@ def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIM
     return obj
 
 
-def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS) -> dict[str, Any]:
+def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS,
+                       object_hook: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Read and decode a state file; at most ``limits.max_bytes`` are read, whatever the file holds.
 
     ``OSError`` when it cannot be read, :class:`DecodeError` when it is too large or not a document.
@@ -291,7 +300,7 @@ def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS) -> dict[str,
         data = f.read(limits.max_bytes + 1)
     if len(data) > limits.max_bytes:
         raise _error(path, f"larger than the limit of {_human(limits.max_bytes)}")
-    return load_object(data, path, limits)
+    return load_object(data, path, limits, object_hook)
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,12 @@ be decoded affects that pod's feature only: its ``*_invalid`` flag is set, the r
 letters, digits and ``-``, starting with a letter or digit.  That accepts the RFC 4122 form the API
 server assigns and the 32-hex-digit hash the kubelet gives static pods, and refuses anything that
 could name another directory (``x/y``, ``..``) or break a log line (NUL, newline, non-ASCII).
+
+**Only what is read is kept.** :func:`prune_pod` cuts a Pod object down to the fields this module
+reads (a few hundred bytes of a pod's usual 5 KB: no ``managedFields``, volumes, env, conditions).
+A view holds the pruned object as :attr:`PodMeta.raw`, and the sources prune every pod as it
+arrives (:func:`prune_pod_hook` while a list is decoded), so a 10,000-pod node keeps no whole API
+object.  Two objects that prune alike give the same view.
 """
 
 from __future__ import annotations
@@ -181,7 +187,7 @@ class PodMeta:
     blkio_qos_invalid: bool
     resctrl_managed: bool  # annotation node.koordinator.sh/resctrl present (runtime hooks own it)
     warnings: tuple[str, ...]  # what was odd about the object and how it was read
-    raw: Mapping[str, Any]  # the original object, read-only use
+    raw: Mapping[str, Any]  # the object as far as it is read (prune_pod), read-only use
 
     @property
     def active(self) -> bool:
@@ -529,6 +535,58 @@ def _annotation_config(
 
 
 # --------------------------------------------------------------------------------------------
+# Pruning: what the view reads, and nothing else
+
+_KEEP_SECTIONS: dict[str, tuple[str, ...]] = {
+    "metadata": ("uid", "name", "namespace", "labels", "annotations", "resourceVersion"),
+    "spec": ("containers", "initContainers", "overhead", "priority"),
+    "status": ("phase", "qosClass", "containerStatuses", "initContainerStatuses"),
+}
+_KEEP_ITEMS: dict[str, tuple[str, ...]] = {
+    "containers": ("name", "resources", "restartPolicy"),
+    "initContainers": ("name", "resources", "restartPolicy"),
+    "containerStatuses": ("name", "containerID", "state"),
+    "initContainerStatuses": ("name", "containerID", "state"),
+}
+
+
+def _pick(obj: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: obj[k] for k in keys if k in obj}
+
+
+def prune_pod(obj: Any) -> Any:
+    """``obj`` cut down to the fields :func:`pod_meta` reads; anything that is not shaped like a
+    Pod there (a section that is not an object, a container list that is not a list) is kept as
+    it is, so the view reports the same error for it.  Idempotent."""
+    if not isinstance(obj, Mapping):
+        return obj
+    out: dict[str, Any] = {}
+    for section, keys in _KEEP_SECTIONS.items():
+        if section not in obj:
+            continue
+        part = obj[section]
+        if not isinstance(part, Mapping):
+            out[section] = part
+            continue
+        picked = _pick(part, keys)
+        for key, value in picked.items():
+            item_keys = _KEEP_ITEMS.get(key)
+            if item_keys is not None and isinstance(value, list):
+                picked[key] = [_pick(v, item_keys) if isinstance(v, Mapping) else v for v in value]
+        out[section] = picked
+    return out
+
+
+def prune_pod_hook(obj: dict[str, Any]) -> Any:
+    """A ``json`` ``object_hook``: every object that looks like a Pod (``metadata`` beside ``spec`` or
+    ``status``, kind Pod or none) is pruned as soon as it is decoded, so decoding a pod list never
+    holds more than one whole pod."""
+    if "metadata" in obj and ("spec" in obj or "status" in obj) and obj.get("kind", "Pod") == "Pod":
+        return prune_pod(obj)
+    return obj
+
+
+# --------------------------------------------------------------------------------------------
 # Builders
 
 
@@ -690,7 +748,7 @@ def _pod_meta(
         blkio_qos_invalid=blkio_qos_invalid,
         resctrl_managed=ANNOTATION_RESCTRL in annotations,
         warnings=tuple(warnings),
-        raw=obj,
+        raw=prune_pod(obj),
     )
 
 
@@ -773,4 +831,6 @@ __all__ = [
     "pod_list",
     "pod_meta",
     "priority_class_by_value",
+    "prune_pod",
+    "prune_pod_hook",
 ]

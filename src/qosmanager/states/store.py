@@ -32,7 +32,7 @@ from typing import Any
 
 from qosmanager.api.node import NodeMeta, node_meta
 from qosmanager.api.nodeslo import NodeSLOSpec, parse_nodeslo
-from qosmanager.api.pod import PodMeta, pod_meta
+from qosmanager.api.pod import PodMeta, pod_meta, prune_pod
 from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class StateStore:
         old = self.pods
         for i, obj in enumerate(objs):
             try:
+                obj = prune_pod(obj)  # compared as far as it is read: another field's change is none
                 prev = old.get(_pod_uid(obj))
                 if prev is not None and prev.raw == obj:
                     meta = prev

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from qosmanager.api.pod import prune_pod, prune_pod_hook
 from qosmanager.states.kube.client import KubeClient, KubeError
 from qosmanager.states.store import StateStore
 
@@ -114,6 +115,7 @@ class _PodBuffer:
         if not uid:
             log.error("pod event %s for %s without metadata.uid; ignored", type_, _meta(obj).get("name"))
             return
+        obj = prune_pod(obj)  # only what the pod's view reads is held until it is applied
         with self._lock:
             if self._replace is not None:
                 if type_ == "DELETED":
@@ -238,8 +240,9 @@ class Reflector:
     def __init__(self, resource: str, client: KubeClient, path: str, params: Mapping[str, str],
                  sink: _PodBuffer | _SingleBuffer, *, clock: Callable[[], float], stop: threading.Event,
                  watch_timeout: tuple[float, float], backoff: Backoff, absent_ok: bool = False,
-                 absent_retry: float = 60.0) -> None:
+                 absent_retry: float = 60.0, object_hook: Callable[[Obj], Any] | None = None) -> None:
         self.resource = resource
+        self.object_hook = object_hook  # shrinks each listed object as it is decoded
         self.client = client
         self.path = path
         self.params = dict(params)
@@ -300,7 +303,7 @@ class Reflector:
         try:
             # the first list may come from the API server's watch cache; a relist after 410 must not
             items, rv = self.client.list(self.path, self.params, channel=self.channel,
-                                         resource_version="0" if first else None)
+                                         resource_version="0" if first else None, object_hook=self.object_hook)
         except KubeError as e:
             if not (e.not_found and self.absent_ok):
                 raise
@@ -417,14 +420,15 @@ class KubeSource:
         self.nodeslo = _NodeSLOBuffer(node_name)
 
         def reflector(resource: str, path: str, selector: str, sink: _PodBuffer | _SingleBuffer,
-                      absent_ok: bool = False) -> Reflector:
+                      absent_ok: bool = False, object_hook: Callable[[Obj], Any] | None = None) -> Reflector:
             return Reflector(resource, client, path, {"fieldSelector": selector}, sink, clock=clock,
                              stop=self._stop, watch_timeout=watch_timeout,
                              backoff=Backoff(backoff_base, backoff_max, rng=random.Random(rng.random())),
-                             absent_ok=absent_ok, absent_retry=absent_retry)
+                             absent_ok=absent_ok, absent_retry=absent_retry, object_hook=object_hook)
 
         self.reflectors: dict[str, Reflector] = {
-            PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods),
+            PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods,
+                            object_hook=prune_pod_hook),
             NODE: reflector(NODE, "/api/v1/nodes", f"metadata.name={node_name}", self.node),
             NODESLO: reflector(NODESLO, NODESLO_PATH, f"metadata.name={node_name}", self.nodeslo,
                                absent_ok=True),
