@@ -16,6 +16,7 @@ from qosmanager.api.pod import (
     MID_MEMORY,
     PodMeta,
     parse_int32,
+    pod_digest,
     pod_list,
     pod_meta,
     prune_pod,
@@ -174,9 +175,9 @@ def test_kubelet_item_view() -> None:
     assert (pod.batch_cpu_request, pod.batch_cpu_limit) == (0, -1)  # no batch resources: unlimited
     assert not pod.is_be() and not pod.eviction_enabled and pod.eviction_allowed("CPUEvict")
     assert pod.warnings == ()
-    # the view keeps the object only as far as it reads it
-    assert pod.raw == prune_pod(KUBELET_ITEM)
-    assert "generateName" not in pod.raw["metadata"] and "volumes" not in pod.raw["spec"]
+    # the view keeps no object, only the digest of what it read
+    assert pod.digest == pod_digest(KUBELET_ITEM) and len(pod.digest) == 16
+    assert not any(isinstance(getattr(pod, f), dict) and "metadata" in getattr(pod, f) for f in PodMeta.__slots__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -711,8 +712,8 @@ def test_pruned_and_whole_objects_give_the_same_view_for_every_kind_of_pod() -> 
                                        for p in FakeHost.make_pods(12, seed=3)]
     for obj in objs:
         whole, pruned = pod_meta(obj), pod_meta(prune_pod(obj))
-        assert whole == pruned
-        assert len(json.dumps(pruned.raw)) < len(json.dumps(obj))
+        assert whole == pruned and whole.digest == pod_digest(prune_pod(obj))
+        assert len(json.dumps(prune_pod(obj))) < len(json.dumps(obj))
 
 
 @pytest.mark.parametrize("bad", [
@@ -739,3 +740,27 @@ def test_a_pod_list_is_pruned_pod_by_pod_while_it_is_decoded() -> None:
     # an object of another kind with metadata and spec is left alone
     node = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.0.0/24"}}
     assert json.loads(json.dumps(node), object_hook=prune_pod_hook) == node
+
+
+def test_the_digest_tells_a_read_field_changing_from_any_other() -> None:
+    base = pod_digest(KUBELET_ITEM)
+    other = copy.deepcopy(KUBELET_ITEM)
+    other["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    other["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    assert pod_digest(other) == base
+    for path, value in ((("metadata", "labels", "app"), "api"), (("spec", "priority"), 5),
+                        (("status", "phase"), "Succeeded"), (("metadata", "annotations", "a"), "b")):
+        changed = copy.deepcopy(KUBELET_ITEM)
+        node = changed
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        assert pod_digest(changed) != base, path
+    changed = copy.deepcopy(KUBELET_ITEM)
+    changed["spec"]["containers"][1]["resources"]["limits"]["cpu"] = "300m"
+    assert pod_digest(changed) != base
+    # a YAML date where a string belongs still has a digest (the view warns about the value itself)
+    import datetime
+    dated = copy.deepcopy(KUBELET_ITEM)
+    dated["metadata"]["labels"]["day"] = datetime.date(2024, 5, 1)
+    assert len(pod_digest(dated)) == 16 and pod_digest(dated) != base

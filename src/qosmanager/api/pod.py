@@ -43,14 +43,16 @@ server assigns and the 32-hex-digit hash the kubelet gives static pods, and refu
 could name another directory (``x/y``, ``..``) or break a log line (NUL, newline, non-ASCII).
 
 **Only what is read is kept.** :func:`prune_pod` cuts a Pod object down to the fields this module
-reads (a few hundred bytes of a pod's usual 5 KB: no ``managedFields``, volumes, env, conditions).
-A view holds the pruned object as :attr:`PodMeta.raw`, and the sources prune every pod as it
-arrives (:func:`prune_pod_hook` while a list is decoded), so a 10,000-pod node keeps no whole API
-object.  Two objects that prune alike give the same view.
+reads (under 1 KB of a pod's usual 5 KB: no ``managedFields``, volumes, env, conditions), and the
+sources prune every pod as it arrives (:func:`prune_pod_hook` while a list is decoded).  Two
+objects that prune alike give the same view, so a view keeps only a 16-byte digest of its pruned
+object (:attr:`PodMeta.digest`, :func:`pod_digest`) to tell a changed pod from an unchanged one:
+a 10,000-pod node holds no API object at all once its views are built.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -187,7 +189,7 @@ class PodMeta:
     blkio_qos_invalid: bool
     resctrl_managed: bool  # annotation node.koordinator.sh/resctrl present (runtime hooks own it)
     warnings: tuple[str, ...]  # what was odd about the object and how it was read
-    raw: Mapping[str, Any]  # the object as far as it is read (prune_pod), read-only use
+    digest: bytes  # pod_digest of the object: equal digests, equal views
 
     @property
     def active(self) -> bool:
@@ -577,6 +579,13 @@ def prune_pod(obj: Any) -> Any:
     return out
 
 
+def pod_digest(obj: Any) -> bytes:
+    """16 bytes that differ when the fields a view reads differ (BLAKE2b of the pruned object's
+    canonical JSON; a YAML date or other non-JSON value counts by its ``repr``)."""
+    text = json.dumps(prune_pod(obj), sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 def prune_pod_hook(obj: dict[str, Any]) -> Any:
     """A ``json`` ``object_hook``: every object that looks like a Pod (``metadata`` beside ``spec`` or
     ``status``, kind Pod or none) is pruned as soon as it is decoded, so decoding a pod list never
@@ -748,7 +757,7 @@ def _pod_meta(
         blkio_qos_invalid=blkio_qos_invalid,
         resctrl_managed=ANNOTATION_RESCTRL in annotations,
         warnings=tuple(warnings),
-        raw=prune_pod(obj),
+        digest=pod_digest(obj),
     )
 
 
@@ -829,6 +838,7 @@ __all__ = [
     "compute_kube_qos",
     "parse_int32",
     "pod_list",
+    "pod_digest",
     "pod_meta",
     "priority_class_by_value",
     "prune_pod",

@@ -32,7 +32,7 @@ from typing import Any
 
 from qosmanager.api.node import NodeMeta, node_meta
 from qosmanager.api.nodeslo import NodeSLOSpec, parse_nodeslo
-from qosmanager.api.pod import PodMeta, pod_meta, prune_pod
+from qosmanager.api.pod import PodMeta, pod_digest, pod_meta, prune_pod
 from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class StateStore:
             try:
                 obj = prune_pod(obj)  # compared as far as it is read: another field's change is none
                 prev = old.get(_pod_uid(obj))
-                if prev is not None and prev.raw == obj:
+                if prev is not None and prev.digest == pod_digest(obj):
                     meta = prev
                 else:
                     meta = self._pod_view(obj, prev)
@@ -159,6 +159,44 @@ class StateStore:
             self._ok("pods", now)
             self._set_bad_pods(bad, now)
         return True
+
+    def apply_pod_events(self, events: Mapping[str, Mapping[str, Any] | None], now: float | None = None) -> bool:
+        """Watch events, uid -> the pod's latest object (None: deleted), applied with one copy of the
+        pod map (a burst of events is one rebuild, and no source needs to keep every object to
+        rebuild the whole set).  A pod that cannot be read leaves the set, as in :meth:`upsert_pod`.
+        True when the pod set changed."""
+        now = time.time() if now is None else now
+        with self._lock:
+            pods = dict(self.pods)
+            bad = dict(self._bad_pods)
+            changed = False
+            for uid, obj in events.items():
+                prev = pods.get(uid)
+                for key in [k for k, (u, _) in bad.items() if u == uid or (obj is not None and k == _pod_label(obj))]:
+                    del bad[key]
+                if obj is None:
+                    changed |= pods.pop(uid, None) is not None
+                    continue
+                obj = prune_pod(obj)
+                if prev is not None and prev.digest == pod_digest(obj):
+                    continue
+                try:
+                    meta = self._pod_view(obj, prev)
+                    if meta.uid != uid:
+                        raise ValueError(f"uid {meta.uid} arrived as {uid}")
+                except Exception as e:  # the watch goes on with every other pod
+                    label = _pod_label(obj)
+                    bad[label] = (uid, _reason(e, label))
+                    changed |= pods.pop(uid, None) is not None
+                    continue
+                pods[uid] = meta
+                changed = True
+            if changed:
+                self.pods = pods
+                self.pods_generation += 1
+            self._ok("pods", now)
+            self._set_bad_pods(bad, now)
+        return changed
 
     def delete_pod(self, uid: str, now: float | None = None) -> None:
         with self._lock:

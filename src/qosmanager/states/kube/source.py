@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 PODS, NODE, NODESLO = "pods", "node", "nodeslo"
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
-SMALL_BATCH = 8  # up to this many pod events are applied one by one; more rebuild the map once
 
 Obj = dict[str, Any]
 
@@ -91,7 +90,6 @@ class _PodBuffer:
         self._lock = threading.Lock()
         self._replace: dict[str, Obj] | None = None
         self._events: dict[str, Obj | None] = {}  # uid -> latest object, None = deleted
-        self.objects: dict[str, Obj] = {}  # what was applied; the agent thread's own
         self.synced = False
 
     @staticmethod
@@ -132,22 +130,10 @@ class _PodBuffer:
                 return False
             self._replace, self._events = None, {}
         if replace is not None:
-            self.objects = replace
             self.synced = True
             return store.set_pods(list(replace.values()), now)
-        for uid, obj in events.items():
-            if obj is None:
-                self.objects.pop(uid, None)
-            else:
-                self.objects[uid] = obj
-        if len(events) > SMALL_BATCH:
-            return store.set_pods(list(self.objects.values()), now)
-        for uid, obj in events.items():
-            if obj is None:
-                store.delete_pod(uid, now)
-            else:
-                store.upsert_pod(obj, now)  # a pod that cannot be read is skipped there, never raised
-        return True
+        # one map rebuild per batch, from the events alone: no copy of every pod object is kept here
+        return store.apply_pod_events(events, now)
 
 
 class _SingleBuffer:
