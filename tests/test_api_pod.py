@@ -176,7 +176,7 @@ def test_kubelet_item_view() -> None:
     assert not pod.is_be() and not pod.eviction_enabled and pod.eviction_allowed("CPUEvict")
     assert pod.warnings == ()
     # the view keeps no object, only the digest of what it read
-    assert pod.digest == pod_digest(KUBELET_ITEM) and len(pod.digest) == 16
+    assert pod.digest == pod_digest(KUBELET_ITEM) and isinstance(pod.digest, int)
     assert not any(isinstance(getattr(pod, f), dict) and "metadata" in getattr(pod, f) for f in PodMeta.__slots__)
 
 
@@ -763,4 +763,4 @@ def test_the_digest_tells_a_read_field_changing_from_any_other() -> None:
     import datetime
     dated = copy.deepcopy(KUBELET_ITEM)
     dated["metadata"]["labels"]["day"] = datetime.date(2024, 5, 1)
-    assert len(pod_digest(dated)) == 16 and pod_digest(dated) != base
+    assert pod_digest(dated) != base

@@ -45,14 +45,13 @@ could name another directory (``x/y``, ``..``) or break a log line (NUL, newline
 **Only what is read is kept.** :func:`prune_pod` cuts a Pod object down to the fields this module
 reads (under 1 KB of a pod's usual 5 KB: no ``managedFields``, volumes, env, conditions), and the
 sources prune every pod as it arrives (:func:`prune_pod_hook` while a list is decoded).  Two
-objects that prune alike give the same view, so a view keeps only a 16-byte digest of its pruned
+objects that prune alike give the same view, so a view keeps only a 64-bit digest of its pruned
 object (:attr:`PodMeta.digest`, :func:`pod_digest`) to tell a changed pod from an unchanged one:
 a 10,000-pod node holds no API object at all once its views are built.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -189,7 +188,7 @@ class PodMeta:
     blkio_qos_invalid: bool
     resctrl_managed: bool  # annotation node.koordinator.sh/resctrl present (runtime hooks own it)
     warnings: tuple[str, ...]  # what was odd about the object and how it was read
-    digest: bytes  # pod_digest of the object: equal digests, equal views
+    digest: int  # pod_digest of the object: equal digests, equal views
 
     @property
     def active(self) -> bool:
@@ -579,11 +578,12 @@ def prune_pod(obj: Any) -> Any:
     return out
 
 
-def pod_digest(obj: Any) -> bytes:
-    """16 bytes that differ when the fields a view reads differ (BLAKE2b of the pruned object's
-    canonical JSON; a YAML date or other non-JSON value counts by its ``repr``)."""
-    text = json.dumps(prune_pod(obj), sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def pod_digest(obj: Any) -> int:
+    """64 bits that differ when the fields a view reads differ: the process's string hash (SipHash)
+    of the pruned object's canonical JSON, a YAML date or other non-JSON value counting by its
+    ``repr``.  Stable within a process, which is all a view needs (``hashlib`` would load OpenSSL,
+    3.5 MiB, for nothing)."""
+    return hash(json.dumps(prune_pod(obj), sort_keys=True, separators=(",", ":"), default=repr))
 
 
 def prune_pod_hook(obj: dict[str, Any]) -> Any:
