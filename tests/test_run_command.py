@@ -351,3 +351,36 @@ def test_the_summary_in_kubernetes_mode_names_the_api_server_and_the_node(tmp_pa
     assert start["evict_mode"] == "api"
     assert start["state_sources"] == {"api_server": api.url, "credentials": kc}
     assert f"kubernetes mode, node kube-node, state from Kubernetes API {api.url} ({kc})" in start["msg"]
+
+
+@pytest.mark.parametrize(("collect", "reconcile"), [(1.0, 1.0), (0.5, 1.0), (1.0, 3.0), (2.0, 0.5)])
+def test_the_metric_cache_keeps_what_the_strategies_read_and_no_more(tmp_path, collect: float,
+                                                                     reconcile: float) -> None:
+    """The pod ring holds every sample of cpuBurst's node-state window (the longest pod query) and the
+    container ring those of a ``last`` query, far below the 120 and 60 rows of the defaults."""
+    from qosmanager.framework.context import Context
+    from qosmanager.framework.strategy import QoSConfig
+    from qosmanager.strategies.cpu_burst import NODE_STATE_MAX_WINDOW, NODE_STATE_WINDOW_INTERVALS
+
+    host, pods, files = fake_node(tmp_path)
+    t = [1000.0]
+    agent = Agent(AgentConfig(roots=host.roots, pods_file=str(files["pods"]), node_file=str(files["node"]),
+                              node_slo_file=str(files["slo"]), collect_interval=collect,
+                              qos=QoSConfig(reconcile_interval=reconcile)), clock=lambda: t[0])
+    try:
+        assert agent.cache.pods.rows <= 24 and agent.cache.containers.rows <= 6
+        burst = min(NODE_STATE_WINDOW_INTERVALS * reconcile, NODE_STATE_MAX_WINDOW)
+        for i in range(int(4 * max(burst, 2 * collect) / collect) + 4):  # wrap both rings
+            for p in pods:
+                for c in p.containers:
+                    host.set_cpu_usage(host.container_dir(p.uid, c.name), (i + 1) * 10**8)
+            t[0] += collect
+            agent.collect(t[0])
+        ctx = Context(agent.shared, now=t[0])
+        in_window = int(burst // collect) + 1  # a closed window of samples every `collect` seconds
+        counts = ctx.pod_metrics("pod_cpu_usage", "count", burst)
+        assert counts and set(counts.values()) == {float(in_window)}
+        last = ctx.container_metrics("container_cpu_usage", "count")
+        assert last and set(last.values()) == {float(int(2 * collect // collect) + 1)}
+    finally:
+        agent.close()
