@@ -384,3 +384,38 @@ def test_the_metric_cache_keeps_what_the_strategies_read_and_no_more(tmp_path, c
         assert last and set(last.values()) == {float(int(2 * collect // collect) + 1)}
     finally:
         agent.close()
+
+
+def test_the_running_agent_has_one_thread_for_the_numeric_libraries(tmp_path) -> None:
+    """Without the operator saying otherwise, OpenBLAS (numpy's BLAS) starts no thread pool: the agent
+    with metrics off runs on its main thread alone, however many CPUs the machine has."""
+    import psutil
+
+    host, _, files = fake_node(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    proc = subprocess.Popen(run_args(host, files, "--duration", "30"), env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        p = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            if "numpy" in " ".join(m.path for m in p.memory_maps()):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # numpy and its BLAS are loaded and the agent runs
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert p.num_threads() == 1
+        with open(f"/proc/{proc.pid}/environ", "rb") as f:
+            assert b"OPENBLAS_NUM_THREADS" not in f.read()  # the process set it itself
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_an_operators_thread_setting_wins() -> None:
+    code = ("import os; import qosmanager.cli; import numpy; "
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="3")
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "1"]
