@@ -15,6 +15,7 @@ from qosmanager.api.pod import (
     MID_CPU,
     MID_MEMORY,
     PodMeta,
+    PrunedPod,
     parse_int32,
     pod_digest,
     pod_list,
@@ -736,7 +737,12 @@ def test_a_pod_list_is_pruned_pod_by_pod_while_it_is_decoded() -> None:
                        "items": [KUBELET_ITEM, dict(KUBELET_ITEM, kind="Pod")]})
     decoded = json.loads(text, object_hook=prune_pod_hook)
     assert decoded["kind"] == "PodList" and decoded["metadata"] == {"resourceVersion": "7"}
-    assert decoded["items"] == [prune_pod(KUBELET_ITEM)] * 2
+    # each pod one string: its pruned object's canonical text, with its uid beside
+    assert all(isinstance(p, PrunedPod) for p in decoded["items"])
+    assert [p.object() for p in decoded["items"]] == [prune_pod(KUBELET_ITEM)] * 2
+    assert decoded["items"][0].uid == KUBELET_ITEM["metadata"]["uid"]
+    assert decoded["items"][0].digest == pod_digest(KUBELET_ITEM)
+    assert pod_meta(decoded["items"][0]) == pod_meta(KUBELET_ITEM)
     # an object of another kind with metadata and spec is left alone
     node = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.0.0/24"}}
     assert json.loads(json.dumps(node), object_hook=prune_pod_hook) == node

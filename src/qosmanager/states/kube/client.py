@@ -309,7 +309,7 @@ class KubeClient:
 
     def list(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
              resource_version: str | None = None,
-             object_hook: Callable[[dict[str, Any]], Any] | None = None) -> tuple[list[dict[str, Any]], str]:
+             object_hook: Callable[[dict[str, Any]], Any] | None = None) -> tuple[list[Any], str]:
         """Every item of a collection, page by page; returns ``(items, resourceVersion)``.
 
         ``resource_version="0"`` lets the server answer from its watch cache (cheap for the API
@@ -319,7 +319,7 @@ class KubeClient:
         ignores it.
         ``object_hook`` shrinks each object as it is decoded (the pods' :func:`prune_pod_hook`).
         """
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         base = dict(params or {})
         if resource_version is not None:
             base["resourceVersion"] = resource_version
@@ -333,7 +333,9 @@ class KubeClient:
             page = self.get(path, query, channel=channel, object_hook=object_hook)
             if not isinstance(page, dict) or not isinstance(page.get("items", []), list):
                 raise KubeError(500, f"GET {path}: the answer is not a list")
-            items.extend(i for i in (page.get("items") or []) if isinstance(i, dict))
+            # objects only (a hook may have made them something else than a dict: not a scalar or a list)
+            items.extend(i for i in (page.get("items") or []) if i is not None
+                         and not isinstance(i, (list, str, int, float)))
             meta = page.get("metadata") or {}
             rv = rv or str(meta.get("resourceVersion") or "")
             cont = str(meta.get("continue") or "")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from qosmanager.api.pod import prune_pod, prune_pod_hook
+from qosmanager.api.pod import PrunedPod, prune_pod_hook
 from qosmanager.states.kube.client import KubeClient, KubeError
 from qosmanager.states.store import StateStore
 
@@ -41,9 +41,12 @@ PODS, NODE, NODESLO = "pods", "node", "nodeslo"
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
 
 Obj = dict[str, Any]
+Pod = Mapping[str, Any] | PrunedPod
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def _meta(obj: Mapping[str, Any] | PrunedPod) -> Mapping[str, Any]:
+    if isinstance(obj, PrunedPod):
+        obj = obj.object()
     m = obj.get("metadata")
     return m if isinstance(m, Mapping) else {}
 
@@ -88,21 +91,24 @@ class ReflectorHealth:
 class _PodBuffer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._replace: dict[str, Obj] | None = None
-        self._events: dict[str, Obj | None] = {}  # uid -> latest object, None = deleted
+        # uid -> the pod (a PrunedPod: its pruned JSON text), None = deleted
+        self._replace: dict[str, Pod] | None = None
+        self._events: dict[str, Pod | None] = {}
         self.synced = False
 
     @staticmethod
-    def _uid(obj: Mapping[str, Any]) -> str:
+    def _uid(obj: Mapping[str, Any] | PrunedPod) -> str:
+        if isinstance(obj, PrunedPod):
+            return obj.uid
         uid = _meta(obj).get("uid")
         return uid if isinstance(uid, str) else ""
 
-    def replace(self, items: list[Obj]) -> None:
-        snapshot: dict[str, Obj] = {}
+    def replace(self, items: list[Any]) -> None:
+        snapshot: dict[str, Pod] = {}
         for obj in items:
             uid = self._uid(obj)
             if uid:
-                snapshot[uid] = obj
+                snapshot[uid] = obj if isinstance(obj, PrunedPod) else PrunedPod.of(obj)
             else:
                 log.error("pod %s has no metadata.uid; ignored", _meta(obj).get("name"))
         with self._lock:
@@ -113,15 +119,15 @@ class _PodBuffer:
         if not uid:
             log.error("pod event %s for %s without metadata.uid; ignored", type_, _meta(obj).get("name"))
             return
-        obj = prune_pod(obj)  # only what the pod's view reads is held until it is applied
+        pod = PrunedPod.of(obj)  # only what the pod's view reads is held until it is applied
         with self._lock:
             if self._replace is not None:
                 if type_ == "DELETED":
                     self._replace.pop(uid, None)
                 else:
-                    self._replace[uid] = obj
+                    self._replace[uid] = pod
             else:
-                self._events[uid] = None if type_ == "DELETED" else obj
+                self._events[uid] = None if type_ == "DELETED" else pod
 
     def apply(self, store: StateStore, now: float) -> bool:
         with self._lock:
