@@ -419,3 +419,28 @@ def test_an_operators_thread_setting_wins() -> None:
     env.pop("OMP_NUM_THREADS", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["3", "1"]
+
+
+def test_the_agent_keeps_a_short_audit_tail_and_loads_no_yaml_for_json_state(tmp_path) -> None:
+    """Memory only for what is used: the audit's in-memory tail is short (the file is the record),
+    and PyYAML is imported only when a document is YAML."""
+    host, _, files = fake_node(tmp_path)
+    code = ("import sys, json; from qosmanager.agent import Agent, AgentConfig, AUDIT_TAIL; "
+            "from qosmanager.host.roots import HostRoots; "
+            f"a = Agent(AgentConfig(roots=HostRoots(cgroup={host.roots.cgroup!r}, proc={host.roots.proc!r}, "
+            f"sys={host.roots.sys!r}), pods_file={str(files['pods'])!r}, node_file={str(files['node'])!r}, "
+            f"node_slo_file={str(files['slo'])!r})); a.collect(1000.0); "
+            "print(json.dumps([a.audit.recent.maxlen, AUDIT_TAIL, 'yaml' in sys.modules])); a.close()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [256, 256, False]
+    # a YAML state file still reads (and only then is PyYAML loaded)
+    files["node"].write_text(yaml_dump(json.loads(files["node"].read_text())))
+    code = code.replace("'yaml' in sys.modules", "'yaml' in sys.modules and a.store.node is not None")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [256, 256, True]
+
+
+def yaml_dump(obj: object) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj)

@@ -38,10 +38,12 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
+
+if TYPE_CHECKING:
+    import yaml
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -63,7 +65,6 @@ ANNOTATION_LIMITS = Limits(max_bytes=256 * KIB, max_depth=64, max_nodes=64 * KIB
 DOCUMENT_LIMITS = Limits(max_bytes=64 * MIB, max_depth=100, max_nodes=8_000_000)
 RESPONSE_LIMITS = Limits(max_bytes=128 * MIB, max_depth=100, max_nodes=8_000_000)
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # A JSON string literal (the unrolled form: fast on long strings); what is left once they are cut
 # out holds every bracket that nests.
@@ -201,6 +202,8 @@ def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str
 
 
 def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             yield key
@@ -215,6 +218,8 @@ def _check_yaml_nodes(root: yaml.Node, what: str, limits: Limits) -> None:
     A node reached twice (an alias) is counted each time with its whole subtree (from a memo, so
     the walk is linear in the distinct nodes); a cycle nests without end and fails the depth.
     """
+    import yaml
+
     if not isinstance(root, yaml.CollectionNode):
         return
     sizes: dict[int, int] = {}
@@ -246,7 +251,11 @@ def _check_yaml_nodes(root: yaml.Node, what: str, limits: Limits) -> None:
 
 
 def _decode_yaml(text: str, what: str, limits: Limits) -> Any:
-    loader = _YAML_LOADER(text)
+    # imported when a document is YAML: the agent's own files and API answers are JSON, and PyYAML
+    # costs 1.5 MiB of every process that never reads any
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
