@@ -18,13 +18,10 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 if TYPE_CHECKING:
     import ssl  # imported when a TLS context is built: standalone agents never load TLS (~4 MiB)
@@ -121,7 +118,10 @@ class KubeConfig:
                 ctx.load_cert_chain(self.cert_file, self.key_file)
                 return
             # ssl loads certificates from files only: write the inline PEMs to a private temporary
-            # directory for the call and remove them at once
+            # directory for the call and remove them at once (tempfile imported here: with shutil,
+            # bz2 and lzma it is a megabyte the in-cluster agent never needs)
+            import tempfile
+
             with tempfile.TemporaryDirectory(prefix="qosmanager-kube-") as d:
                 cert, key = self.cert_file, self.key_file
                 if self.cert_data is not None:
@@ -200,6 +200,8 @@ def _b64(value: Any, field_name: str, path: str) -> bytes:
 
 def load_kubeconfig(path: str, context: str | None = None) -> KubeConfig:
     """The connection of ``context`` (default: the file's ``current-context``) in a kubeconfig file."""
+    import yaml  # a kubeconfig file only: the in-cluster agent reads no YAML
+
     try:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
