@@ -84,6 +84,20 @@ def test_small_and_large_nesting_checks_agree_with_the_parsed_data() -> None:
         assert _nesting_small(data) == _nesting_large(data) == measure(obj)
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_the_chunked_check_agrees_wherever_a_chunk_ends(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunks as small as one byte: runs of backslashes and escaped quotes across every boundary."""
+    import qosmanager.api.decode as decode
+
+    monkeypatch.setattr(decode, "_CHUNK", chunk)
+    rng = random.Random(chunk)
+    for _ in range(200):
+        parts = [rng.choice(['"', "\\", '\\"', "[", "]", "{", "}", "a", '\\\\"']) for _ in range(rng.randrange(1, 12))]
+        obj = [{"k" + "".join(parts): ["".join(reversed(parts)), [[]]]}, "".join(parts)]
+        data = json.dumps(obj).encode()
+        assert _nesting_large(data) == _nesting_small(data) == (5, 5)
+
+
 def test_large_documents_are_checked_too() -> None:
     filler = json.dumps({"pad": "x" * (1 << 20)})  # beyond the small path
     deep = "[" + filler + "," + nested(101) + "]"

@@ -15,9 +15,13 @@ from qosmanager.api.pod import (
     MID_CPU,
     MID_MEMORY,
     PodMeta,
+    PrunedPod,
     parse_int32,
+    pod_digest,
     pod_list,
     pod_meta,
+    prune_pod,
+    prune_pod_hook,
 )
 
 MI = 2**20
@@ -172,7 +176,9 @@ def test_kubelet_item_view() -> None:
     assert (pod.batch_cpu_request, pod.batch_cpu_limit) == (0, -1)  # no batch resources: unlimited
     assert not pod.is_be() and not pod.eviction_enabled and pod.eviction_allowed("CPUEvict")
     assert pod.warnings == ()
-    assert pod.raw is KUBELET_ITEM
+    # the view keeps no object, only the digest of what it read
+    assert pod.digest == pod_digest(KUBELET_ITEM) and isinstance(pod.digest, int)
+    assert not any(isinstance(getattr(pod, f), dict) and "metadata" in getattr(pod, f) for f in PodMeta.__slots__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -673,3 +679,94 @@ def test_a_thousand_pods_build_quickly_enough_to_be_per_change_work() -> None:
     pods, errors = pod_list({"kind": "PodList", "items": items})
     assert len(pods) == 1000 and errors == []
     assert sum(p.cpu_request_milli for p in pods) == 600 * 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning: only what the view reads is kept
+
+
+def test_prune_keeps_exactly_what_the_view_reads() -> None:
+    pruned = prune_pod(KUBELET_ITEM)
+    assert pruned == {
+        "metadata": {k: KUBELET_ITEM["metadata"][k]
+                     for k in ("uid", "name", "namespace", "labels", "annotations", "resourceVersion")},
+        "spec": {"containers": [{"name": c["name"], "resources": c["resources"]}
+                                for c in KUBELET_ITEM["spec"]["containers"]], "priority": 0},
+        "status": {"phase": "Running", "qosClass": "Burstable",
+                   "containerStatuses": [{k: c[k] for k in ("name", "state", "containerID")}
+                                         for c in KUBELET_ITEM["status"]["containerStatuses"]]},
+    }
+    assert prune_pod(pruned) == pruned  # idempotent
+    assert len(json.dumps(pruned)) < 0.6 * len(json.dumps(KUBELET_ITEM))
+    assert pod_meta(pruned) == pod_meta(KUBELET_ITEM)
+
+
+def test_pruned_and_whole_objects_give_the_same_view_for_every_kind_of_pod() -> None:
+    from qosmanager.sim.fakehost import FakeHost
+    from qosmanager.sim.objects import pod_object
+
+    sidecar = make_pod([ctr("a", {"cpu": "1"})], init=[dict(ctr("s", {"cpu": "1"}), restartPolicy="Always")])
+    sidecar["spec"]["overhead"] = {"cpu": "100m"}
+    sidecar["status"]["initContainerStatuses"] = [{"name": "s", "containerID": "containerd://s1",
+                                                   "state": {"running": {}}, "ready": True}]
+    objs = [KUBELET_ITEM, sidecar] + [pod_object(p, annotations={"koordinator.sh/cpuBurst": '{"policy":"auto"}'})
+                                       for p in FakeHost.make_pods(12, seed=3)]
+    for obj in objs:
+        whole, pruned = pod_meta(obj), pod_meta(prune_pod(obj))
+        assert whole == pruned and whole.digest == pod_digest(prune_pod(obj))
+        assert len(json.dumps(prune_pod(obj))) < len(json.dumps(obj))
+
+
+@pytest.mark.parametrize("bad", [
+    {"metadata": "x"},
+    {"metadata": {"name": "p", "uid": "u1"}, "spec": ["not", "an", "object"]},
+    {"metadata": {"name": "p", "uid": "u1"}, "spec": {"containers": {"name": "a"}}},
+    {"metadata": {"name": "p", "uid": "u1"}, "spec": {"containers": ["a"]}},
+    {"metadata": {"name": "p", "uid": "u1"}, "spec": {"containers": []}, "status": {"containerStatuses": 3}},
+])
+def test_a_malformed_pod_is_refused_the_same_way_after_pruning(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError) as whole:
+        pod_meta(bad)
+    with pytest.raises(ValueError) as pruned:
+        pod_meta(prune_pod(bad))
+    assert str(pruned.value) == str(whole.value)
+
+
+def test_a_pod_list_is_pruned_pod_by_pod_while_it_is_decoded() -> None:
+    text = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7"},
+                       "items": [KUBELET_ITEM, dict(KUBELET_ITEM, kind="Pod")]})
+    decoded = json.loads(text, object_hook=prune_pod_hook)
+    assert decoded["kind"] == "PodList" and decoded["metadata"] == {"resourceVersion": "7"}
+    # each pod one string: its pruned object's canonical text, with its uid beside
+    assert all(isinstance(p, PrunedPod) for p in decoded["items"])
+    assert [p.object() for p in decoded["items"]] == [prune_pod(KUBELET_ITEM)] * 2
+    assert decoded["items"][0].uid == KUBELET_ITEM["metadata"]["uid"]
+    assert decoded["items"][0].digest == pod_digest(KUBELET_ITEM)
+    assert pod_meta(decoded["items"][0]) == pod_meta(KUBELET_ITEM)
+    # an object of another kind with metadata and spec is left alone
+    node = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.0.0/24"}}
+    assert json.loads(json.dumps(node), object_hook=prune_pod_hook) == node
+
+
+def test_the_digest_tells_a_read_field_changing_from_any_other() -> None:
+    base = pod_digest(KUBELET_ITEM)
+    other = copy.deepcopy(KUBELET_ITEM)
+    other["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    other["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    assert pod_digest(other) == base
+    for path, value in ((("metadata", "labels", "app"), "api"), (("spec", "priority"), 5),
+                        (("status", "phase"), "Succeeded"), (("metadata", "annotations", "a"), "b")):
+        changed = copy.deepcopy(KUBELET_ITEM)
+        node = changed
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        assert pod_digest(changed) != base, path
+    changed = copy.deepcopy(KUBELET_ITEM)
+    changed["spec"]["containers"][1]["resources"]["limits"]["cpu"] = "300m"
+    assert pod_digest(changed) != base
+    # a YAML date where a string belongs still has a digest (the view warns about the value itself)
+    import datetime
+    dated = copy.deepcopy(KUBELET_ITEM)
+    dated["metadata"]["labels"]["day"] = datetime.date(2024, 5, 1)
+    assert pod_digest(dated) != base

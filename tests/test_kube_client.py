@@ -181,9 +181,14 @@ def test_list_follows_pages_on_one_kept_alive_connection(api: FakeAPIServer) -> 
         assert len(pages) == 3 and "limit=2" in pages[0].query and "continue=" in pages[1].query
         assert pages[0].user_agent == f"qosmanager/{__version__}"
         assert api.accepted == 1  # three requests, one connection
-        # a list from the watch cache (resourceVersion=0) asks for no pages
-        c.list("/api/v1/pods", resource_version="0")
-        assert "resourceVersion=0" in api.requests[-1].query and "limit" not in api.requests[-1].query
+        # a list from the watch cache (resourceVersion=0) asks for pages too (a server that cannot page
+        # its cache ignores the limit); a continued page names no resourceVersion, as client-go's pager
+        n = len(api.requests)
+        items, _ = c.list("/api/v1/pods", {"fieldSelector": "spec.nodeName=n1"}, resource_version="0")
+        assert len(items) == 5
+        first, *rest = list(api.requests)[n:]
+        assert "resourceVersion=0" in first.query and "limit=2" in first.query
+        assert len(rest) == 2 and all("continue=" in r.query and "resourceVersion" not in r.query for r in rest)
     finally:
         c.close()
 

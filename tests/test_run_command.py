@@ -351,3 +351,96 @@ def test_the_summary_in_kubernetes_mode_names_the_api_server_and_the_node(tmp_pa
     assert start["evict_mode"] == "api"
     assert start["state_sources"] == {"api_server": api.url, "credentials": kc}
     assert f"kubernetes mode, node kube-node, state from Kubernetes API {api.url} ({kc})" in start["msg"]
+
+
+@pytest.mark.parametrize(("collect", "reconcile"), [(1.0, 1.0), (0.5, 1.0), (1.0, 3.0), (2.0, 0.5)])
+def test_the_metric_cache_keeps_what_the_strategies_read_and_no_more(tmp_path, collect: float,
+                                                                     reconcile: float) -> None:
+    """The pod ring holds every sample of cpuBurst's node-state window (the longest pod query) and the
+    container ring those of a ``last`` query, far below the 120 and 60 rows of the defaults."""
+    from qosmanager.framework.context import Context
+    from qosmanager.framework.strategy import QoSConfig
+    from qosmanager.strategies.cpu_burst import NODE_STATE_MAX_WINDOW, NODE_STATE_WINDOW_INTERVALS
+
+    host, pods, files = fake_node(tmp_path)
+    t = [1000.0]
+    agent = Agent(AgentConfig(roots=host.roots, pods_file=str(files["pods"]), node_file=str(files["node"]),
+                              node_slo_file=str(files["slo"]), collect_interval=collect,
+                              qos=QoSConfig(reconcile_interval=reconcile)), clock=lambda: t[0])
+    try:
+        assert agent.cache.pods.rows <= 24 and agent.cache.containers.rows <= 6
+        burst = min(NODE_STATE_WINDOW_INTERVALS * reconcile, NODE_STATE_MAX_WINDOW)
+        for i in range(int(4 * max(burst, 2 * collect) / collect) + 4):  # wrap both rings
+            for p in pods:
+                for c in p.containers:
+                    host.set_cpu_usage(host.container_dir(p.uid, c.name), (i + 1) * 10**8)
+            t[0] += collect
+            agent.collect(t[0])
+        ctx = Context(agent.shared, now=t[0])
+        in_window = int(burst // collect) + 1  # a closed window of samples every `collect` seconds
+        counts = ctx.pod_metrics("pod_cpu_usage", "count", burst)
+        assert counts and set(counts.values()) == {float(in_window)}
+        last = ctx.container_metrics("container_cpu_usage", "count")
+        assert last and set(last.values()) == {float(int(2 * collect // collect) + 1)}
+    finally:
+        agent.close()
+
+
+def test_the_running_agent_has_one_thread_for_the_numeric_libraries(tmp_path) -> None:
+    """Without the operator saying otherwise, OpenBLAS (numpy's BLAS) starts no thread pool: the agent
+    with metrics off runs on its main thread alone, however many CPUs the machine has."""
+    import psutil
+
+    host, _, files = fake_node(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    proc = subprocess.Popen(run_args(host, files, "--duration", "30"), env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        p = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            if "numpy" in " ".join(m.path for m in p.memory_maps()):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # numpy and its BLAS are loaded and the agent runs
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert p.num_threads() == 1
+        with open(f"/proc/{proc.pid}/environ", "rb") as f:
+            assert b"OPENBLAS_NUM_THREADS" not in f.read()  # the process set it itself
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_an_operators_thread_setting_wins() -> None:
+    code = ("import os; import qosmanager.cli; import numpy; "
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="3")
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "1"]
+
+
+def test_the_agent_keeps_a_short_audit_tail_and_loads_no_yaml_for_json_state(tmp_path) -> None:
+    """Memory only for what is used: the audit's in-memory tail is short (the file is the record),
+    and PyYAML is imported only when a document is YAML."""
+    host, _, files = fake_node(tmp_path)
+    code = ("import sys, json; from qosmanager.agent import Agent, AgentConfig, AUDIT_TAIL; "
+            "from qosmanager.host.roots import HostRoots; "
+            f"a = Agent(AgentConfig(roots=HostRoots(cgroup={host.roots.cgroup!r}, proc={host.roots.proc!r}, "
+            f"sys={host.roots.sys!r}), pods_file={str(files['pods'])!r}, node_file={str(files['node'])!r}, "
+            f"node_slo_file={str(files['slo'])!r})); a.collect(1000.0); "
+            "print(json.dumps([a.audit.recent.maxlen, AUDIT_TAIL, 'yaml' in sys.modules])); a.close()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [256, 256, False]
+    # a YAML state file still reads (and only then is PyYAML loaded)
+    files["node"].write_text(yaml_dump(json.loads(files["node"].read_text())))
+    code = code.replace("'yaml' in sys.modules", "'yaml' in sys.modules and a.store.node is not None")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [256, 256, True]
+
+
+def yaml_dump(obj: object) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj)

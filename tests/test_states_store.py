@@ -189,3 +189,46 @@ def test_a_changed_state_file_is_applied_once(tmp_path: Path) -> None:
     assert source.poll(1000.0) is True
     assert store.nodeslo_generation == before + 1
     assert source.poll(1001.0) is False and store.nodeslo_generation == before + 1
+
+
+def test_the_store_holds_pods_only_as_far_as_it_reads_them() -> None:
+    """A field the view does not read (managedFields, conditions) changing is no change: the view and
+    the generation stay; the store's views hold no whole object."""
+    store = StateStore()
+    objs = pods(3)
+    store.set_pods(objs, now=1.0)
+    gen, views = store.pods_generation, dict(store.pods)
+    touched = copy.deepcopy(objs)
+    for o in touched:
+        o["metadata"]["managedFields"] = [{"manager": "kubelet", "time": "2026-01-01T00:00:09Z"}]
+        o["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert not store.set_pods(touched, now=2.0)
+    assert store.pods_generation == gen and all(store.pods[u] is v for u, v in views.items())
+    relabelled = copy.deepcopy(objs)
+    relabelled[0]["metadata"]["labels"]["app"] = "renamed"
+    assert store.set_pods(relabelled, now=3.0) and store.pods_generation == gen + 1
+
+
+def test_a_batch_of_watch_events_is_one_rebuild_and_a_bad_pod_leaves_alone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    store = StateStore()
+    objs = pods(4)
+    store.set_pods(objs[:3], now=1.0)
+    gen = store.pods_generation
+    uids = [o["metadata"]["uid"] for o in objs]
+    bad = copy.deepcopy(objs[1])
+    bad["spec"]["containers"] = "nope"
+    renamed = named(objs[2], objs[2]["metadata"]["name"], labels={"app": "x"})
+    untouched = copy.deepcopy(objs[0])
+    untouched["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # not read: no change
+    view0 = store.pods[uids[0]]
+    with caplog.at_level(logging.ERROR):
+        assert store.apply_pod_events({uids[0]: untouched, uids[1]: bad, uids[2]: renamed, uids[3]: objs[3]},
+                                      now=2.0)
+    assert store.pods_generation == gen + 1  # one rebuild for the batch
+    assert set(store.pods) == {uids[0], uids[2], uids[3]} and store.pods[uids[0]] is view0
+    assert store.pods[uids[2]].labels["app"] == "x"
+    assert len(skipped_lines(caplog)) == 1 and store.conditions.get("state/pods") is not None
+    # the bad pod deleted: its report goes; nothing else changed, no rebuild
+    assert not store.apply_pod_events({uids[1]: None, uids[0]: untouched}, now=3.0)
+    assert store.pods_generation == gen + 1 and store.conditions.get("state/pods") is None

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from qosmanager.api.decode import read_document_file
 from qosmanager.api.node import node_meta
 from qosmanager.api.nodeslo import parse_nodeslo
+from qosmanager.api.pod import prune_pod_hook
 from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
@@ -51,7 +52,7 @@ from qosmanager.host.kubelet_cpu import KubeletCPUSource
 from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.logfmt import RepeatLimiter
-from qosmanager.metrics.cache import MetricCache
+from qosmanager.metrics.cache import MetricCache, rows_for
 from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
     from qosmanager.states.kube.source import KubeSource
 
 log = logging.getLogger(__name__)
+
+AUDIT_TAIL = 256  # audit records the agent keeps in memory (AuditLog.recent)
 
 
 class StartupError(ValueError):
@@ -146,9 +149,12 @@ class Agent:
         else:
             self.source = FileSource(self.store, pods_file=cfg.pods_file, node_file=cfg.node_file,
                                      node_slo_file=cfg.node_slo_file)
-        self.cache = MetricCache()
+        self.cache = MetricCache(**cache_rows(cfg))
         try:
-            self.audit = AuditLog(cfg.audit_log, clock=clock, conditions=self.store.conditions)
+            # the in-memory tail is for a look at recent actions, the file is the record: 256 of
+            # them, not 4,096 (about 1 KB each: 4 MB once cpuBurst's first tick wrote every container)
+            self.audit = AuditLog(cfg.audit_log, clock=clock, conditions=self.store.conditions,
+                                  keep=AUDIT_TAIL)
         except OSError as e:
             raise StartupError("--audit-log", f"cannot open {cfg.audit_log}: {e.strerror or e}") from None
         # the collector's readers and the executor's writes share one descriptor budget, below the
@@ -377,6 +383,20 @@ class Agent:
         self.audit.close()
 
 
+def cache_rows(cfg: AgentConfig) -> dict[str, int]:
+    """The pod and container rings sized to the windows the strategies read them over: a pod's CPU
+    usage averaged over cpuBurst's node-state window (5 reconcile intervals, at most 10 s), every
+    other pod and container series only as ``last`` (two collect intervals).  The defaults (120 and
+    60 rows) kept 7.9 MB at 2,000 containers where this keeps under 1 MB; node and host-application
+    series keep their 30 minutes (NodeMetric's longest window, a column each)."""
+    from qosmanager.strategies.cpu_burst import NODE_STATE_MAX_WINDOW, NODE_STATE_WINDOW_INTERVALS
+
+    collect = cfg.collect_interval
+    last = 2.0 * collect
+    burst = min(NODE_STATE_WINDOW_INTERVALS * cfg.qos.reconcile_interval, NODE_STATE_MAX_WINDOW)
+    return {"pod_rows": rows_for(max(last, burst), collect), "container_rows": rows_for(last, collect)}
+
+
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
     return AgentConfig(
         roots=HostRoots(cgroup=args.cgroup_root, proc=args.proc_root, sys=args.sys_root,
@@ -440,7 +460,8 @@ def strategies_off(cfg: AgentConfig, gates: FeatureGates) -> dict[str, str]:
 def _check_state_file(flag: str, path: str, kind: str) -> None:
     """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo)."""
     try:
-        obj = read_document_file(path)  # what the file source reads: bounded in size and depth
+        # what the file source reads: bounded in size and depth, pods pruned as they are decoded
+        obj = read_document_file(path, object_hook=prune_pod_hook if kind == "pods" else None)
     except OSError as e:
         raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
     except ValueError as e:

@@ -14,6 +14,14 @@ from typing import NoReturn
 from qosmanager import __version__
 from qosmanager.logfmt import LOG_FORMATS, setup_logging
 
+# One thread for the numeric libraries, set before numpy is first imported (nothing above imports
+# it): OpenBLAS, OpenMP and MKL otherwise start a thread per CPU, 95 idle threads and their buffers
+# on a 96-CPU node, for vectors a single core handles in microseconds.  An operator's own setting
+# wins.
+NUMERIC_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+for _var in NUMERIC_THREAD_VARS:
+    os.environ.setdefault(_var, "1")
+
 
 class Parser(argparse.ArgumentParser):
     """A usage error is one line naming the flag (and where to look), exit status 2."""

@@ -36,12 +36,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
+
+if TYPE_CHECKING:
+    import yaml
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -63,7 +65,6 @@ ANNOTATION_LIMITS = Limits(max_bytes=256 * KIB, max_depth=64, max_nodes=64 * KIB
 DOCUMENT_LIMITS = Limits(max_bytes=64 * MIB, max_depth=100, max_nodes=8_000_000)
 RESPONSE_LIMITS = Limits(max_bytes=128 * MIB, max_depth=100, max_nodes=8_000_000)
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # A JSON string literal (the unrolled form: fast on long strings); what is left once they are cut
 # out holds every bracket that nests.
@@ -72,8 +73,10 @@ _JSON_START = re.compile(rb"[ \t\r\n]*[\[{]")
 _BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SMALL = 16 * KIB  # below this the bracket check runs on bytes; above, vectorised in chunks
-_CHUNK = 1 * MIB
-_QUOTE, _OPEN1, _OPEN2, _CLOSE1, _CLOSE2 = (ord(c) for c in '"[{]}')
+# each chunk makes a few int32 arrays of its length: 128 KiB keeps them ~2 MiB in all, where 1 MiB
+# chunks of int64 took 40 MiB, more than decoding a 1,000-pod list itself
+_CHUNK = 128 * KIB
+_QUOTE, _OPEN1, _OPEN2, _CLOSE1, _CLOSE2, _BACKSLASH = (ord(c) for c in '"[{]}\\')
 
 
 def _error(what: str, message: str) -> DecodeError:
@@ -144,15 +147,25 @@ def _nesting_large(data: bytes) -> tuple[int, int]:
     """(depth, containers) in chunks: escapes dropped, the parity of the quotes before a byte says
     whether it is inside a string, and the running sum of opening minus closing brackets outside
     strings is the depth."""
-    data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     inside, depth, deepest, containers = 0, 0, 0, 0
-    for start in range(0, len(data), _CHUNK):
-        arr = np.frombuffer(data, dtype=np.uint8, count=min(_CHUNK, len(data) - start), offset=start)
-        outside = ((np.cumsum(arr == _QUOTE, dtype=np.int64) + inside) & 1) == 0
+    start, n = 0, len(data)
+    while start < n:
+        # a chunk never ends inside a run of backslashes, so each escape lies within one chunk and
+        # is dropped there (dropping them from the whole text at once copied it twice: 2 x 58 MB
+        # for a 10,000-pod list)
+        end = min(start + _CHUNK, n)
+        while end < n and data[end - 1] == _BACKSLASH:
+            end += 1
+        chunk = data[start:end].replace(b"\\\\", b"").replace(b'\\"', b"")
+        start = end
+        if not chunk:
+            continue
+        arr = np.frombuffer(chunk, dtype=np.uint8)
+        outside = ((np.cumsum(arr == _QUOTE, dtype=np.int32) + inside) & 1) == 0
         inside = 0 if outside[-1] else 1
         opening = ((arr == _OPEN1) | (arr == _OPEN2)) & outside
         closing = ((arr == _CLOSE1) | (arr == _CLOSE2)) & outside
-        running = np.cumsum(opening.astype(np.int64) - closing) + depth
+        running = np.cumsum(opening.astype(np.int32) - closing, dtype=np.int32) + depth
         deepest = max(deepest, int(running.max()))
         depth = int(running[-1])
         containers += int(np.count_nonzero(opening))
@@ -170,15 +183,18 @@ def _finite(text: str) -> float:
     return number
 
 
-def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str = "") -> Any:
+def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str = "",
+                object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Strict JSON (Go's ``encoding/json``: no NaN or Infinity, no float beyond float64) within ``limits``.
 
     Raises :class:`DecodeError` naming ``what`` when the text is too large, too deep or not JSON.
+    ``object_hook`` (``json``'s) may shrink each object as it is decoded (a pod list is pruned pod by
+    pod instead of being held whole).
     """
     data = _as_bytes(text, what, limits)
     _check_json_nesting(data, what, limits)
     try:
-        return json.loads(data, parse_constant=_not_json, parse_float=_finite)
+        return json.loads(data, parse_constant=_not_json, parse_float=_finite, object_hook=object_hook)
     except RecursionError:  # cannot happen after the check; never let it escape anyway
         raise _too_deep(what, limits) from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
@@ -186,6 +202,8 @@ def decode_json(text: str | bytes, limits: Limits = ANNOTATION_LIMITS, what: str
 
 
 def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             yield key
@@ -200,6 +218,8 @@ def _check_yaml_nodes(root: yaml.Node, what: str, limits: Limits) -> None:
     A node reached twice (an alias) is counted each time with its whole subtree (from a memo, so
     the walk is linear in the distinct nodes); a cycle nests without end and fails the depth.
     """
+    import yaml
+
     if not isinstance(root, yaml.CollectionNode):
         return
     sizes: dict[int, int] = {}
@@ -231,7 +251,11 @@ def _check_yaml_nodes(root: yaml.Node, what: str, limits: Limits) -> None:
 
 
 def _decode_yaml(text: str, what: str, limits: Limits) -> Any:
-    loader = _YAML_LOADER(text)
+    # imported when a document is YAML: the agent's own files and API answers are JSON, and PyYAML
+    # costs 1.5 MiB of every process that never reads any
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -248,11 +272,13 @@ def _decode_yaml(text: str, what: str, limits: Limits) -> Any:
         loader.dispose()
 
 
-def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_LIMITS) -> Any:
+def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_LIMITS,
+                  object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """A YAML or JSON document (JSON is YAML) within ``limits``; ``DecodeError`` names ``what``.
 
     JSON is tried first: the kubelet's pod list of a big node is megabytes, and the YAML parser
-    takes seconds on it where the JSON parser takes milliseconds.
+    takes seconds on it where the JSON parser takes milliseconds.  ``object_hook`` applies to JSON
+    only (a YAML document is small or rare: its caller shrinks the result).
     """
     data = _as_bytes(text, what, limits)
     if _JSON_START.match(data):
@@ -260,7 +286,7 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
         # brackets cannot hold one), so the check is right for either
         _check_json_nesting(data, what, limits)
         try:
-            return json.loads(data)
+            return json.loads(data, object_hook=object_hook)
         except (RecursionError, ValueError):
             pass  # not JSON: YAML says what is wrong with it
     if isinstance(text, bytes):
@@ -271,10 +297,11 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
     return _decode_yaml(text, what, limits)
 
 
-def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIMITS) -> dict[str, Any]:
+def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIMITS,
+                object_hook: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Parse a YAML or JSON document into a dict; ``ValueError`` (:class:`DecodeError`) names ``path``."""
     where = path or "<text>"
-    obj = load_document(text, where, limits)
+    obj = load_document(text, where, limits, object_hook)
     if obj is None:
         raise DecodeError(f"{where}: empty document")
     if not isinstance(obj, dict):
@@ -282,7 +309,8 @@ def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIM
     return obj
 
 
-def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS) -> dict[str, Any]:
+def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS,
+                       object_hook: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Read and decode a state file; at most ``limits.max_bytes`` are read, whatever the file holds.
 
     ``OSError`` when it cannot be read, :class:`DecodeError` when it is too large or not a document.
@@ -291,7 +319,7 @@ def read_document_file(path: str, limits: Limits = DOCUMENT_LIMITS) -> dict[str,
         data = f.read(limits.max_bytes + 1)
     if len(data) > limits.max_bytes:
         raise _error(path, f"larger than the limit of {_human(limits.max_bytes)}")
-    return load_object(data, path, limits)
+    return load_object(data, path, limits, object_hook)
 
 
 # --------------------------------------------------------------------------------------------

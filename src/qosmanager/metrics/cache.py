@@ -557,6 +557,15 @@ def _metric_name(name: str) -> tuple[str, str]:
         raise KeyError(f"unknown metric name {name!r}; known: {', '.join(sorted(METRIC_NAMES))}") from None
 
 
+def rows_for(window: float, interval: float, *, floor: int = 4) -> int:
+    """Ring rows that hold every sample of a closed ``window`` (seconds) taken every ``interval``
+    seconds: one per interval, one for the sample at each end, one for a late tick; at least
+    ``floor``.  A group sized this way keeps what its queries read and nothing older."""
+    if not (interval > 0 and window >= 0):
+        raise ValueError(f"rows_for: need interval > 0 and window >= 0, got {window}, {interval}")
+    return max(floor, math.ceil(window / interval) + 3)
+
+
 class MetricCache:
     """The agent's in-memory time-series store: four series groups addressed by metric name.
 

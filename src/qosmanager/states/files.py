@@ -19,14 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from qosmanager.api.decode import read_document_file
+from qosmanager.api.pod import prune_pod_hook
 from qosmanager.states.store import StateStore
 
 log = logging.getLogger(__name__)
 
 
 class WatchedFile:
-    def __init__(self, path: str, kind: str, apply: Callable[[Any], object]) -> None:
+    def __init__(self, path: str, kind: str, apply: Callable[[Any], object],
+                 object_hook: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.path = path
+        self.object_hook = object_hook
         self.kind = kind
         self.apply = apply
         self._sig: tuple[int, int, int] | None = None
@@ -49,7 +52,7 @@ class WatchedFile:
             return False
         self._sig = sig
         try:
-            obj = read_document_file(self.path)  # bounded in size and depth
+            obj = read_document_file(self.path, object_hook=self.object_hook)  # bounded
         except OSError as e:
             # the read failed, not the content (EMFILE, EACCES, EIO): read it again next poll, even if
             # it does not change meanwhile (it was remembered as seen: the update was lost for good)
@@ -83,7 +86,8 @@ class FileSource:
         if node_file:
             self.files.append(WatchedFile(node_file, "Node", store.set_node))
         if pods_file:
-            self.files.append(WatchedFile(pods_file, "pods", self._set_pods))
+            # pods pruned as they are decoded: a big node's list never stands whole in memory
+            self.files.append(WatchedFile(pods_file, "pods", self._set_pods, prune_pod_hook))
         if node_slo_file:
             self.files.append(WatchedFile(node_slo_file, "NodeSLO", store.set_nodeslo))
         self.connected = True

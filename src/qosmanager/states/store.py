@@ -32,7 +32,7 @@ from typing import Any
 
 from qosmanager.api.node import NodeMeta, node_meta
 from qosmanager.api.nodeslo import NodeSLOSpec, parse_nodeslo
-from qosmanager.api.pod import PodMeta, pod_meta
+from qosmanager.api.pod import PodMeta, PrunedPod, pod_digest, pod_meta
 from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class StateStore:
         return True
 
     # -- pods ----------------------------------------------------------------
-    def set_pods(self, objs: Sequence[Mapping[str, Any]], now: float | None = None) -> bool:
+    def set_pods(self, objs: Sequence[Mapping[str, Any] | PrunedPod], now: float | None = None) -> bool:
         """Replace the pod set.  Pods whose object did not change keep their view (no re-parse);
         a pod that cannot be read is skipped (see the module docstring), never the whole set."""
         now = time.time() if now is None else now
@@ -102,8 +102,9 @@ class StateStore:
         old = self.pods
         for i, obj in enumerate(objs):
             try:
+                # compared as far as it is read (PrunedPod, pod_digest): another field's change is none
                 prev = old.get(_pod_uid(obj))
-                if prev is not None and prev.raw == obj:
+                if prev is not None and prev.digest == pod_digest(obj):
                     meta = prev
                 else:
                     meta = self._pod_view(obj, prev)
@@ -124,7 +125,7 @@ class StateStore:
             self._set_bad_pods(bad, now)
         return changed
 
-    def upsert_pod(self, obj: Mapping[str, Any], now: float | None = None) -> bool:
+    def upsert_pod(self, obj: Mapping[str, Any] | PrunedPod, now: float | None = None) -> bool:
         """Add or replace one pod (a watch event); True when the pod set changed.
 
         A pod that cannot be read is skipped like in :meth:`set_pods`: its previous view (if any)
@@ -159,6 +160,44 @@ class StateStore:
             self._set_bad_pods(bad, now)
         return True
 
+    def apply_pod_events(self, events: Mapping[str, Mapping[str, Any] | PrunedPod | None],
+                         now: float | None = None) -> bool:
+        """Watch events, uid -> the pod's latest object (None: deleted), applied with one copy of the
+        pod map (a burst of events is one rebuild, and no source needs to keep every object to
+        rebuild the whole set).  A pod that cannot be read leaves the set, as in :meth:`upsert_pod`.
+        True when the pod set changed."""
+        now = time.time() if now is None else now
+        with self._lock:
+            pods = dict(self.pods)
+            bad = dict(self._bad_pods)
+            changed = False
+            for uid, obj in events.items():
+                prev = pods.get(uid)
+                for key in [k for k, (u, _) in bad.items() if u == uid or (obj is not None and k == _pod_label(obj))]:
+                    del bad[key]
+                if obj is None:
+                    changed |= pods.pop(uid, None) is not None
+                    continue
+                if prev is not None and prev.digest == pod_digest(obj):
+                    continue
+                try:
+                    meta = self._pod_view(obj, prev)
+                    if meta.uid != uid:
+                        raise ValueError(f"uid {meta.uid} arrived as {uid}")
+                except Exception as e:  # the watch goes on with every other pod
+                    label = _pod_label(obj)
+                    bad[label] = (uid, _reason(e, label))
+                    changed |= pods.pop(uid, None) is not None
+                    continue
+                pods[uid] = meta
+                changed = True
+            if changed:
+                self.pods = pods
+                self.pods_generation += 1
+            self._ok("pods", now)
+            self._set_bad_pods(bad, now)
+        return changed
+
     def delete_pod(self, uid: str, now: float | None = None) -> None:
         with self._lock:
             if uid in self.pods:
@@ -171,7 +210,7 @@ class StateStore:
             self._set_bad_pods(bad, time.time() if now is None else now)
 
     @staticmethod
-    def _pod_view(obj: Mapping[str, Any], prev: PodMeta | None) -> PodMeta:
+    def _pod_view(obj: Mapping[str, Any] | PrunedPod, prev: PodMeta | None) -> PodMeta:
         """Build a pod's view; its warnings are logged when they are new for this pod."""
         meta = pod_meta(obj)
         if meta.warnings and (prev is None or prev.warnings != meta.warnings):
@@ -266,11 +305,15 @@ def _reason(e: BaseException, label: str = "") -> str:
 
 
 def _meta_of(obj: Any) -> Mapping[str, Any]:
+    if isinstance(obj, PrunedPod):
+        obj = obj.object()  # a pod to name in a log line: rare
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     return meta if isinstance(meta, Mapping) else {}
 
 
 def _pod_uid(obj: Any) -> str:
+    if isinstance(obj, PrunedPod):
+        return obj.uid
     uid = _meta_of(obj).get("uid")
     return uid if isinstance(uid, str) else ""
 

@@ -269,8 +269,9 @@ class KubeClient:
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json", channel: str = SHARED,
-                timeout: float | None = None) -> Any:
-        """One call; the decoded JSON answer, or :class:`KubeError`."""
+                timeout: float | None = None, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
+        """One call; the decoded JSON answer (each object through ``object_hook`` when given), or
+        :class:`KubeError`."""
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         ch = self._channel(channel)
         target = self._target(path, params)
@@ -282,14 +283,14 @@ class KubeClient:
         if resp.status >= 400:
             raise KubeError.from_response(resp.status, resp.headers, data)
         try:
-            return decode_json(data, RESPONSE_LIMITS) if data else {}
+            return decode_json(data, RESPONSE_LIMITS, object_hook=object_hook) if data else {}
         except ValueError as e:
             raise KubeError(resp.status, f"{method} {path}: the answer cannot be decoded: {e}") from None
 
     # ------------------------------------------------------------------ verbs
     def get(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
-            timeout: float | None = None) -> Any:
-        return self.request("GET", path, params=params, channel=channel, timeout=timeout)
+            timeout: float | None = None, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
+        return self.request("GET", path, params=params, channel=channel, timeout=timeout, object_hook=object_hook)
 
     def post(self, path: str, body: Any, *, channel: str = SHARED, timeout: float | None = None) -> Any:
         return self.request("POST", path, body=body, channel=channel, timeout=timeout)
@@ -307,25 +308,34 @@ class KubeClient:
         return self.request("DELETE", path, body=body, channel=channel, timeout=timeout)
 
     def list(self, path: str, params: Mapping[str, Any] | None = None, *, channel: str = SHARED,
-             resource_version: str | None = None) -> tuple[list[dict[str, Any]], str]:
+             resource_version: str | None = None,
+             object_hook: Callable[[dict[str, Any]], Any] | None = None) -> tuple[list[Any], str]:
         """Every item of a collection, page by page; returns ``(items, resourceVersion)``.
 
         ``resource_version="0"`` lets the server answer from its watch cache (cheap for the API
         server, possibly slightly old: right for a first list); ``None`` asks for a consistent read.
+        ``limit`` is asked for either way, as client-go's pager does: an API server that pages its watch
+        cache answers in pages (a 10,000-pod list is then not one 50 MB answer), one that does not
+        ignores it.
+        ``object_hook`` shrinks each object as it is decoded (the pods' :func:`prune_pod_hook`).
         """
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         base = dict(params or {})
         if resource_version is not None:
             base["resourceVersion"] = resource_version
-        elif self.page_size > 0:
-            base["limit"] = self.page_size  # the watch cache ignores limit with resourceVersion=0
+        if self.page_size > 0:
+            base["limit"] = self.page_size
         cont = ""
         rv = ""
         while True:
-            page = self.get(path, {**base, "continue": cont} if cont else base, channel=channel)
+            # a continued page names no resourceVersion (the token holds it; the API server refuses both)
+            query = {**{k: v for k, v in base.items() if k != "resourceVersion"}, "continue": cont} if cont else base
+            page = self.get(path, query, channel=channel, object_hook=object_hook)
             if not isinstance(page, dict) or not isinstance(page.get("items", []), list):
                 raise KubeError(500, f"GET {path}: the answer is not a list")
-            items.extend(i for i in (page.get("items") or []) if isinstance(i, dict))
+            # objects only (a hook may have made them something else than a dict: not a scalar or a list)
+            items.extend(i for i in (page.get("items") or []) if i is not None
+                         and not isinstance(i, (list, str, int, float)))
             meta = page.get("metadata") or {}
             rv = rv or str(meta.get("resourceVersion") or "")
             cont = str(meta.get("continue") or "")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,7 +120,10 @@ class KubeConfig:
                 ctx.load_cert_chain(self.cert_file, self.key_file)
                 return
             # ssl loads certificates from files only: write the inline PEMs to a private temporary
-            # directory for the call and remove them at once
+            # directory for the call and remove them at once (tempfile imported here: with shutil,
+            # bz2 and lzma it is a megabyte the in-cluster agent never needs)
+            import tempfile
+
             with tempfile.TemporaryDirectory(prefix="qosmanager-kube-") as d:
                 cert, key = self.cert_file, self.key_file
                 if self.cert_data is not None:
@@ -204,7 +206,7 @@ KUBECONFIG_LIMITS = Limits(max_bytes=16 * 1024 * 1024, max_depth=32, max_nodes=1
 
 def load_kubeconfig(path: str, context: str | None = None) -> KubeConfig:
     """The connection of ``context`` (default: the file's ``current-context``) in a kubeconfig file."""
-    try:
+    try:  # the decoder imports the YAML parser only for a YAML file: the in-cluster agent reads none
         doc = read_document_file(path, KUBECONFIG_LIMITS)
     except OSError as e:
         raise KubeConfigError(f"cannot read kubeconfig {path}: {e.strerror}") from None

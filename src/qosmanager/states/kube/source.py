@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from qosmanager.api.pod import PrunedPod, prune_pod_hook
 from qosmanager.states.kube.client import KubeClient, KubeError
 from qosmanager.states.store import StateStore
 
@@ -39,12 +40,14 @@ log = logging.getLogger(__name__)
 
 PODS, NODE, NODESLO = "pods", "node", "nodeslo"
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
-SMALL_BATCH = 8  # up to this many pod events are applied one by one; more rebuild the map once
 
 Obj = dict[str, Any]
+Pod = Mapping[str, Any] | PrunedPod
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def _meta(obj: Mapping[str, Any] | PrunedPod) -> Mapping[str, Any]:
+    if isinstance(obj, PrunedPod):
+        obj = obj.object()
     m = obj.get("metadata")
     return m if isinstance(m, Mapping) else {}
 
@@ -89,22 +92,24 @@ class ReflectorHealth:
 class _PodBuffer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._replace: dict[str, Obj] | None = None
-        self._events: dict[str, Obj | None] = {}  # uid -> latest object, None = deleted
-        self.objects: dict[str, Obj] = {}  # what was applied; the agent thread's own
+        # uid -> the pod (a PrunedPod: its pruned JSON text), None = deleted
+        self._replace: dict[str, Pod] | None = None
+        self._events: dict[str, Pod | None] = {}
         self.synced = False
 
     @staticmethod
-    def _uid(obj: Mapping[str, Any]) -> str:
+    def _uid(obj: Mapping[str, Any] | PrunedPod) -> str:
+        if isinstance(obj, PrunedPod):
+            return obj.uid
         uid = _meta(obj).get("uid")
         return uid if isinstance(uid, str) else ""
 
-    def replace(self, items: list[Obj]) -> None:
-        snapshot: dict[str, Obj] = {}
+    def replace(self, items: list[Any]) -> None:
+        snapshot: dict[str, Pod] = {}
         for obj in items:
             uid = self._uid(obj)
             if uid:
-                snapshot[uid] = obj
+                snapshot[uid] = obj if isinstance(obj, PrunedPod) else PrunedPod.of(obj)
             else:
                 log.error("pod %s has no metadata.uid; ignored", _meta(obj).get("name"))
         with self._lock:
@@ -115,14 +120,15 @@ class _PodBuffer:
         if not uid:
             log.error("pod event %s for %s without metadata.uid; ignored", type_, _meta(obj).get("name"))
             return
+        pod = PrunedPod.of(obj)  # only what the pod's view reads is held until it is applied
         with self._lock:
             if self._replace is not None:
                 if type_ == "DELETED":
                     self._replace.pop(uid, None)
                 else:
-                    self._replace[uid] = obj
+                    self._replace[uid] = pod
             else:
-                self._events[uid] = None if type_ == "DELETED" else obj
+                self._events[uid] = None if type_ == "DELETED" else pod
 
     def apply(self, store: StateStore, now: float) -> bool:
         with self._lock:
@@ -131,22 +137,10 @@ class _PodBuffer:
                 return False
             self._replace, self._events = None, {}
         if replace is not None:
-            self.objects = replace
             self.synced = True
             return store.set_pods(list(replace.values()), now)
-        for uid, obj in events.items():
-            if obj is None:
-                self.objects.pop(uid, None)
-            else:
-                self.objects[uid] = obj
-        if len(events) > SMALL_BATCH:
-            return store.set_pods(list(self.objects.values()), now)
-        for uid, obj in events.items():
-            if obj is None:
-                store.delete_pod(uid, now)
-            else:
-                store.upsert_pod(obj, now)  # a pod that cannot be read is skipped there, never raised
-        return True
+        # one map rebuild per batch, from the events alone: no copy of every pod object is kept here
+        return store.apply_pod_events(events, now)
 
 
 class _SingleBuffer:
@@ -239,8 +233,9 @@ class Reflector:
     def __init__(self, resource: str, client: KubeClient, path: str, params: Mapping[str, str],
                  sink: _PodBuffer | _SingleBuffer, *, clock: Callable[[], float], stop: threading.Event,
                  watch_timeout: tuple[float, float], backoff: Backoff, absent_ok: bool = False,
-                 absent_retry: float = 60.0) -> None:
+                 absent_retry: float = 60.0, object_hook: Callable[[Obj], Any] | None = None) -> None:
         self.resource = resource
+        self.object_hook = object_hook  # shrinks each listed object as it is decoded
         self.client = client
         self.path = path
         self.params = dict(params)
@@ -301,7 +296,7 @@ class Reflector:
         try:
             # the first list may come from the API server's watch cache; a relist after 410 must not
             items, rv = self.client.list(self.path, self.params, channel=self.channel,
-                                         resource_version="0" if first else None)
+                                         resource_version="0" if first else None, object_hook=self.object_hook)
         except KubeError as e:
             if not (e.not_found and self.absent_ok):
                 raise
@@ -427,14 +422,15 @@ class KubeSource:
         self.nodeslo = _NodeSLOBuffer(node_name)
 
         def reflector(resource: str, path: str, selector: str, sink: _PodBuffer | _SingleBuffer,
-                      absent_ok: bool = False) -> Reflector:
+                      absent_ok: bool = False, object_hook: Callable[[Obj], Any] | None = None) -> Reflector:
             return Reflector(resource, client, path, {"fieldSelector": selector}, sink, clock=clock,
                              stop=self._stop, watch_timeout=watch_timeout,
                              backoff=Backoff(backoff_base, backoff_max, rng=random.Random(rng.random())),
-                             absent_ok=absent_ok, absent_retry=absent_retry)
+                             absent_ok=absent_ok, absent_retry=absent_retry, object_hook=object_hook)
 
         self.reflectors: dict[str, Reflector] = {
-            PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods),
+            PODS: reflector(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", self.pods,
+                            object_hook=prune_pod_hook),
             NODE: reflector(NODE, "/api/v1/nodes", f"metadata.name={node_name}", self.node),
             NODESLO: reflector(NODESLO, NODESLO_PATH, f"metadata.name={node_name}", self.nodeslo,
                                absent_ok=True),
