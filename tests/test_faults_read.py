@@ -179,7 +179,7 @@ def test_a_state_file_whose_read_fails_is_read_again_though_unchanged(tmp_path, 
     path.write_text(json.dumps({"kind": "PodList", "items": [pod_object(p) for p in pods]}))
     real = files_mod.read_document_file
     monkeypatch.setattr(files_mod, "read_document_file",
-                        lambda p: (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
+                        lambda p, **kw: (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied")))
     assert not src.poll(2.0) and len(store.pods) == 2  # the last good set stays
     assert "Permission denied" in store.conditions.get("state/pods-file").message
     monkeypatch.setattr(files_mod, "read_document_file", real)

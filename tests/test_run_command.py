@@ -357,7 +357,8 @@ def test_the_summary_in_kubernetes_mode_names_the_api_server_and_the_node(tmp_pa
 def test_the_metric_cache_keeps_what_the_strategies_read_and_no_more(tmp_path, collect: float,
                                                                      reconcile: float) -> None:
     """The pod ring holds every sample of cpuBurst's node-state window (the longest pod query) and the
-    container ring those of a ``last`` query, far below the 120 and 60 rows of the defaults."""
+    container ring those of a ``last`` query, far below the 120 and 60 rows of the defaults (read
+    everything each tick, so every row of the window holds a sample)."""
     from qosmanager.framework.context import Context
     from qosmanager.framework.strategy import QoSConfig
     from qosmanager.strategies.cpu_burst import NODE_STATE_MAX_WINDOW, NODE_STATE_WINDOW_INTERVALS
@@ -366,7 +367,8 @@ def test_the_metric_cache_keeps_what_the_strategies_read_and_no_more(tmp_path, c
     t = [1000.0]
     agent = Agent(AgentConfig(roots=host.roots, pods_file=str(files["pods"]), node_file=str(files["node"]),
                               node_slo_file=str(files["slo"]), collect_interval=collect,
-                              qos=QoSConfig(reconcile_interval=reconcile)), clock=lambda: t[0])
+                              collect_mode="all", qos=QoSConfig(reconcile_interval=reconcile)),
+                  clock=lambda: t[0])
     try:
         assert agent.cache.pods.rows <= 24 and agent.cache.containers.rows <= 6
         burst = min(NODE_STATE_WINDOW_INTERVALS * reconcile, NODE_STATE_MAX_WINDOW)
