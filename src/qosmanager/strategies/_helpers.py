@@ -132,6 +132,15 @@ def calculate_filter_pods_used(
         pod = pods.get(uid)
         if pod is None or pod_filter(pod):
             pods_filter += used
+    host_all, host_filter = _host_app_sums(host_apps, host_app_used, host_app_filter)
+    system = max(node_used - pods_all - host_all, 0.0)
+    system = max(system, node_reserved)
+    return FilteredUsage(pods_filter, host_filter, system)
+
+
+def _host_app_sums(host_apps: Iterable[HostApplicationSpec], host_app_used: Mapping[str, float],
+                   host_app_filter: HostAppFilter) -> tuple[float, float]:
+    """What the host applications with a sample use: all of them, and those ``host_app_filter`` keeps."""
     host_all = host_filter = 0.0
     for app in host_apps:
         app_used = host_app_used.get(app.name)
@@ -140,9 +149,7 @@ def calculate_filter_pods_used(
         host_all += app_used
         if host_app_filter(app):
             host_filter += app_used
-    system = max(node_used - pods_all - host_all, 0.0)
-    system = max(system, node_reserved)
-    return FilteredUsage(pods_filter, host_filter, system)
+    return host_all, host_filter
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,14 +201,7 @@ def filter_used_from_qos_dirs(node_used: float, node_reserved: float, kubepods_u
     non-BE pods use what kubepods uses less the BE class; "system" is the node less kubepods and the
     host applications (a pod the agent does not know, or without a sample, is in kubepods' sum
     either way: counted high priority here, as system there; their sum is the same)."""
-    host_all = host_filter = 0.0
-    for app in host_apps:
-        app_used = host_app_used.get(app.name)
-        if app_used is None:
-            continue
-        host_all += app_used
-        if host_app_filter(app):
-            host_filter += app_used
+    host_all, host_filter = _host_app_sums(host_apps, host_app_used, host_app_filter)
     system = max(node_used - kubepods_used - host_all, 0.0)
     system = max(system, node_reserved)
     return FilteredUsage(max(kubepods_used - be_class_used, 0.0), host_filter, system)
