@@ -341,3 +341,61 @@ def test_process_descriptors_are_listed_where_the_directory_gives_no_count(tmp_p
                     "process_open_fds": 3.0, "process_max_fds": 1024.0}
     (me / "stat").write_text("garbled")
     assert {m.name for m in c.collect()} == {"process_open_fds", "process_max_fds"}  # the rest still read
+
+
+def test_the_text_page_is_the_librarys_own_encoders_page() -> None:
+    """The text format 0.0.4 is written without ``prometheus_client.exposition`` (which would load
+    TLS, urllib and the HTTP server): page for page what that module's encoder writes, for every kind
+    of family, nasty label values and help, the untyped koordlet counter and the standard collectors."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+    from qosmanager.exporter.promlib import GCCollector, PlatformCollector
+
+    r = Registry()
+    c = Counter("jobs_total", "Jobs\\ done\nby kind", ("kind",), r)
+    c.labels('a "b"\\\n').inc(2.5)
+    c.labels("ünï").inc()
+    Counter("koordlet_pod_eviction", "Evictions", ("node", "reason"), r).labels("n1", "BECPUEvict").inc()
+    Gauge("temperature", "Now", registry=r).set(-1.25)
+    h = Histogram("latency_seconds", "Latency", ("op",), buckets=exponential_buckets(0.001, 2, 5), registry=r)
+    for v in (0.0005, 0.003, 0.1, math.inf):
+        h.labels("read").observe(v)
+    ProcessCollector(registry=r)
+    PlatformCollector(registry=r)
+    GCCollector(registry=r)
+
+    class Extra:  # a created timestamp (OpenMetrics-only samples), an info family, timestamps
+        def collect(self) -> list[Any]:
+            cf = CounterMetricFamily("extra_requests", "Requests", labels=["x"], created=1_700_000_000.5)
+            cf.add_metric(["1"], 3, created=1_700_000_000.5, timestamp=1_700_000_001.25)
+            gf = GaugeMetricFamily("extra_level", "Level", value=7)
+            info = InfoMetricFamily("extra_build", "Build", value={"version": "1.2"})
+            return [cf, gf, info]
+
+    r.register(Extra())  # type: ignore[arg-type]
+    page, ctype = r.expose("")
+    assert page == generate_latest(r)
+    assert ctype == "text/plain; version=0.0.4; charset=utf-8"
+    assert b"extra_requests_created" in page and b"process_cpu_seconds_total" in page
+
+
+def test_the_exporter_loads_no_tls_urllib_or_http_server_and_the_full_library_still_imports() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import qosmanager.exporter.agent_metrics, qosmanager.exporter.server\n"
+        "heavy = ['ssl', '_hashlib', 'urllib.request', 'http.server', 'wsgiref', 'email', 'prometheus_client']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "import prometheus_client\n"
+        "from qosmanager.exporter.registry import Registry\n"
+        "assert issubclass(Registry, prometheus_client.CollectorRegistry)\n"
+        "assert prometheus_client.generate_latest(Registry()) == b''\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "ok"]

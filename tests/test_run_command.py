@@ -446,3 +446,12 @@ def yaml_dump(obj: object) -> str:
     import yaml
 
     return yaml.safe_dump(obj)
+
+
+def test_malloc_tuning_applies_the_glibc_options_the_environment_does_not_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from qosmanager import cli
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 20))  # the operator's: left alone
+    assert cli.tune_malloc() == ["MALLOC_ARENA_MAX"]

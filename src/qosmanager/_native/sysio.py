@@ -66,7 +66,7 @@ def pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarra
     return err
 
 
-PREAD_BATCH_BYTES = 1 << 20  # the most one native call's buffer holds
+PREAD_BATCH_BYTES = 1 << 16  # the most one native call's buffer holds (a transient of its own size each tick)
 
 
 def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:

@@ -30,9 +30,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import GCCollector, PlatformCollector
-
 from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
+from qosmanager.exporter.promlib import GCCollector, PlatformCollector
 from qosmanager.exporter.registry import (
     Counter,
     Gauge,

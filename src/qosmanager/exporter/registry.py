@@ -36,19 +36,19 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import prometheus_client
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.exposition import generate_latest as _text
-from prometheus_client.metrics_core import (
+from qosmanager.exporter import promlib
+from qosmanager.exporter.promlib import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    Collector,
+    CollectorRegistry,
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    floatToGoString,
 )
-from prometheus_client.openmetrics.exposition import generate_latest as _openmetrics
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from qosmanager.exporter.promlib import openmetrics_latest as _openmetrics
+from qosmanager.exporter.promlib import text_latest as _text
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ class Histogram(_Family):
 # ---------------------------------------------------------------------------------------------
 # the standard process families
 # ---------------------------------------------------------------------------------------------
-class ProcessCollector(prometheus_client.ProcessCollector):
+class ProcessCollector(promlib.ProcessCollector):
     """``prometheus_client``'s ``process_*`` families (same names, help and sources), with open
     descriptors counted in O(1).
 
