@@ -634,7 +634,9 @@ class Collector:
             else:
                 files[mask] |= d.files
         slots = np.flatnonzero(files)
-        if len(self._selections) > 256:
+        if len(self._selections) > 256 or next(iter(self._selections), key)[3] != key[3]:
+            # a selection holds arrays of the tracked set's size: those of an earlier tracked set
+            # (pods came or went) are never asked for again (all kept share one generation)
             self._selections.clear()
         self._selections[key] = (plan, slots, files[slots])
         return slots, files[slots]
