@@ -450,13 +450,16 @@ class Executor:
     def read_many(self, resource: str, cgroups: Sequence[str]) -> list[str | None]:
         """Current canonical values of one resource in many cgroups, in one native read.
 
-        A value this executor wrote within ``force_seconds`` comes from the write cache
-        (no syscall).  None where the file is missing or unreadable.
+        A value this executor wrote or confirmed within ``force_seconds`` comes from the write
+        cache (no syscall).  A file the cache knows whose entry is older is read, and what it holds
+        now renews the entry: a strategy that reads the same files every tick (cpuBurst's quotas)
+        reads each from the kernel once per window, not every tick once the window of its last
+        write has passed.  None where the file is missing or unreadable.
         """
         r = res.get(resource)
         now = self.clock()
         out: list[str | None] = [None] * len(cgroups)
-        todo: list[tuple[int, str]] = []
+        todo: list[tuple[int, str, str]] = []
         cache, force, where = self._cache, self.force_seconds, self._where
         for i, cg in enumerate(cgroups):
             loc = where.get((resource, cg)) or self._remember(r, cg)
@@ -466,12 +469,15 @@ class Executor:
             if entry is not None and now - entry.ts < force:
                 out[i] = entry.value
             else:
-                todo.append((i, loc[1]))
+                todo.append((i, loc[1], loc[4]))
         if todo:
-            contents = self._read_paths([p for _, p in todo])
-            for (i, _), content in zip(todo, contents):
+            contents = self._read_paths([p for _, p, _ in todo])
+            multi = r.multi_entry
+            for (i, _, key), content in zip(todo, contents):
                 if isinstance(content, str):
-                    out[i] = self.canonical(r, content)
+                    value = out[i] = self.canonical(r, content)
+                    if not multi and key in cache:  # confirmed now (or found changed: the truth)
+                        cache[key] = _CacheEntry(value, now, content)
         return out
 
     def canonical(self, r: res.Resource, content: str) -> str:
