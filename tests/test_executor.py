@@ -315,3 +315,4 @@ def test_reads_renew_the_cache_of_a_file_it_knows(tmp_path) -> None:
     assert ex.read("cpu.cfs_quota_us", BE) == "-1"
     res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
     assert res[0].status == "written" and read(path) == "120000"
+

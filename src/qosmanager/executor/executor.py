@@ -347,6 +347,7 @@ class Executor:
         self._last_gc = clock()
         # failed and refused writes: said in full once, then as a count (see the module docstring)
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
+        self._said: dict[tuple[str, str, str, bool], list[tuple[str, str]]] | None = None  # a batch's lines
         self._last_sweep = self._last_gc
         self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
         self._virtual_dirs: set[str] = set()  # dry run: directories decided but not created (absolute)
@@ -540,6 +541,14 @@ class Executor:
     def apply(self, requests: Iterable[Request], now: float | None = None) -> list[WriteResult]:
         """Carry out writes, plans and restores (see the module docstring); one result per write sent
         (a skipped plan, or a restore with nothing to restore, has none)."""
+        self._said = {}
+        try:
+            return self._apply(requests, now)
+        finally:
+            said, self._said = self._said, None
+            self._say_grouped(said)
+
+    def _apply(self, requests: Iterable[Request], now: float | None) -> list[WriteResult]:
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
         writes, spans, walked = self._expand(requests, now)
@@ -999,11 +1008,11 @@ class Executor:
                 error: str) -> None:
         verb = "refused (invalid value)" if kind == "invalid" else "failed"
         if rep.first:
-            log.warning("%s: writing %s = %s %s: %s", w.strategy, target, value, verb, error)
+            self._say(w.strategy, verb, error, f"{target} = {value}")
             self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old,
                               uid=w.uid, reason=w.reason, executed=False, error=error)
             return
-        log.warning("%s: writing %s = %s %s %s: %s", w.strategy, target, value, verb, rep.times(), error)
+        self._say(w.strategy, verb, error, f"{target} = {value}", rep.times())
         self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old, uid=w.uid,
                           reason=f"{w.reason} ({verb} {rep.times()})", executed=False, error=error,
                           repeats=rep.count)
@@ -1011,8 +1020,33 @@ class Executor:
     def _recovered(self, it: _Item, now: float) -> None:
         rep = self._repeats.clear(it.key, now)
         if rep is not None:
-            log.warning("%s: writing %s works again (it failed %s)", it.write.strategy, it.target,
-                        rep.times())
+            self._say(it.write.strategy, "works again", "", it.target, rep.times())
+
+    def _say(self, strategy: str, what: str, error: str, where: str, times: str = "") -> None:
+        """One log line about a write; within a batch, lines alike (the same strategy, outcome and
+        error: an EMFILE storm over 2,000 files) become one line with a count and an example."""
+        if self._said is not None:
+            self._said.setdefault((strategy, what, error, bool(times)), []).append((where, times))
+            return
+        self._say_grouped({(strategy, what, error, bool(times)): [(where, times)]})
+
+    @staticmethod
+    def _say_grouped(said: dict[tuple[str, str, str, bool], list[tuple[str, str]]]) -> None:
+        for (strategy, what, error, _), lines in said.items():
+            where, times = lines[0]
+            if what == "works again":
+                if len(lines) == 1:
+                    log.warning("%s: writing %s works again (it failed %s)", strategy, where, times)
+                else:
+                    log.warning("%s: writing %d files works again, e.g. %s (it failed %s)", strategy,
+                                len(lines), where, times)
+                continue
+            detail = f" {times}" if times else ""
+            if len(lines) == 1:
+                log.warning("%s: writing %s %s%s: %s", strategy, where, what, detail, error)
+            else:
+                log.warning("%s: %d writes %s%s: %s; e.g. writing %s (each is in the audit log)", strategy,
+                            len(lines), what, " again" if times else "", error, where)
 
     def _sweep_repeats(self, now: float) -> None:
         """Sum up failures that stopped repeating (the strategy no longer asks for that write)."""
