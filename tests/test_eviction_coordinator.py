@@ -794,10 +794,10 @@ def test_the_real_strategies_share_one_queue() -> None:
 @pytest.mark.kernel
 @pytest.mark.parametrize("version", [1, 2])
 def test_real_kernel_kill_mode_ends_exactly_the_victims_processes(version: int) -> None:
-    """Real cgroups (created beneath this test's own) and the real /proc: the victim pod's processes (in a
-    container, in the pod dir itself, and in cgroups the container nests two and three levels below the pod
-    dir) end; processes of ours in another pod's cgroups, one at the same depth, live on.  v2 kills with the
-    pod dir's cgroup.kill where the kernel has it."""
+    """Real cgroups (created beneath this test's own) and the real /proc: the victim pod's processes (in
+    cgroups its container nests two and three levels below the pod dir; on v1 also in the container and
+    the pod dir themselves: v2 holds processes only in leaves) end; processes of ours in another pod's
+    cgroups at the same depths live on.  v2 kills with the pod dir's cgroup.kill where the kernel has it."""
     reason = kernelcg.unavailable(version)
     if reason:
         pytest.skip(f"real cgroups v{version} unavailable: {reason}")
@@ -813,18 +813,21 @@ def test_real_kernel_kill_mode_ends_exactly_the_victims_processes(version: int) 
             pod = store.pods[uid(i)]
             pod_rel = layout.pod_dir(pod.kube_qos, pod.uid)
             ctr = layout.container_dir(pod_rel, pod.containers[0].container_id)
-            dirs.append((pod_rel, ctr, f"{ctr}/sub", f"{ctr}/sub/deeper"))
-            tree.mkdir(dirs[-1][-1])
-        where = [dirs[0][1], dirs[0][0], dirs[0][2], dirs[0][3], dirs[1][1], dirs[1][2]]
-        procs = [tree.spawn(rel, ["sleep", "600"]) for rel in where]
-        victims, bystanders = procs[:4], procs[4:]
+            dirs.append((pod_rel, ctr, f"{ctr}/other", f"{ctr}/sub", f"{ctr}/sub/deeper"))
+            tree.mkdir(dirs[-1][2])
+            tree.mkdir(dirs[-1][4])
+        leaves, inner = (2, 4), (0, 1, 3)
+        at = leaves + (inner if version == 1 else ())
+        victims = [tree.spawn(dirs[0][k], ["sleep", "600"]) for k in at]
+        bystanders = [tree.spawn(dirs[1][k], ["sleep", "600"]) for k in at]
+        procs = victims + bystanders
         try:
             t = EvictTask("BEMemoryEvict", "test", TARGET_POD_USED, {"memory": GiB},
                           [Victim(store.pods[uid(0)], {"memory": 2 * GiB})])
             res = coord.execute("memoryEvict", [t], time.time())
             assert [(d.pod.name, d.action, d.executed, d.error) for d in res.decisions] == [
                 ("be-0", "evicted", True, None)]
-            assert [p.wait(timeout=10) for p in victims] == [-signal.SIGKILL] * 4
+            assert [p.wait(timeout=10) for p in victims] == [-signal.SIGKILL] * len(victims)
             assert all(alive(p) for p in bystanders)
             [kill] = [r for r in audit.recent if r["action"] == "kill"]
             assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in victims)
