@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -910,3 +911,25 @@ def test_real_kernel_cgroup_kill_ends_a_fork_loop() -> None:
             assert ev["kill"] == "cgroup.kill" and ev["executed"] is True
         finally:
             reap([loop, bystander])
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfds here")
+def test_an_exited_process_is_told_by_its_pidfd_whatever_the_descriptors_number() -> None:
+    """Kill mode tells a dying process still listed from a new one with a reused pid by the pidfd it kept;
+    the agent holds thousands of descriptors, so the pidfd's number is far above select()'s 1024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"descriptor limit {soft}")
+    proc = sleeper()
+    fd = os.pidfd_open(proc.pid)
+    high = os.dup2(fd, min(soft - 1, 4000))
+    try:
+        assert not coord_mod._exited(high)
+        proc.kill()
+        proc.wait()
+        assert coord_mod._exited(high) and coord_mod._exited(fd)
+        assert not coord_mod._exited(-1)  # no pidfd: cannot tell, so "not exited"
+    finally:
+        os.close(high)
+        os.close(fd)
+        reap([proc])

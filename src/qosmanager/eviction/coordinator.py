@@ -578,9 +578,11 @@ def _exited(pidfd: int) -> bool:
     """Whether the process a pidfd pins has exited (a pidfd turns readable then); False without one."""
     if pidfd < 0:
         return False
+    poller = select.poll()  # (not select(): the agent's descriptors go far beyond FD_SETSIZE)
+    poller.register(pidfd, select.POLLIN)
     try:
-        return bool(select.select([pidfd], [], [], 0)[0])
-    except (OSError, ValueError):
+        return bool(poller.poll(0))
+    except OSError:
         return False
 
 
