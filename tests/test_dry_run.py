@@ -254,6 +254,9 @@ def test_a_dry_run_with_everything_on_changes_nothing_and_audits_every_decision(
             host.set_tasks(rel, [proc.pid])
             line = (f"4:cpu,cpuacct:/{rel}\n" if version == 1 else "") + f"0::/{rel}\n"
             host.write(f"proc/{proc.pid}/cgroup", line)
+            if version == 2:  # the pod dir's cgroup.kill (Linux >= 5.14), which kill mode would write
+                kill_file = host.layout.file("", host.layout.pod_dir(fp.qos, fp.uid), "cgroup.kill")
+                host.write(os.path.relpath(kill_file, host.root), "")
         files = {"pods": tmp_path / "pods.json", "node": tmp_path / "node.json", "slo": tmp_path / "slo.json"}
         objs = [pod_object(fp, labels=lab, annotations=ann) for fp, lab, ann in specs]
         files["pods"].write_text(json.dumps(pod_list(objs)))
@@ -293,7 +296,13 @@ def test_a_dry_run_with_everything_on_changes_nothing_and_audits_every_decision(
         assert all(p.poll() is None for p in procs)  # kill mode, but a dry run: every process lives
         recs = [json.loads(line) for line in audit_path.read_text().splitlines()]
         assert recs and not [r for r in recs if r["executed"]]
-        assert not [r for r in recs if r["action"] in ("error", "kill")]
+        assert not [r for r in recs if r["action"] == "error"]
+        # what kill mode would have done, audited: each victim's process (by cgroup.kill on v2), nothing sent
+        pid_of = {f"default/{fp.name}": str(proc.pid) for proc, (fp, _, _) in zip(procs, specs)}
+        kills = [r for r in recs if r["action"] == "kill"]
+        assert kills and all(r["stage"] == "dry-run" for r in kills)
+        assert all(r["how"] == ("sigkill" if version == 1 else "cgroup.kill") for r in kills)
+        assert all(r["value"] == pid_of[r["target"]] for r in kills)
         by_action: dict[str, set[str]] = {}
         for r in recs:
             by_action.setdefault(r["action"], set()).add(r["strategy"])

@@ -5,10 +5,13 @@ Tasks are built by hand here, so every expected release is a sum or max written 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +23,9 @@ from qosmanager.api.pod import PodMeta
 from qosmanager.eviction import coordinator as coord_mod
 from qosmanager.eviction.coordinator import ApiOutcome, EvictionCoordinator
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
+from qosmanager.executor import kill as kill_mod
 from qosmanager.executor.audit import AuditLog
+from qosmanager.executor.kill import Kill
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.roots import HostRoots
 from qosmanager.sim.fakehost import FakeContainer, FakePod
@@ -267,9 +272,13 @@ def test_api_mode_failure_is_audited_and_backs_off() -> None:
     assert calls == ["be-0", "be-0"]
 
 
-def container_rel(h: Harness, i: int) -> str:
+def pod_rel(h: Harness, i: int) -> str:
     pod = meta(h, i)
-    return h.layout.container_dir(h.layout.pod_dir(pod.kube_qos, pod.uid), pod.containers[0].container_id)
+    return h.layout.pod_dir(pod.kube_qos, pod.uid)
+
+
+def container_rel(h: Harness, i: int) -> str:
+    return h.layout.container_dir(pod_rel(h, i), meta(h, i).containers[0].container_id)
 
 
 def list_pid(h: Harness, i: int, line: str) -> None:
@@ -377,11 +386,18 @@ def test_kill_mode_spares_a_process_that_left_or_cannot_be_checked() -> None:
         reap([left, unchecked])
 
 
-def test_pid_1_the_agent_and_its_parent_are_never_signalled(monkeypatch: pytest.MonkeyPatch) -> None:
-    h = harness([be_pod(0)], evict_mode="kill")
+@pytest.mark.parametrize("version", [1, 2])
+def test_pid_1_the_agent_and_its_parent_are_never_signalled(monkeypatch: pytest.MonkeyPatch,
+                                                              version: int) -> None:
+    """Not one by one, and (v2) not by the pod's cgroup.kill either: the pod is killed pid by pid,
+    those three spared, and the eviction fails."""
+    h = harness([be_pod(0)], version=version, evict_mode="kill")
+    kill_file = h.layout.file("", pod_rel(h, 0), "cgroup.kill") if version == 2 else ""
+    if kill_file:
+        open(kill_file, "w").close()
     signalled: list[int] = []
     # never the real signal here: a regression must not reach init or the test runner
-    monkeypatch.setattr(h.coordinator, "_signal", lambda pid, fd: signalled.append(pid) or 0)
+    monkeypatch.setattr(h.executor, "_signal", lambda pid, fd: signalled.append(pid) or 0)
     proc = sleeper()
     try:
         for pid in (1, os.getpid(), os.getppid(), proc.pid):
@@ -393,6 +409,10 @@ def test_pid_1_the_agent_and_its_parent_are_never_signalled(monkeypatch: pytest.
         [d] = res.decisions
         assert d.action == "failed" and d.error is not None
         assert "pid 1:" in d.error and "agent itself" in d.error and "agent's parent" in d.error
+        if kill_file:
+            assert read(kill_file) == ""  # cgroup.kill not written
+            [ev] = [r for r in h.audit.recent if r["action"] == "evict"]
+            assert ev["kill"] == "sigkill" and "cgroup.kill" in ev["fallback"]
     finally:
         reap([proc])
 
@@ -451,13 +471,13 @@ def test_the_kill_record_is_on_disk_before_the_signal(tmp_path, monkeypatch: pyt
     coord = EvictionCoordinator(h.store, h.layout, AuditLog(str(path)), mode="kill", clock=lambda: h.now)
     proc = sleeper()
     seen: list[list[dict[str, Any]]] = []
-    real = coord._signal
+    real = coord.executor._signal
 
     def observing(pid: int, fd: int) -> int:
         seen.append([json.loads(line) for line in path.read_text().splitlines()])
         return real(pid, fd)
 
-    monkeypatch.setattr(coord, "_signal", observing)
+    monkeypatch.setattr(coord.executor, "_signal", observing)
     try:
         place(h, 0, proc.pid)
         t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
@@ -472,11 +492,278 @@ def test_the_kill_record_is_on_disk_before_the_signal(tmp_path, monkeypatch: pyt
         reap([proc])
 
 
-def test_kill_mode_with_no_process_left_counts_as_evicted() -> None:
-    h = harness([be_pod(0)], evict_mode="kill")
+@pytest.mark.parametrize("version", [1, 2])
+def test_kill_mode_with_no_process_left_counts_as_evicted(version: int) -> None:
+    h = harness([be_pod(0)], version=version, evict_mode="kill")
+    if version == 2:
+        kill_file = h.layout.file("", pod_rel(h, 0), "cgroup.kill")
+        open(kill_file, "w").close()
     t = task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB}, [(0, {"memory": 2 * GiB})])
     res = h.coordinator.execute("memoryEvict", [t], 1000.0)
     assert [(d.action, d.executed) for d in res.decisions] == [("evicted", True)]
+    assert not [r for r in h.audit.recent if r["action"] == "kill"]  # nothing was sent
+    if version == 2:
+        with open(kill_file) as f:
+            assert f.read() == ""
+
+
+# ---------------------------------------------------------------- kill mode: the whole subtree, cgroup.kill
+
+
+def hier(h: Harness) -> str:
+    return "cpu" if h.layout.version == 1 else ""
+
+
+def nested(h: Harness, i: int, *parts: str) -> str:
+    """A cgroup below pod ``i``'s container (systemd in the container, docker-in-docker, a runtime's exec
+    session), in the hierarchy kill mode reads pids from."""
+    rel = "/".join([container_rel(h, i), *parts])
+    os.makedirs(h.layout.abs_dir(hier(h), rel), exist_ok=True)
+    return rel
+
+
+def place_in(h: Harness, rel: str, pid: int) -> None:
+    """A process in cgroup ``rel``: listed in its cgroup.procs, and /proc says so."""
+    with open(h.layout.file(hier(h), rel, "cgroup.procs"), "a") as f:
+        f.write(f"{pid}\n")
+    proc_cgroup(h, pid, rel)
+
+
+def kill_files(h: Harness, *rels: str) -> dict[str, str]:
+    """v2: a ``cgroup.kill`` (empty) in each of ``rels``, as every non-root cgroup of Linux >= 5.14 has."""
+    paths = {rel: h.layout.file("", rel, "cgroup.kill") for rel in rels}
+    for p in paths.values():
+        open(p, "w").close()
+    return paths
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def records(h: Harness, *actions: str) -> list[dict[str, Any]]:
+    return [r for r in h.audit.recent if r["action"] in actions]
+
+
+def memory_task(h: Harness, *victims: int) -> EvictTask:
+    return task(h, "BEMemoryEvict", TARGET_POD_USED, {"memory": GiB},
+                [(i, {"memory": 2 * GiB}) for i in victims])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_kill_mode_reaches_every_depth_of_the_pods_subtree(version: int) -> None:
+    """Processes in cgroups a container nests (two and four levels below the pod dir) die with the pod; a
+    process of another pod at the same depth lives."""
+    h = harness([be_pod(0), be_pod(1)], version=version, evict_mode="kill")
+    procs = [sleeper() for _ in range(4)]
+    try:
+        place_in(h, pod_rel(h, 0), procs[0].pid)  # the pod dir itself
+        place_in(h, nested(h, 0, "init.scope"), procs[1].pid)
+        place_in(h, nested(h, 0, "docker", "abc", "init.scope"), procs[2].pid)
+        place_in(h, nested(h, 1, "init.scope"), procs[3].pid)  # a bystander, another pod
+        res = h.coordinator.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        assert [(d.action, d.executed, d.error) for d in res.decisions] == [("evicted", True, None)]
+        assert [p.wait(timeout=10) for p in procs[:3]] == [-signal.SIGKILL] * 3
+        assert alive(procs[3])
+        [kill] = records(h, "kill")
+        assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in procs[:3])
+        assert kill["how"] == "sigkill" and kill["stage"] == "before-signal"
+        [ev] = records(h, "evict")
+        assert (ev["kill"], ev["killed"], ev["rounds"]) == ("sigkill", 3, 1)
+        assert h.executor.stats.signals == 3 and h.executor.stats.cgroup_kills == 0
+    finally:
+        reap(procs)
+
+
+def test_kill_mode_reads_a_bounded_number_of_cgroups_and_says_when_it_stopped(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(coord_mod, "MAX_KILL_DIRS", 3)
+    h = harness([be_pod(0)], evict_mode="kill")
+    procs = [sleeper(), sleeper()]
+    try:
+        # walked: the pod dir, its container, the container's first child "a" -- then the bound
+        place_in(h, nested(h, 0, "a"), procs[0].pid)
+        place_in(h, nested(h, 0, "b"), procs[1].pid)
+        res = h.coordinator.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        [d] = res.decisions
+        assert d.action == "failed" and "more than 3 cgroups" in (d.error or "")
+        assert not h.coordinator.is_pending(uid(0), 1000.0)  # tried again next round
+        assert procs[0].wait(timeout=10) == -signal.SIGKILL
+        assert alive(procs[1])
+        [kill] = records(h, "kill")
+        assert kill["value"] == str(procs[0].pid) and kill["dirs_capped"] == 3
+        assert "holds more than 3 cgroups; only the first 3 are read" in caplog.text
+    finally:
+        reap(procs)
+
+
+def test_v2_kill_mode_writes_the_pods_own_cgroup_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cgroup v2: one write of "1" to the pod dir's cgroup.kill, the pids seen audited before it; no
+    signal pid by pid, and no other cgroup.kill touched (kubepods, the QoS dir, the container, a
+    nested cgroup, another pod)."""
+    h = harness([be_pod(0), be_pod(1)], version=2, evict_mode="kill")
+    signalled: list[int] = []
+    monkeypatch.setattr(h.executor, "_signal", lambda pid, fd: signalled.append(pid) or 0)
+    procs = [sleeper(), sleeper(), sleeper()]
+    try:
+        place_in(h, container_rel(h, 0), procs[0].pid)
+        deep = nested(h, 0, "init.scope")
+        place_in(h, deep, procs[1].pid)
+        place_in(h, container_rel(h, 1), procs[2].pid)
+        files = kill_files(h, h.layout.kubepods_dir(), h.layout.qos_dir(KubeQoS.BESTEFFORT), pod_rel(h, 0),
+                           container_rel(h, 0), deep, pod_rel(h, 1), container_rel(h, 1))
+        res = h.coordinator.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        assert [(d.action, d.executed, d.error) for d in res.decisions] == [("evicted", True, None)]
+        written = {rel: read(p) for rel, p in files.items()}
+        assert written == {rel: ("1" if rel == pod_rel(h, 0) else "") for rel in files}
+        assert signalled == [] and h.executor.stats.signals == 0 and h.executor.stats.cgroup_kills == 1
+        [kill] = records(h, "kill")
+        assert kill["how"] == "cgroup.kill" and kill["stage"] == "before-signal"
+        assert kill["file"] == f"{pod_rel(h, 0)}/cgroup.kill"
+        assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in procs[:2])
+        [ev] = records(h, "evict")
+        assert (ev["kill"], ev["killed"], ev["executed"]) == ("cgroup.kill", 2, True)
+    finally:
+        reap(procs)
+
+
+@pytest.mark.parametrize("how", ["missing", "unsupported", "refused"])
+def test_v2_kill_mode_signals_pid_by_pid_where_cgroup_kill_is_missing_or_fails(
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """No cgroup.kill (Linux < 5.14), one the kernel refuses as unsupported, or one that fails otherwise:
+    the checked pid-by-pid path, every step audited."""
+    h = harness([be_pod(0)], version=2, evict_mode="kill")
+    proc = sleeper()
+    try:
+        place_in(h, nested(h, 0, "init.scope"), proc.pid)
+        if how != "missing":
+            [path] = kill_files(h, pod_rel(h, 0)).values()
+            err = errno.EOPNOTSUPP if how == "unsupported" else errno.EACCES
+
+            def refuse(p: str) -> None:
+                assert p == path
+                raise OSError(err, os.strerror(err))
+
+            monkeypatch.setattr(kill_mod, "write_cgroup_kill", refuse)
+        res = h.coordinator.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        assert [(d.action, d.executed, d.error) for d in res.decisions] == [("evicted", True, None)]
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        steps = [(r["how"], r["stage"], r.get("error", "").split(":")[0]) for r in records(h, "kill")]
+        [ev] = records(h, "evict")
+        assert ev["kill"] == "sigkill" and ev["killed"] == 1
+        if how == "missing":
+            assert steps == [("sigkill", "before-signal", "")]
+            assert "no cgroup.kill" in ev["fallback"]
+        else:
+            name = errno.errorcode[err]
+            stage = "unsupported" if how == "unsupported" else "failed"
+            assert steps == [("cgroup.kill", "before-signal", ""), ("cgroup.kill", stage, name),
+                             ("sigkill", "before-signal", "")]
+            assert name in ev["fallback"]
+        assert h.executor.stats.signals == 1 and h.executor.stats.cgroup_kills == 0
+    finally:
+        reap([proc])
+
+
+def test_the_executor_writes_cgroup_kill_only_in_a_pods_own_dir() -> None:
+    h = harness([be_pod(0), be_pod(1)], version=2)
+    rels = [h.layout.kubepods_dir(), h.layout.qos_dir(KubeQoS.BESTEFFORT), pod_rel(h, 0), container_rel(h, 0)]
+    files = kill_files(h, *rels)
+    for rel, who in [(h.layout.kubepods_dir(), uid(0)), (h.layout.qos_dir(KubeQoS.BESTEFFORT), uid(0)),
+                     (container_rel(h, 0), uid(0)), (pod_rel(h, 0), uid(1)),
+                     (pod_rel(h, 0) + "/../" + pod_rel(h, 1).rpartition("/")[2], uid(1)),
+                     ("/" + pod_rel(h, 0), uid(0))]:
+        with pytest.raises(ValueError, match="only in a pod's own dir"):
+            h.executor.kill(Kill("memoryEvict", "default/be-0", who, [], cgroup=rel))
+    assert all(read(p) == "" for p in files.values())
+    assert not records(h, "kill")
+    res = h.executor.kill(Kill("memoryEvict", "default/be-0", uid(0), [], cgroup=pod_rel(h, 0)))
+    assert (res.how, res.status) == ("cgroup.kill", "done") and read(files[pod_rel(h, 0)]) == "1"
+    h1 = harness([be_pod(0)], version=1)  # cgroup v1 has no cgroup.kill
+    with pytest.raises(ValueError, match="cgroup v2"):
+        h1.executor.kill(Kill("memoryEvict", "default/be-0", uid(0), [], cgroup=pod_rel(h1, 0)))
+
+
+def test_the_executor_never_signals_init_the_agent_or_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness([be_pod(0)])
+    signalled: list[int] = []
+    monkeypatch.setattr(h.executor, "_signal", lambda pid, fd: signalled.append(pid) or 0)
+    pids = [0, 1, os.getpid(), os.getppid(), 4242]
+    res = h.executor.kill(Kill("memoryEvict", "default/be-0", uid(0), pids))
+    assert signalled == [4242] and res.sent == 1
+    assert res.errors == {0: errno.EPERM, 1: errno.EPERM, os.getpid(): errno.EPERM, os.getppid(): errno.EPERM}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_dry_run_in_kill_mode_sends_nothing_and_audits_what_it_would_kill(version: int) -> None:
+    h = harness([be_pod(0)], version=version, evict_mode="kill", dry_run=True)
+    proc = sleeper()
+    try:
+        place_in(h, nested(h, 0, "init.scope"), proc.pid)
+        files = kill_files(h, pod_rel(h, 0)) if version == 2 else {}
+        res = h.coordinator.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        assert [(d.action, d.executed) for d in res.decisions] == [("evicted", False)]
+        assert alive(proc)
+        assert all(read(p) == "" for p in files.values())
+        [kill] = records(h, "kill")
+        assert (kill["value"], kill["stage"], kill["executed"]) == (str(proc.pid), "dry-run", False)
+        assert kill["how"] == ("cgroup.kill" if version == 2 else "sigkill")
+        [ev] = records(h, "evict")
+        assert ev["mode"] == "dry-run" and ev["executed"] is False and ev["kill"] == kill["how"]
+        assert h.executor.stats.signals == 0 and h.executor.stats.cgroup_kills == 0
+    finally:
+        reap([proc])
+
+
+def forking_coordinator(h: Harness, forks: int, procs: list[subprocess.Popen[bytes]]) -> EvictionCoordinator:
+    """Kill mode whose pause between rounds starts a process in pod 0's nested cgroup, the first ``forks``
+    times: children forked while the kill is going on."""
+    rel = nested(h, 0, "init.scope")
+
+    def pause(seconds: float) -> None:
+        assert 0 < seconds <= 0.1
+        if len(procs) <= forks:
+            procs.append(sleeper())
+            place_in(h, rel, procs[-1].pid)
+
+    return EvictionCoordinator(h.store, h.layout, h.audit, mode="kill", clock=lambda: h.now,
+                               executor=h.executor, pause=pause)
+
+
+def test_kill_mode_signals_the_processes_forked_during_the_kill() -> None:
+    h = harness([be_pod(0)], evict_mode="kill")
+    procs = [sleeper()]
+    try:
+        coord = forking_coordinator(h, 1, procs)
+        place_in(h, container_rel(h, 0), procs[0].pid)
+        res = coord.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        assert [(d.action, d.executed, d.error) for d in res.decisions] == [("evicted", True, None)]
+        assert len(procs) == 2 and [p.wait(timeout=10) for p in procs] == [-signal.SIGKILL] * 2
+        assert [(r["value"], r["round"]) for r in records(h, "kill")] == [(str(procs[0].pid), 1),
+                                                                          (str(procs[1].pid), 2)]
+        [ev] = records(h, "evict")
+        assert (ev["killed"], ev["rounds"]) == (2, 2)
+    finally:
+        reap(procs)
+
+
+def test_kill_mode_fails_when_processes_keep_appearing_after_its_rounds() -> None:
+    h = harness([be_pod(0)], evict_mode="kill")
+    procs = [sleeper()]
+    try:
+        coord = forking_coordinator(h, 100, procs)
+        place_in(h, container_rel(h, 0), procs[0].pid)
+        res = coord.execute("memoryEvict", [memory_task(h, 0)], 1000.0)
+        [d] = res.decisions
+        assert d.action == "failed" and "after 5 rounds of SIGKILL" in (d.error or "")
+        assert not coord.is_pending(uid(0), 1000.0)  # tried again next round
+        rounds = coord_mod.KILL_ROUNDS
+        assert len(records(h, "kill")) == rounds and len(procs) == rounds + 1
+        assert [p.wait(timeout=10) for p in procs[:rounds]] == [-signal.SIGKILL] * rounds
+        assert alive(procs[rounds])  # appeared after the last round: found, not signalled
+    finally:
+        reap(procs)
 
 
 def test_the_real_strategies_share_one_queue() -> None:
@@ -508,8 +795,10 @@ def test_the_real_strategies_share_one_queue() -> None:
 @pytest.mark.kernel
 @pytest.mark.parametrize("version", [1, 2])
 def test_real_kernel_kill_mode_ends_exactly_the_victims_processes(version: int) -> None:
-    """Real cgroups (created beneath this test's own) and the real /proc: the victim pod's processes (one in
-    a container, one in the pod dir itself) end; a process of ours in another pod's cgroup lives on."""
+    """Real cgroups (created beneath this test's own) and the real /proc: the victim pod's processes (in
+    cgroups its container nests two and three levels below the pod dir; on v1 also in the container and
+    the pod dir themselves: v2 holds processes only in leaves) end; processes of ours in another pod's
+    cgroups at the same depths live on.  v2 kills with the pod dir's cgroup.kill where the kernel has it."""
     reason = kernelcg.unavailable(version)
     if reason:
         pytest.skip(f"real cgroups v{version} unavailable: {reason}")
@@ -524,21 +813,123 @@ def test_real_kernel_kill_mode_ends_exactly_the_victims_processes(version: int) 
         for i in (0, 1):
             pod = store.pods[uid(i)]
             pod_rel = layout.pod_dir(pod.kube_qos, pod.uid)
-            dirs.append((pod_rel, layout.container_dir(pod_rel, pod.containers[0].container_id)))
-            tree.mkdir(dirs[-1][1])
-        procs = [sleeper(), sleeper(), sleeper()]
+            ctr = layout.container_dir(pod_rel, pod.containers[0].container_id)
+            dirs.append((pod_rel, ctr, f"{ctr}/other", f"{ctr}/sub", f"{ctr}/sub/deeper"))
+            tree.mkdir(dirs[-1][2])
+            tree.mkdir(dirs[-1][4])
+        leaves, inner = (2, 4), (0, 1, 3)
+        at = leaves + (inner if version == 1 else ())
+        victims = [tree.spawn(dirs[0][k], ["sleep", "600"]) for k in at]
+        bystanders = [tree.spawn(dirs[1][k], ["sleep", "600"]) for k in at]
+        procs = victims + bystanders
         try:
-            for proc, rel in zip(procs, (dirs[0][1], dirs[0][0], dirs[1][1])):
-                with open(tree.path(hier, f"{rel}/cgroup.procs"), "w") as f:
-                    f.write(str(proc.pid))
             t = EvictTask("BEMemoryEvict", "test", TARGET_POD_USED, {"memory": GiB},
                           [Victim(store.pods[uid(0)], {"memory": 2 * GiB})])
             res = coord.execute("memoryEvict", [t], time.time())
             assert [(d.pod.name, d.action, d.executed, d.error) for d in res.decisions] == [
                 ("be-0", "evicted", True, None)]
-            assert [p.wait(timeout=10) for p in procs[:2]] == [-signal.SIGKILL, -signal.SIGKILL]
-            assert alive(procs[2])
+            assert [p.wait(timeout=10) for p in victims] == [-signal.SIGKILL] * len(victims)
+            assert all(alive(p) for p in bystanders)
             [kill] = [r for r in audit.recent if r["action"] == "kill"]
-            assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in procs[:2])
+            assert sorted(map(int, kill["value"].split())) == sorted(p.pid for p in victims)
+            [ev] = [r for r in audit.recent if r["action"] == "evict"]
+            has_kill_file = version == 2 and os.path.exists(tree.path(hier, f"{dirs[0][0]}/cgroup.kill"))
+            assert ev["kill"] == ("cgroup.kill" if has_kill_file else "sigkill"), ev
+            assert not _read_procs(tree, hier, dirs[0][0])
         finally:
             reap(procs)
+
+
+def _read_procs(tree: kernelcg.KernelTree, hier: str, rel: str) -> list[str]:
+    """The pids the kernel lists in ``rel`` and every cgroup below it."""
+    out: list[str] = []
+    for d, _, _ in os.walk(tree.path(hier, rel)):
+        with open(os.path.join(d, "cgroup.procs")) as f:
+            out += f.read().split()
+    return out
+
+
+FORK_LOOP = """
+import os, time
+while True:  # a fork loop: a child every few ms, each living a moment, reaped as they end
+    if os.fork() == 0:
+        time.sleep(0.1)
+        os._exit(0)
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    time.sleep(0.003)
+"""
+
+
+@pytest.mark.kernel
+def test_real_kernel_cgroup_kill_ends_a_fork_loop() -> None:
+    """cgroup v2: a fork loop two levels below the pod dir ends with the pod dir's cgroup.kill (the kernel
+    kills the subtree at once, the children forked during the kill included); a process of another pod
+    in a cgroup at the same depth lives on."""
+    reason = kernelcg.unavailable(2)
+    if reason:
+        pytest.skip(f"real cgroups v2 unavailable: {reason}")
+    with kernelcg.kernel_tree(2) as tree:
+        layout = CgroupLayout(HostRoots(cgroup=tree.root), 2, "cgroupfs")
+        store = StateStore()
+        store.set_pods([be_pod(0), be_pod(1)])
+        audit = AuditLog(None)
+        coord = EvictionCoordinator(store, layout, audit, mode="kill")
+        rels = []
+        for i in (0, 1):
+            pod = store.pods[uid(i)]
+            pod_rel = layout.pod_dir(pod.kube_qos, pod.uid)
+            rels.append((pod_rel, f"{layout.container_dir(pod_rel, pod.containers[0].container_id)}/sub"))
+            tree.mkdir(rels[-1][1])
+        if not os.path.exists(tree.path("", f"{rels[0][0]}/cgroup.kill")):
+            pytest.skip("this kernel has no cgroup.kill (Linux < 5.14)")
+        loop = tree.spawn(rels[0][1], [sys.executable, "-c", FORK_LOOP])
+        bystander = tree.spawn(rels[1][1], ["sleep", "600"])
+        try:
+            deadline = time.monotonic() + 60
+            while len(_read_procs(tree, "", rels[0][0])) < 5:  # the loop runs: children come and go
+                assert time.monotonic() < deadline and loop.poll() is None, "the fork loop did not start"
+                time.sleep(0.05)
+            t = EvictTask("BEMemoryEvict", "test", TARGET_POD_USED, {"memory": GiB},
+                          [Victim(store.pods[uid(0)], {"memory": 2 * GiB})])
+            res = coord.execute("memoryEvict", [t], time.time())
+            assert [(d.action, d.executed, d.error) for d in res.decisions] == [("evicted", True, None)]
+            assert loop.wait(timeout=10) == -signal.SIGKILL
+            deadline = time.monotonic() + 10
+            while "populated 0" not in read(tree.path("", f"{rels[0][0]}/cgroup.events")):
+                left = _read_procs(tree, "", rels[0][0])
+                assert time.monotonic() < deadline, f"the pod's cgroups still hold {left}"
+                time.sleep(0.02)
+            assert alive(bystander)
+            [kill] = [r for r in audit.recent if r["action"] == "kill"]
+            assert kill["how"] == "cgroup.kill" and str(loop.pid) in kill["value"].split()
+            [ev] = [r for r in audit.recent if r["action"] == "evict"]
+            assert ev["kill"] == "cgroup.kill" and ev["executed"] is True
+        finally:
+            reap([loop, bystander])
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfds here")
+def test_an_exited_process_is_told_by_its_pidfd_whatever_the_descriptors_number() -> None:
+    """Kill mode tells a dying process still listed from a new one with a reused pid by the pidfd it kept;
+    the agent holds thousands of descriptors, so the pidfd's number is far above select()'s 1024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"descriptor limit {soft}")
+    proc = sleeper()
+    fd = os.pidfd_open(proc.pid)
+    high = os.dup2(fd, min(soft - 1, 4000))
+    try:
+        assert not coord_mod._exited(high)
+        proc.kill()
+        proc.wait()
+        assert coord_mod._exited(high) and coord_mod._exited(fd)
+        assert not coord_mod._exited(-1)  # no pidfd: cannot tell, so "not exited"
+    finally:
+        os.close(high)
+        os.close(fd)
+        reap([proc])

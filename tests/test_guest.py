@@ -50,8 +50,9 @@ class Guest:
 GUESTS = (
     # Three CPUs: cpuset suppression leaves BE two at least, so a shrink needs a third.  What is the
     # same on both versions and proven on the host's v1 stays out, to keep the guest to about three
-    # minutes: kill mode's exactness (the memory eviction here kills on v2), the static CPU manager's
-    # exclusive CPUs, the restart after SIGKILL.
+    # minutes: the agent's kill-mode run (the memory eviction here kills on v2), the static CPU
+    # manager's exclusive CPUs, the restart after SIGKILL.  Kill mode's own v2 path (the pod dir's
+    # cgroup.kill: a nested subtree, a fork loop) runs here, a few seconds without an agent.
     Guest("v2", 3, (
         "tests/test_kernel_cpu.py",
         "tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",
@@ -62,6 +63,8 @@ GUESTS = (
         "tests/test_kernel_evict.py::test_be_cpu_eviction_stops_when_one_pod_is_enough",
         "tests/test_kernel_io.py",
         "tests/test_collector.py::test_real_kernel_busy_process",
+        "tests/test_eviction_coordinator.py::test_real_kernel_kill_mode_ends_exactly_the_victims_processes",
+        "tests/test_eviction_coordinator.py::test_real_kernel_cgroup_kill_ends_a_fork_loop",
     )),
     # cgroup v1 with three CPUs: the host's two cannot show a cpuset shrink (BE keeps two at least).
     Guest("v1", 3, ("tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",), cgroup=1),

@@ -21,23 +21,29 @@ pytestmark = pytest.mark.kernel
 
 def test_kill_mode_ends_exactly_the_victims_processes(tmp_path) -> None:
     """Node memory above the eviction threshold: the BE pod's processes (a container's background
-    child included) get SIGKILL; an LS pod's process and one outside kubepods live on.  systemd
-    layout (``kubepods.slice/...``), detected by the agent."""
+    child included, and one in a cgroup a container nests two levels below the pod dir, as systemd in
+    a container makes) get SIGKILL; an LS pod's processes (one at the same depth) and one outside
+    kubepods live on.  systemd layout (``kubepods.slice/...``), detected by the agent."""
     with real_node(tmp_path, driver="systemd", controllers=("cpu", "memory")) as node:
         victim = node.add_pod("be", "BE", containers=2)
         ls = node.add_pod("ls", "LS")
         node.tree.mkdir("elsewhere")
+        nested = [f"{victim.containers[0]}/init.scope", f"{ls.containers[0]}/init.scope"]
+        for d in nested:
+            node.tree.mkdir(d)
         victims = [node.start(victim, container=0, memory=True),
-                   node.start(victim, ["sh", "-c", "sleep 600 & wait"], container=1, memory=True)]
-        bystanders = [node.start(ls, memory=True), node.tree.spawn("elsewhere", ["sleep", "600"], memory=True)]
-        ctr_procs = [node.path(d, "cgroup.procs") for d in victim.containers]
+                   node.start(victim, ["sh", "-c", "sleep 600 & wait"], container=1, memory=True),
+                   node.tree.spawn(nested[0], ["sleep", "600"], memory=True)]
+        bystanders = [node.start(ls, memory=True), node.tree.spawn("elsewhere", ["sleep", "600"], memory=True),
+                      node.tree.spawn(nested[1], ["sleep", "600"], memory=True)]
+        ctr_procs = [node.path(d, "cgroup.procs") for d in [*victim.containers, nested[0]]]
         node.write_nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 1}})
         with node.agent("--strategies", "memoryEvict", "--feature-gates", "BEMemoryEvict=true",
                         "--evict-mode", "kill", "--collect-interval", "500ms",
                         "--memory-evict-interval-seconds", "0.5") as agent:
             agent.wait_for("the victim's processes to end", lambda: all(p.poll() is not None for p in victims), 60)
             agent.wait_for("its cgroups to empty", lambda: all(not _read(f).split() for f in ctr_procs), 10)
-            assert [p.returncode for p in victims] == [-signal.SIGKILL] * 2
+            assert [p.returncode for p in victims] == [-signal.SIGKILL] * 3
             assert all(p.poll() is None for p in bystanders), "only the victim's processes are killed"
             evictions = [r for r in agent.audit() if r["action"] == "evict"]
             assert {r["target"] for r in evictions} == {f"default/{victim.name}"}, evictions

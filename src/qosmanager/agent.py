@@ -177,7 +177,8 @@ class Agent:
         self.evict_mode = evict_mode
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
                                                dry_run=cfg.dry_run, clock=clock,
-                                               api=self._kube_evictor(evict_mode, clock))
+                                               api=self._kube_evictor(evict_mode, clock),
+                                               executor=self.executor)
         self._kube_events(cfg, clock)
         self._cpu_info: NodeCPUInfo | None = None
         self._cpu_info_at = float("-inf")

@@ -26,12 +26,28 @@ Modes: ``none`` (decide and audit only, the pod counts as pending so decisions s
 ``kill`` (SIGKILL every process of the pod's cgroups), ``api`` (the Kubernetes Eviction API, given
 as a callable), and ``dry_run`` on top of any mode (decide and audit, act on nothing).
 
-Kill mode never hits a bystander: a pid read from the pod's ``cgroup.procs`` is signalled only when
-it is > 1, neither the agent nor its parent, and ``<proc root>/<pid>/cgroup``, read just before,
-places it in the pod's cgroup (the process pinned by a pidfd first, so the pid cannot be reused
-in between).  Lines that are not pids are skipped and counted.  A ``kill`` audit record naming the
-pids is flushed before the first signal; the ``evict`` record after it carries the outcome.
-:meth:`EvictionCoordinator._signal` is the only place the agent sends a signal.
+Kill mode ends every process of the victim pod's cgroup subtree -- the pod dir and everything below
+it, at any depth (a container that nests cgroups: systemd inside, docker-in-docker, a runtime's
+sandbox or exec sessions one level down), at most :data:`MAX_KILL_DIRS` cgroups read -- and never
+hits a bystander:
+
+* cgroup v2: one write of ``1`` to the pod dir's ``cgroup.kill`` (Linux >= 5.14); the kernel sends
+  SIGKILL to every process of the subtree at once, children forked during the kill included, and to
+  nothing outside it.  Only ever the pod's own dir, never a QoS dir or kubepods (the executor refuses
+  anything else), and not at all when the subtree holds pid 1, the agent or its parent.
+* cgroup v1 (the cpu hierarchy), and v2 where ``cgroup.kill`` is missing or the write is refused:
+  pid by pid.  A pid read from a ``cgroup.procs`` of the subtree is signalled only when it is > 1,
+  neither the agent nor its parent, and ``<proc root>/<pid>/cgroup``, read just before, places it in
+  the pod's cgroup (the process pinned by a pidfd first, so the pid cannot be reused in between).
+  The subtree is read again and new processes (forked during the kill) are signalled, for up to
+  :data:`KILL_ROUNDS` rounds; processes still appearing after that fail the eviction (tried again).
+
+Lines that are not pids are skipped and counted.  Signals and the ``cgroup.kill`` write go through the
+executor (:meth:`Executor.kill <qosmanager.executor.executor.Executor.kill>`): a ``kill`` audit record
+naming the pids seen and how they are killed is flushed before anything is sent, ``--dry-run`` sends
+nothing (it audits what it would kill), and the executor's stats count the signals.  The ``evict``
+record after it carries the outcome (``kill``: ``cgroup.kill`` or ``sigkill``, ``killed``, ``rounds``,
+``fallback``: why v2 signalled pid by pid).
 """
 
 from __future__ import annotations
@@ -39,15 +55,19 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from qosmanager._native import sysio
 from qosmanager.api.pod import QOS_LS, QOS_LSE, QOS_LSR, PodMeta
 from qosmanager.eviction.types import EvictDecision, EvictResult, EvictTask, Victim
 from qosmanager.executor.audit import AuditLog
+from qosmanager.executor.executor import Executor
+from qosmanager.executor.kill import CGROUP_KILL, Kill
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.states.store import StateStore
 
@@ -57,6 +77,11 @@ MODES = ("none", "kill", "api")
 PID_MAX_LIMIT = 1 << 22  # the kernel's largest pid_max (64-bit)
 _PID_DIGITS = len(str(PID_MAX_LIMIT))
 _PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+KILL_ROUNDS = 5  # pid by pid: rounds of SIGKILL while new processes appear in the pod's cgroups
+KILL_PAUSE = 0.01  # seconds before the second round's scan (then 0.02, 0.03 ...): the signalled exit
+MAX_KILL_DIRS = 4096  # cgroups read below a pod dir (a pod nesting more is killed only in part on v1)
+
+_Outcome = tuple[bool, "str | None", dict[str, Any]]  # ok, error, what the evict record adds
 
 
 @dataclass(slots=True)
@@ -85,7 +110,10 @@ ApiEvict = Callable[[PodMeta, str], ApiOutcome]
 class EvictionCoordinator:
     def __init__(self, store: StateStore, layout: CgroupLayout, audit: AuditLog, *, mode: str = "none",
                  dry_run: bool = False, pending_ttl: float = 120.0, api: ApiEvict | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, executor: Executor | None = None,
+                 pause: Callable[[float], None] = time.sleep) -> None:
+        """``executor``: where kill mode's signals go (the agent's, so stats and dry run are shared;
+        None: one of its own); ``pause``: how kill mode waits between its rounds."""
         if mode not in MODES:
             raise ValueError(f"unknown eviction mode {mode!r}; one of {', '.join(MODES)}")
         if mode == "api" and api is None:
@@ -98,6 +126,11 @@ class EvictionCoordinator:
         self.pending_ttl = pending_ttl
         self.api = api
         self.clock = clock
+        if executor is not None and dry_run and not executor.dry_run:
+            raise ValueError("a dry-run eviction coordinator needs a dry-run executor")
+        self._executor = executor
+        self._pause = pause
+        self._no_cgroup_kill_logged = False
         self.pending: dict[str, Pending] = {}
         self.backoff: dict[str, float] = {}  # uid -> not before (a refused API eviction)
         self.evicted_total = 0
@@ -105,6 +138,12 @@ class EvictionCoordinator:
         self.refused_pids = 0  # kill mode: listed in a victim's cgroup.procs, but /proc placed them elsewhere
         self.history: list[EvictDecision] = []  # bounded record for replay/simulate/tests
         self.on_decision: list[Callable[[EvictDecision, str], None]] = []
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = Executor(self.layout, self.audit, dry_run=self.dry_run, clock=self.clock)
+        return self._executor
 
     # ------------------------------------------------------------------
     def is_pending(self, uid: str, now: float | None = None) -> bool:
@@ -205,7 +244,7 @@ class EvictionCoordinator:
                     done.add(pod.uid)  # decided for this round: one audit record, not one per task
                     self._decide(strategy, task, victim, "skipped", False, refusal, result, now)
                     continue
-                ok, error = self._evict(strategy, pod, task, now)
+                ok, error, how = self._evict(strategy, pod, task, now)
                 done.add(pod.uid)
                 if ok:
                     result.newly_evicted = True
@@ -214,12 +253,12 @@ class EvictionCoordinator:
                                                     now + self.pending_ttl)
                     add(result.released, aggregate(pod))
                     self._decide(strategy, task, victim, "evicted", not (self.dry_run or self.mode == "none"),
-                                 self._reason(task, victim), result, now, error)
+                                 self._reason(task, victim), result, now, error, how)
                     if satisfied(task, need):
                         break
                 else:
                     self._decide(strategy, task, victim, "failed", False, self._reason(task, victim), result,
-                                 now, error)
+                                 now, error, how)
         self.audit.flush()
         return result
 
@@ -243,84 +282,197 @@ class EvictionCoordinator:
         return f"{task.reason}; evict {victim.pod.key} ({details}) to release {release}".replace(" ()", "")
 
     def _decide(self, strategy: str, task: EvictTask, victim: Victim, action: str, executed: bool,
-                reason: str, result: EvictResult, now: float, error: str | None = None) -> None:
+                reason: str, result: EvictResult, now: float, error: str | None = None,
+                how: Mapping[str, Any] | None = None) -> None:
         d = EvictDecision(victim.pod, task.feature, action, executed, reason, error)
         result.decisions.append(d)
         self.history.append(d)
         if len(self.history) > 10_000:
             del self.history[:5000]
-        extra = {"feature": task.feature, "mode": "dry-run" if self.dry_run else self.mode}
+        extra = {"feature": task.feature, "mode": "dry-run" if self.dry_run else self.mode, **(how or {})}
         self.audit.record(strategy=strategy, action="evict", target=victim.pod.key, uid=victim.pod.uid,
                           reason=reason, executed=executed, error=error, ts=now, **extra)
         for cb in self.on_decision:
             cb(d, strategy)
 
-    def _evict(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> tuple[bool, str | None]:
-        if self.dry_run or self.mode == "none":
-            return True, None
+    def _evict(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> _Outcome:
         if self.mode == "kill":
-            return self._kill(strategy, pod, task, now)
+            ok, error, how = self._kill(strategy, pod, task, now)
+            if self.dry_run:  # what it would kill is audited (the executor sent nothing); decided as evicted
+                if error:
+                    how["would_fail"] = error
+                return True, None, how
+            return ok, error, how
+        if self.dry_run or self.mode == "none":
+            return True, None, {}
         assert self.api is not None
         out = self.api(pod, task.koordlet_reason)
         if out.ok:
-            return True, None
+            return True, None, {}
         if out.retry_after > 0:
             self.backoff[pod.uid] = now + out.retry_after
-        return False, out.error or "eviction refused"
+        return False, out.error or "eviction refused", {}
 
     # ------------------------------------------------------------------ kill mode
-    def _kill(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> tuple[bool, str | None]:
-        """SIGKILL every process in the pod's cgroups (containers, sandbox, the pod dir itself), and no other.
+    def _kill(self, strategy: str, pod: PodMeta, task: EvictTask, now: float) -> _Outcome:
+        """SIGKILL every process of the pod's cgroup subtree (containers, sandbox, the pod dir itself,
+        whatever a runtime or a container nests below them), and no other.
 
-        Each pid listed in a ``cgroup.procs`` is checked first: it must be > 1, neither the agent nor its
-        parent, and ``<proc>/<pid>/cgroup`` read now must place it in the pod's cgroup.  The process is
-        pinned by a pidfd before that check where the kernel has them, so a pid reused in between cannot
-        be hit.  A pid found in another cgroup is not the pod's (left alone, logged); one that cannot be
-        checked fails the eviction (retried next round).  The ``kill`` audit record naming the pids is on
-        disk before the first signal; the ``evict`` record after it says how it ended.
+        cgroup v2: the pod dir's ``cgroup.kill`` ends the whole subtree at once (forks during the kill
+        included); where it is missing or refused, and on v1, the pids are signalled one by one, in
+        rounds until the subtree lists no process not signalled yet (children forked meanwhile) or
+        :data:`KILL_ROUNDS` is reached.  Each pid is checked first: > 1, neither the agent nor its
+        parent, and ``<proc>/<pid>/cgroup`` read now places it in the pod (pinned by a pidfd before
+        that check, so a reused pid cannot be hit).  A pid found elsewhere is not the pod's (left
+        alone, logged); one that cannot be checked fails the eviction (retried next round).  Every
+        signal (and the ``cgroup.kill`` write) goes through the executor, which audits it, pids named,
+        before it is sent; the ``evict`` record after it says how it ended (``kill``, ``killed``,
+        ``rounds``).
         """
         try:
             pod_rel = self.layout.pod_dir(pod.kube_qos, pod.uid)
         except ValueError as e:
-            return False, str(e)
-        pids = self._pids(pod, pod_rel)
-        targets: list[tuple[int, int]] = []  # (pid, pidfd or -1)
-        problems: list[str] = []
+            return False, str(e), {}
+        scan = self._scan(pod, pod_rel, first=True)
+        fallback = ""
+        if self.layout.version == 2 and (scan.pids or scan.capped):  # (nothing seen: nothing to kill)
+            done, fallback = self._kill_cgroup(strategy, pod, task, pod_rel, scan, now)
+            if done is not None:
+                return done
+        ok, error, extra = self._kill_rounds(strategy, pod, task, pod_rel, scan, now)
+        if fallback:
+            extra["fallback"] = fallback
+        return ok, error, extra
+
+    def _kill_cgroup(self, strategy: str, pod: PodMeta, task: EvictTask, pod_rel: str, scan: _Scan,
+                     now: float) -> tuple[_Outcome | None, str]:
+        """cgroup v2: write the pod dir's ``cgroup.kill`` (through the executor).  The outcome, or None
+        and why not when the pids are to be signalled one by one instead."""
+        if not os.path.exists(self.layout.file("", pod_rel, CGROUP_KILL)):
+            if not self._no_cgroup_kill_logged:
+                self._no_cgroup_kill_logged = True
+                log.info("kill mode: %s has no %s (Linux < 5.14?): processes are signalled one by one",
+                         pod_rel, CGROUP_KILL)
+            return None, f"no {CGROUP_KILL} (Linux < 5.14?)"
+        # the kernel kills by membership: a bystander cannot be hit.  But never where the subtree holds
+        # pid 1, the agent or its parent: the pid-by-pid path refuses those and fails loudly
+        me, parent = os.getpid(), os.getppid()
+        forbidden = sorted({p for p in scan.pids if p <= 1 or p in (me, parent)}
+                           | {p for p in (1, me, parent) if self._in_pod(p, pod_rel) == "ok"})
+        if forbidden:
+            log.warning("kill %s: %s holds pid(s) %s (init, the agent or its parent): no %s, each "
+                        "process is checked and signalled on its own", pod.key, pod_rel, _few(forbidden),
+                        CGROUP_KILL)
+            return None, f"not {CGROUP_KILL}: the pod's cgroups hold pid(s) {_few(forbidden)}"
+        named: list[int] = []
+        unchecked = 0
         strangers: list[int] = []
+        for pid in scan.pids:
+            verdict = self._in_pod(pid, pod_rel)
+            if verdict == "ok":
+                named.append(pid)
+            elif verdict == "stranger":
+                strangers.append(pid)
+            elif verdict != "gone":
+                unchecked += 1
+        self._strangers(pod, strangers)
+        extra: dict[str, Any] = {"feature": task.feature}
+        if unchecked:
+            extra["unchecked"] = unchecked
+        if scan.capped:
+            extra["dirs_capped"] = MAX_KILL_DIRS
+        capped = (f"; pids named from its first {MAX_KILL_DIRS} cgroups only, the kernel ends the rest too"
+                  if scan.capped else "")
+        res = self.executor.kill(Kill(
+            strategy, pod.key, pod.uid, named, cgroup=pod_rel, extra=extra,
+            reason=f"{task.koordlet_reason}: {CGROUP_KILL} of {pod_rel}: SIGKILL every process of {pod.key} "
+                   f"and below ({len(named)} seen just now){capped}"), now)
+        if res.status in ("done", "dry-run"):
+            return (True, None, {"kill": CGROUP_KILL, "killed": len(named)}), ""
+        name = errno.errorcode.get(res.error, str(res.error))
+        why = f"{CGROUP_KILL} failed: {name}: {os.strerror(res.error)}"
+        log_at = logging.INFO if res.status == "unsupported" else logging.WARNING
+        log.log(log_at, "kill %s: %s; its processes are signalled one by one", pod.key, why)
+        return None, why
+
+    def _kill_rounds(self, strategy: str, pod: PodMeta, task: EvictTask, pod_rel: str, scan: _Scan,
+                     now: float) -> _Outcome:
+        """Check and SIGKILL the pids one by one, in rounds (see :meth:`_kill`)."""
+        decided: set[int] = set()  # signalled, or left alone for good (strangers, unchecked)
+        held: dict[int, int] = {}  # signalled pid -> its pidfd (-1: none): exited, or still dying?
+        problems: list[str] = []
+        killed = rounds = 0
+        capped = scan.capped
         try:
-            for pid in pids:
-                verdict, fd = self._check(pid, pod_rel)
-                if verdict == "ok":
-                    targets.append((pid, fd))
-                elif verdict == "stranger":
-                    strangers.append(pid)
-                elif verdict != "gone":
-                    problems.append(f"pid {pid}: {verdict}")
-            if strangers:
-                self.refused_pids += len(strangers)
-                log.warning("kill %s: pids %s are listed in its cgroup.procs but %s/<pid>/cgroup places them "
-                            "elsewhere; not signalled", pod.key, _few(strangers), self.layout.roots.proc)
-            if targets:
-                self.audit.record(strategy=strategy, action="kill", target=pod.key, uid=pod.uid,
-                                  value=" ".join(str(p) for p, _ in targets), executed=False, ts=now,
-                                  reason=f"{task.koordlet_reason}: SIGKILL {len(targets)} processes of "
-                                         f"{pod.key}, each found in {pod_rel} just now",
-                                  feature=task.feature, stage="before-signal")
-                self.audit.flush()  # on disk before the first signal
-            for pid, fd in targets:
-                err = self._signal(pid, fd)
-                if err not in (0, errno.ESRCH):  # ESRCH: it exited meanwhile
-                    problems.append(f"pid {pid}: {os.strerror(err)}")
+            for rnd in range(1, KILL_ROUNDS + 2):
+                if rnd > 1:
+                    self._pause(KILL_PAUSE * (rnd - 1))
+                    scan = self._scan(pod, pod_rel, first=False)
+                    capped = capped or scan.capped
+                fresh = [p for p in scan.pids if p not in decided or _exited(held.get(p, -1))]
+                if not fresh:
+                    break
+                if rnd > KILL_ROUNDS:
+                    problems.append(f"processes still appear in {pod_rel} after {KILL_ROUNDS} rounds of "
+                                    f"SIGKILL (pids {_few(fresh)}): a fork loop? tried again next round")
+                    break
+                targets: list[tuple[int, int]] = []  # (pid, pidfd or -1)
+                strangers: list[int] = []
+                try:
+                    for pid in fresh:
+                        old = held.pop(pid, None)
+                        if old is not None and old >= 0:
+                            os.close(old)  # that process exited: the pid is another's now
+                        decided.add(pid)
+                        verdict, fd = self._check(pid, pod_rel)
+                        if verdict == "ok":
+                            targets.append((pid, fd))
+                        elif verdict == "stranger":
+                            strangers.append(pid)
+                        elif verdict != "gone":
+                            problems.append(f"pid {pid}: {verdict}")
+                    self._strangers(pod, strangers)
+                    if targets:
+                        rounds = rnd
+                        extra: dict[str, Any] = {"feature": task.feature, "round": rnd}
+                        if scan.capped:
+                            extra["dirs_capped"] = MAX_KILL_DIRS
+                        more = " more" if rnd > 1 else ""
+                        res = self.executor.kill(Kill(
+                            strategy, pod.key, pod.uid, [p for p, _ in targets], [fd for _, fd in targets],
+                            extra=extra,
+                            reason=f"{task.koordlet_reason}: SIGKILL {len(targets)}{more} processes of "
+                                   f"{pod.key}, each found in {pod_rel} just now"
+                                   + (f" (round {rnd})" if rnd > 1 else "")), now)
+                        killed += res.sent
+                        for pid, err in res.errors.items():
+                            if err != errno.ESRCH:  # ESRCH: it exited meanwhile
+                                problems.append(f"pid {pid}: {os.strerror(err)}")
+                finally:
+                    for pid, fd in targets:
+                        held[pid] = fd  # kept open: the next round tells this process from a pid reuse
+                if not targets or self.executor.dry_run:
+                    break  # nothing was sent: the next scan would find the same
         finally:
-            for _, fd in targets:
+            for fd in held.values():
                 if fd >= 0:
                     os.close(fd)
+        if capped:
+            problems.append(f"{pod_rel} holds more than {MAX_KILL_DIRS} cgroups: the processes of those "
+                            "beyond were not signalled")
+        extra = {"kill": "sigkill", "killed": killed, "rounds": rounds}
         if problems:
             for p in problems:
                 log.warning("kill %s: %s", pod.key, p)
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-            return False, "; ".join(problems[:5]) + more
-        return True, None
+            return False, "; ".join(problems[:5]) + more, extra
+        return True, None, extra
+
+    def _strangers(self, pod: PodMeta, strangers: list[int]) -> None:
+        if strangers:
+            self.refused_pids += len(strangers)
+            log.warning("kill %s: pids %s are listed in its cgroup.procs but %s/<pid>/cgroup places them "
+                        "elsewhere; not signalled", pod.key, _few(strangers), self.layout.roots.proc)
 
     def _check(self, pid: int, pod_rel: str) -> tuple[str, int]:
         """``("ok", pidfd or -1)`` when ``pid`` may be signalled as one of the pod's, else why not:
@@ -340,6 +492,9 @@ class EvictionCoordinator:
             except OSError as e:
                 if e.errno != errno.ENOSYS:
                     return f"cannot pin the process: {e.strerror}", -1
+            if _exited(fd):  # a zombie: nothing left to kill
+                os.close(fd)
+                return "gone", -1
         verdict = self._in_pod(pid, pod_rel)
         if verdict != "ok" and fd >= 0:
             os.close(fd)
@@ -361,27 +516,18 @@ class EvictionCoordinator:
             return f"{path} has no line for {hierarchy}"
         return "ok" if in_cgroup(where, pod_rel) else "stranger"
 
-    def _signal(self, pid: int, pidfd: int) -> int:
-        """The one place a signal is sent: SIGKILL through the pidfd (or by pid where there are none);
-        0 or the errno."""
-        try:
-            if pidfd >= 0:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except OSError as e:
-            return e.errno or errno.EIO
-        return 0
-
-    def _pids(self, pod: PodMeta, pod_rel: str) -> list[int]:
-        """The pids in the ``cgroup.procs`` of the pod's dir and its children; a line that is not a pid
-        (garbage, out of range) is skipped and counted, never raises."""
+    def _scan(self, pod: PodMeta, pod_rel: str, *, first: bool) -> _Scan:
+        """The pids in the ``cgroup.procs`` of the pod's dir and every cgroup below it (v1: the cpu
+        hierarchy), at most :data:`MAX_KILL_DIRS` cgroups; a line that is not a pid (garbage, out of
+        range) is skipped (counted and logged on the ``first`` scan of a kill), never raises."""
         sub = "cpu" if self.layout.version == 1 else ""
-        dirs = self.layout.dirs_up_to_depth(sub, pod_rel, 1)
-        paths = [self.layout.file(sub, d, "cgroup.procs") for d in dirs]
-        if not paths:
-            return []
-        fds = sysio.open_batch(paths, os.O_RDONLY)
+        dirs, capped = subtree(self.layout.abs_dir(sub, pod_rel), MAX_KILL_DIRS)
+        if capped and first:
+            log.warning("kill %s: %s holds more than %d cgroups; only the first %d are read", pod.key,
+                        pod_rel, MAX_KILL_DIRS, MAX_KILL_DIRS)
+        if not dirs:
+            return _Scan([], capped)
+        fds = sysio.open_batch([d + "/cgroup.procs" for d in dirs], os.O_RDONLY)
         ok = fds[fds >= 0]
         try:
             data = sysio.pread_batch(ok, 1 << 20)
@@ -394,10 +540,50 @@ class EvictionCoordinator:
                 got, n_bad = parse_pids(d)
                 pids.update(got)
                 bad += n_bad
-        if bad:
+        if bad and first:
             self.garbage_pid_lines += bad
             log.warning("kill %s: skipped %d lines of its cgroup.procs that are not pids", pod.key, bad)
-        return sorted(pids)
+        return _Scan(sorted(pids), capped)
+
+
+@dataclass(slots=True)
+class _Scan:
+    pids: list[int]
+    capped: bool  # the subtree holds more cgroups than were read
+
+
+def subtree(top: str, limit: int) -> tuple[list[str], bool]:
+    """``top`` and every directory below it (any depth; symlinks not followed), parents before children,
+    at most ``limit`` of them; and whether there were more.  Missing (or vanishing) dirs yield nothing."""
+    if not os.path.isdir(top):
+        return [], False
+    out = [top]
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                children = sorted((e.path for e in it if e.is_dir(follow_symlinks=False)), reverse=True)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for c in reversed(children):
+            if len(out) >= limit:
+                return out, True
+            out.append(c)
+        stack.extend(children)
+    return out, False
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process a pidfd pins has exited (a pidfd turns readable then); False without one."""
+    if pidfd < 0:
+        return False
+    poller = select.poll()  # (not select(): the agent's descriptors go far beyond FD_SETSIZE)
+    poller.register(pidfd, select.POLLIN)
+    try:
+        return bool(poller.poll(0))
+    except OSError:
+        return False
 
 
 def parse_pids(data: bytes) -> tuple[list[int], int]:

@@ -65,6 +65,9 @@ Directories (resctrl control groups) are created here too, by :meth:`Executor.mk
 audited (``"action": "mkdir"``) and, under ``--dry-run``, only decided.  A directory the dry run
 "created" is remembered, and writes to files that would be in it are decided and audited against
 an empty file instead of being skipped as missing.
+
+Kill-mode eviction sends its signals (and writes ``cgroup.kill``) here too, by :meth:`Executor.kill`
+(:mod:`qosmanager.executor.kill`): audited before anything is sent, nothing sent under ``--dry-run``.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qosmanager._native import sysio
+from qosmanager.executor import kill as _kill
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.files import ONE_SHOT, FileTable
 from qosmanager.host import resources as res
@@ -310,6 +314,8 @@ class ExecutorStats:
     plans_skipped: int = 0  # plans unchanged within their force window: not even built
     plans_sent: int = 0  # plans built (first time, new version, or forced re-check)
     conflicts: int = 0  # writes held back: another writer keeps changing the file back
+    signals: int = 0  # SIGKILLs sent (kill-mode eviction)
+    cgroup_kills: int = 0  # cgroup.kill writes (kill-mode eviction on cgroup v2)
 
 
 class Executor:
@@ -438,6 +444,17 @@ class Executor:
                               reason=d.reason, executed=False, error=error, ts=now)
             self.audit.flush()
         return "failed"
+
+    # ------------------------------------------------------------------
+    # signals
+    # ------------------------------------------------------------------
+    def kill(self, k: _kill.Kill, now: float | None = None) -> _kill.KillResult:
+        """SIGKILL a pod's processes, pid by pid or by its ``cgroup.kill`` (see :mod:`.kill`)."""
+        return _kill.kill(self, k, now)
+
+    def _signal(self, pid: int, pidfd: int) -> int:
+        """The one place the agent sends a signal: SIGKILL; 0 or the errno."""
+        return _kill.send_sigkill(pid, pidfd)
 
     def _in_virtual_dir(self, path: str) -> bool:
         return bool(self._virtual_dirs) and os.path.dirname(path) in self._virtual_dirs

@@ -61,7 +61,8 @@ class Harness:
                                  force_seconds=self.cfg.force_update_seconds, dry_run=dry_run,
                                  conditions=self.store.conditions)
         self.coordinator = EvictionCoordinator(self.store, self.layout, self.audit, mode=evict_mode,
-                                               dry_run=dry_run, clock=lambda: self.now)
+                                               dry_run=dry_run, clock=lambda: self.now,
+                                               executor=self.executor)
         self._cpu_info: NodeCPUInfo | None = None
         self._processors = list(processors) if processors is not None else None
         self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
