@@ -15,7 +15,9 @@ server would not send (tests/test_kube_official_client.py).  Two parts:
 What it speaks:
 
 * discovery: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>/<version>`` (legacy,
-  non-aggregated discovery, which kubectl falls back to); a minimal ``/openapi/v3`` saying the
+  non-aggregated discovery, which kubectl falls back to; ``/api/v1`` lists ``pods/eviction`` with
+  the Eviction group and version the cluster serves, as :attr:`FakeCluster.eviction_versions` says,
+  and not at all when it serves none); a minimal ``/openapi/v3`` saying the
   server validates fields itself (``kubectl apply`` needs that or a full schema); ``/openapi/v2``
   answers 404, so kubectl computes apply patches from its built-in types;
 * ``pods`` (with ``pods/eviction`` and ``pods/status``), ``nodes`` (``nodes/status``), ``events``,
@@ -30,6 +32,8 @@ What it speaks:
 * 410 Gone for a resourceVersion older than the retained history (:meth:`FakeCluster.compact`
   drops it all; ``history_limit`` bounds it), as an ``ERROR`` event in the stream (what a real
   server sends) or, with ``gone_as_status``, as a 410 response;
+* ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, answered from
+  :attr:`FakeCluster.denied` (the group is not listed in discovery);
 * Status objects for every error; bearer-token authentication when ``tokens`` is set;
 * server-set metadata on every write: uid, resourceVersion, creationTimestamp, ``generation``
   (pods, PodDisruptionBudgets and NodeSLOs: 1 on create, +1 when anything but metadata and status
@@ -443,6 +447,13 @@ class FakeCluster:
         # before (a policy/v1 body is then a 400, worded as the real server words it); empty: the
         # subresource is not served at all (404 without a pod named, as from a proxy that lacks it)
         self.eviction_versions: tuple[str, ...] = ("policy/v1", "policy/v1beta1")
+        # SelfSubjectAccessReviews: what the caller may not do, as (verb, group, resource, subresource,
+        # namespace) with "*" matching anything (the review answers allowed: false); with
+        # ``access_reviews_forbidden`` the review itself is refused (403), as for an account whose
+        # RBAC does not grant creating them
+        self.denied: set[tuple[str, str, str, str, str]] = set()
+        self.access_reviews_forbidden = False
+        self.access_reviews: list[Obj] = []  # every review's spec.resourceAttributes
 
     # ------------------------------------------------------------------ storage
     def _bump(self) -> int:
@@ -722,14 +733,42 @@ class FakeCluster:
                 self.delete(pods, name, namespace)
         return status_success(201)
 
+    def access_review(self, body: Obj) -> Obj:
+        """A SelfSubjectAccessReview answered from :attr:`denied` (everything else is allowed)."""
+        if self.access_reviews_forbidden:
+            raise ApiError(403, "Forbidden", 'selfsubjectaccessreviews.authorization.k8s.io is forbidden: '
+                                             'User "system:serviceaccount:qosmanager:qosmanager" cannot '
+                                             'create resource "selfsubjectaccessreviews" in API group '
+                                             '"authorization.k8s.io" at the cluster scope')
+        if body.get("kind", "SelfSubjectAccessReview") != "SelfSubjectAccessReview":
+            raise ApiError(400, "BadRequest", "the body must be a SelfSubjectAccessReview")
+        attrs = (body.get("spec") or {}).get("resourceAttributes")
+        if not isinstance(attrs, dict):
+            raise ApiError(422, "Invalid", "spec.resourceAttributes: Required value")
+        names = ("verb", "group", "resource", "subresource", "namespace")
+        key = tuple(str(attrs.get(k) or "") for k in names)
+        with self.cond:
+            self.access_reviews.append(copy.deepcopy(attrs))
+            denied = any(all(d in ("*", k) for d, k in zip(rule, key, strict=True)) for rule in self.denied)
+        status: Obj = {"allowed": not denied}
+        if denied:
+            status["reason"] = "no RBAC policy matched"  # what the RBAC authorizer says
+        return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                "metadata": {"creationTimestamp": None}, "spec": copy.deepcopy(body.get("spec")),
+                "status": status}
+
 
 # ----------------------------------------------------------------------------------------------
 # discovery
 # ----------------------------------------------------------------------------------------------
-def _api_resource(r: ResourceType, sub: str = "") -> Obj:
+def _api_resource(r: ResourceType, sub: str = "", eviction_versions: tuple[str, ...] = ("policy/v1",)) -> Obj:
     if sub == "eviction":
+        # the entry names the Eviction's group and version, the preferred one the server takes:
+        # policy/v1 from Kubernetes 1.22, policy/v1beta1 before
+        gv = "policy/v1" if "policy/v1" in eviction_versions else eviction_versions[0]
+        group, _, version = gv.rpartition("/")
         return {"name": f"{r.plural}/eviction", "singularName": "", "namespaced": r.namespaced,
-                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}
+                "group": group, "version": version, "kind": "Eviction", "verbs": ["create"]}
     if sub:
         return {"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced, "kind": r.kind,
                 "verbs": ["get", "patch", "update"]}
@@ -742,7 +781,10 @@ def _api_resource(r: ResourceType, sub: str = "") -> Obj:
     return out
 
 
-def resource_list(group: str, version: str) -> Obj | None:
+def resource_list(group: str, version: str,
+                  eviction_versions: tuple[str, ...] = ("policy/v1",)) -> Obj | None:
+    """The APIResourceList of ``group/version``; ``pods/eviction`` as a cluster serving
+    ``eviction_versions`` lists it (not at all when it serves none)."""
     rs = [r for r in RESOURCES if r.group == group and r.version == version]
     if not rs:
         return None
@@ -750,7 +792,8 @@ def resource_list(group: str, version: str) -> Obj | None:
     resources = []
     for r in rs:
         resources.append(_api_resource(r))
-        resources.extend(_api_resource(r, s) for s in r.subresources)
+        resources.extend(_api_resource(r, s, eviction_versions) for s in r.subresources
+                         if s != "eviction" or eviction_versions)
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
 
@@ -926,6 +969,9 @@ class _Handler(BaseHTTPRequestHandler):
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and method == "POST":
+            self._send(201, owner.cluster.access_review(self._json(body)))
+            return 201
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -1002,7 +1048,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return doc
         if len(parts) == 2 and parts[0] == "api":
-            out = resource_list("", parts[1])
+            out = resource_list("", parts[1], owner.cluster.eviction_versions)
             if out is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return out

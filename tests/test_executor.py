@@ -328,3 +328,40 @@ def test_blkio_cost_validators() -> None:
     assert blkio_cost_model_validator(model) is None
     assert blkio_cost_model_validator("8:0 ctrl=auto") is None
     assert blkio_cost_model_validator("8:0 rbps=0") == "rbps must be an integer >= 1"
+
+
+def test_reads_renew_the_cache_of_a_file_it_knows(tmp_path) -> None:
+    """A file read every tick (cpuBurst's candidate quotas) costs one read per force window, also
+    after the window of the write that put it in the cache has passed; a read never adds a file
+    the cache does not know, and a changed file is seen as it is."""
+    ex, layout, clock, _audit = make(tmp_path)
+    put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
+    other = put(layout, "cpu", "kubepods/burstable", "cpu.cfs_quota_us", "50000\n")
+    ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
+    reads = ex.stats.read_syscalls
+    clock.t += 30
+    assert ex.read("cpu.cfs_quota_us", BE) == "120000" and ex.stats.read_syscalls == reads
+    clock.t += 31  # the write's window is over: read once ...
+    assert ex.read("cpu.cfs_quota_us", BE) == "120000" and ex.stats.read_syscalls == reads + 1
+    for _ in range(59):  # ... then served for a whole window again
+        clock.t += 1
+        assert ex.read("cpu.cfs_quota_us", BE) == "120000"
+    assert ex.stats.read_syscalls == reads + 1
+    clock.t += 1
+    assert ex.read("cpu.cfs_quota_us", BE) == "120000" and ex.stats.read_syscalls == reads + 2
+    # a file it never wrote is read every time (nothing is cached for it)
+    for _ in range(3):
+        assert ex.read("cpu.cfs_quota_us", "kubepods/burstable") == "50000"
+    assert ex.stats.read_syscalls == reads + 5
+    with open(other, "w") as f:
+        f.write("70000\n")
+    assert ex.read("cpu.cfs_quota_us", "kubepods/burstable") == "70000"
+    # changed behind our back: the next read after the window sees it, and a write of ours corrects it
+    path = layout.file("cpu", BE, "cpu.cfs_quota_us")
+    with open(path, "w") as f:
+        f.write("-1\n")
+    clock.t += 61
+    assert ex.read("cpu.cfs_quota_us", BE) == "-1"
+    res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
+    assert res[0].status == "written" and read(path) == "120000"
+

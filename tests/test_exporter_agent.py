@@ -230,6 +230,19 @@ def test_agent_metrics_after_a_few_ticks(tmp_path: Path) -> None:
         assert fams["qosmanager_pods_tracked"].value() == 3
         assert fams["qosmanager_containers_tracked"].value() == 6
         assert fams["qosmanager_collector_pending_cgroups"].value() == 0
+        assert fams["qosmanager_collector_partial_cgroups"].value() == 0
+        assert fams["qosmanager_collector_read_errors_total"].value() == 0
+        assert fams["qosmanager_audit_write_errors_total"].value() == agent.executor.audit.write_errors
+        held = fams["qosmanager_descriptors"].value(kind="held")
+        assert held == agent.collector.budget.held() and held >= 6  # a descriptor per container at least
+        assert fams["qosmanager_descriptors"].value(kind="budget") == agent.collector.budget.total > held
+        # read at scrape time from the live objects
+        agent.collector.stats.partial, agent.collector.stats.read_errors = 2, 7
+        agent.executor.audit.write_errors = 3
+        again = parse(exporter.metrics.registry.render())
+        assert again["qosmanager_collector_partial_cgroups"].value() == 2
+        assert again["qosmanager_collector_read_errors_total"].value() == 7
+        assert again["qosmanager_audit_write_errors_total"].value() == 3
         tick = fams["qosmanager_tick_duration_seconds"]
         assert {dict(lb)["job"]: n for lb, n in tick.series("_count").items()} == {
             j.name: 3 for j in agent.scheduler.jobs}

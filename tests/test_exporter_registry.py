@@ -343,10 +343,14 @@ def test_process_descriptors_are_listed_where_the_directory_gives_no_count(tmp_p
     assert {m.name for m in c.collect()} == {"process_open_fds", "process_max_fds"}  # the rest still read
 
 
-def test_the_text_page_is_the_librarys_own_encoders_page() -> None:
+def test_the_text_page_is_the_librarys_own_encoders_page(tmp_path: Path) -> None:
     """The text format 0.0.4 is written without ``prometheus_client.exposition`` (which would load
     TLS, urllib and the HTTP server): page for page what that module's encoder writes, for every kind
-    of family, nasty label values and help, the untyped koordlet counter and the standard collectors."""
+    of family, nasty label values and help, the untyped koordlet counter and the standard collectors
+    (the process families on a fixed fake /proc and no garbage collection between the two pages: the
+    live CPU time and GC counts move between two renders)."""
+    import gc
+
     from prometheus_client.exposition import generate_latest
     from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
@@ -361,7 +365,13 @@ def test_the_text_page_is_the_librarys_own_encoders_page() -> None:
     h = Histogram("latency_seconds", "Latency", ("op",), buckets=exponential_buckets(0.001, 2, 5), registry=r)
     for v in (0.0005, 0.003, 0.1, math.inf):
         h.labels("read").observe(v)
-    ProcessCollector(registry=r)
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+    me = tmp_path / "42"
+    (me / "fd").mkdir(parents=True)
+    (me / "stat").write_text("42 (agent) " + " ".join(["S"] + ["0"] * 10 + ["250", "150"] + ["0"] * 6
+                                                      + ["500", "4096000", "10"]) + " 0 0\n")
+    (me / "limits").write_text("Limit  Soft Limit  Hard Limit  Units\nMax open files  1024  4096  files\n")
+    ProcessCollector(pid=lambda: 42, proc=str(tmp_path), registry=r)
     PlatformCollector(registry=r)
     GCCollector(registry=r)
 
@@ -374,8 +384,15 @@ def test_the_text_page_is_the_librarys_own_encoders_page() -> None:
             return [cf, gf, info]
 
     r.register(Extra())  # type: ignore[arg-type]
-    page, ctype = r.expose("")
-    assert page == generate_latest(r)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        page, ctype = r.expose("")
+        library = generate_latest(r)
+    finally:
+        if enabled:
+            gc.enable()
+    assert page == library
     assert ctype == "text/plain; version=0.0.4; charset=utf-8"
     assert b"extra_requests_created" in page and b"process_cpu_seconds_total" in page
 

@@ -185,3 +185,38 @@ def test_a_state_file_whose_read_fails_is_read_again_though_unchanged(tmp_path, 
     monkeypatch.setattr(files_mod, "read_document_file", real)
     assert src.poll(3.0) and len(store.pods) == 4
     assert store.conditions.get("state/pods-file") is None
+
+
+def test_a_state_file_readable_again_unchanged_clears_its_condition(tmp_path, monkeypatch, caplog) -> None:
+    """``stat`` of an unchanged pods file fails for a while (EACCES, a mount hiccup): the fault is said
+    once, the condition names it, and it is cleared as soon as the same file can be read again
+    (before, it stayed until the file changed: degraded for good over a passing fault)."""
+    import json
+    import logging
+
+    from qosmanager.states import files as files_mod
+    from qosmanager.states.files import FileSource
+
+    pods = FakeHost.make_pods(2, containers_per_pod=1, seed=5)
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [pod_object(p) for p in pods]}))
+    store = StateStore()
+    src = FileSource(store, pods_file=str(path))
+    assert src.poll(1.0) and len(store.pods) == 2
+    real_stat = files_mod.os.stat
+
+    def denied(p, *a, **kw):
+        if str(p) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_stat(p, *a, **kw)
+
+    monkeypatch.setattr(files_mod.os, "stat", denied)
+    with caplog.at_level(logging.ERROR, logger=files_mod.log.name):
+        for t in (2.0, 3.0, 4.0):
+            assert not src.poll(t) and len(store.pods) == 2
+    assert "Permission denied" in store.conditions.get("state/pods-file").message
+    assert sum("cannot read pods file" in r.getMessage() for r in caplog.records) == 1  # said once
+    monkeypatch.setattr(files_mod.os, "stat", real_stat)
+    assert not src.poll(5.0) and len(store.pods) == 2  # unchanged: nothing to apply ...
+    assert store.conditions.get("state/pods-file") is None  # ... and the fault is over
+    assert store.health["pods"].last_sync == 5.0

@@ -147,3 +147,35 @@ def test_a_bad_proc_stat_is_logged_once_then_as_a_count(tmp_path, caplog) -> Non
     assert msgs[0].startswith("cannot read node CPU usage from")
     assert "failed 300 more times in the last 5 min" in msgs[1]
     assert msgs[2].startswith("proc/stat readable again") and "99 more times" in msgs[2]
+
+
+def test_a_batch_of_alike_failures_is_one_log_line_each_way_and_every_one_audited(tmp_path, caplog) -> None:
+    """An EMFILE storm or a broken tree fails every file of a batch the same way: one warning with the
+    count and an example, not one per file (2,000 lines a tick on a dense node); the same for their
+    recovery; the audit still has every write."""
+    ex, layout, clock, audit = _executor(tmp_path)
+    rels = [f"{BE}/pod{i}" for i in range(30)]
+    paths = [layout.file("cpu", r, "cpu.cfs_quota_us") for r in rels]
+    for p in paths:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        os.mkfifo(p)
+    with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
+        res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "50000", r) for r in rels])
+        assert {r.status for r in res} == {"failed"}
+        clock.t += 1.0
+        ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "50000", r) for r in rels])
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("cpuSuppress: 30 writes failed: ESPIPE") and "e.g. writing cpu/" in lines[0]
+    assert len(_failed(audit)) == 30  # every file's first failure, each in the audit
+    for p in paths:  # the files are fine again
+        os.unlink(p)
+        with open(p, "w") as f:
+            f.write("-1\n")
+        ex.files.drop(p)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
+        res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "50000", r) for r in rels])
+    assert {r.status for r in res} == {"written"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("cpuSuppress: writing 30 files works again, e.g. cpu/"), lines

@@ -455,3 +455,16 @@ def test_malloc_tuning_applies_the_glibc_options_the_environment_does_not_set(
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 20))  # the operator's: left alone
     assert cli.tune_malloc() == ["MALLOC_ARENA_MAX"]
+
+
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_run_and_simulate_tune_the_allocator_first(monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    from qosmanager import agent, cli
+    from qosmanager.sim import simulate
+
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "tune_malloc", lambda: calls.append("tune") or [])
+    monkeypatch.setattr(agent, "run_from_args", lambda args: calls.append("run") or 0)
+    monkeypatch.setattr(simulate, "simulate_from_args", lambda args: calls.append("simulate") or 0)
+    assert cli.main([command]) == 0
+    assert calls == ["tune", command]

@@ -61,6 +61,7 @@ from qosmanager.steadyclock import SteadyClock
 if TYPE_CHECKING:
     from qosmanager.states.kube.client import KubeClient
     from qosmanager.states.kube.events import EventRecorder
+    from qosmanager.states.kube.evictcheck import EvictionAPICheck
     from qosmanager.states.kube.source import KubeSource
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class Agent:
         self.kube_source: KubeSource | None = None
         self._kube: KubeSource | None = None
         self.events: EventRecorder | None = None
+        self.eviction_check: EvictionAPICheck | None = None  # Kubernetes mode, --evict-mode api
         self.source: FileSource | KubeSource
         if kubernetes_mode(cfg):
             self.source = self._kube_source(cfg, clock)
@@ -227,8 +229,15 @@ class Agent:
         if evict_mode != "api" or self.kube_client is None:
             return None  # the coordinator refuses --evict-mode api without the API, with a clear message
         from qosmanager.states.kube.evict import KubeEvictor
+        from qosmanager.states.kube.evictcheck import EvictionAPICheck
 
-        return KubeEvictor(self.kube_client, clock=clock, conditions=self.store.conditions)
+        evictor = KubeEvictor(self.kube_client, clock=clock, conditions=self.store.conditions)
+        # whether evictions can work at all, asked at start and every 10 minutes, not only at the first
+        self.eviction_check = EvictionAPICheck(self.kube_client, evictor)
+        if self._kube is not None:  # a relist: the API server may have been replaced or upgraded
+            for r in self._kube.reflectors.values():
+                r.on_relist.append(self.eviction_check.poke)
+        return evictor
 
     def _kube_events(self, cfg: AgentConfig, clock: Callable[[], float]) -> None:
         if self.kube_client is None or not cfg.kube_events or cfg.dry_run:
@@ -272,6 +281,10 @@ class Agent:
         if ok:
             log.info("state received: %d pods, NodeSLO %s", len(self.store.pods),
                      "present" if self.store.nodeslo_present else "absent (defaults)")
+            if self.eviction_check is not None:
+                # before the first tick: a cluster that cannot evict shows at start, not under pressure
+                verdict = self.eviction_check.check()
+                self.eviction_check.start(None if verdict is not None else self.eviction_check.retry)
         return ok
 
     def cpu_info(self) -> NodeCPUInfo | None:
@@ -374,6 +387,8 @@ class Agent:
             self.exporter.stop()
         if self._kube is not None:
             self._kube.stop()
+        if self.eviction_check is not None:
+            self.eviction_check.stop()
         if self.events is not None:
             self.events.stop()
         if self.kube_client is not None:

@@ -216,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return replay_main(args.scenario, compact=args.compact)
     if args.command == "simulate":
+        tune_malloc()  # the simulated agent runs with the deployed agent's allocator settings
         from qosmanager.sim.simulate import simulate_from_args
 
         return simulate_from_args(args)

@@ -359,6 +359,7 @@ class Executor:
         self._last_gc = clock()
         # failed and refused writes: said in full once, then as a count (see the module docstring)
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
+        self._said: dict[tuple[str, str, str, bool], list[tuple[str, str]]] | None = None  # a batch's lines
         self._last_sweep = self._last_gc
         self._where: dict[tuple[str, str], Loc] = {}
         self._virtual_dirs: set[str] = set()  # dry run: directories decided but not created (absolute)
@@ -462,13 +463,16 @@ class Executor:
     def read_many(self, resource: str, cgroups: Sequence[str]) -> list[str | None]:
         """Current canonical values of one resource in many cgroups, in one native read.
 
-        A value this executor wrote within ``force_seconds`` comes from the write cache
-        (no syscall).  None where the file is missing or unreadable.
+        A value this executor wrote or confirmed within ``force_seconds`` comes from the write
+        cache (no syscall).  A file the cache knows whose entry is older is read, and what it holds
+        now renews the entry: a strategy that reads the same files every tick (cpuBurst's quotas)
+        reads each from the kernel once per window, not every tick once the window of its last
+        write has passed.  None where the file is missing or unreadable.
         """
         r = res.get(resource)
         now = self.clock()
         out: list[str | None] = [None] * len(cgroups)
-        todo: list[tuple[int, str]] = []
+        todo: list[tuple[int, str, Key]] = []
         cache, force, where = self._cache, self.force_seconds, self._where
         for i, cg in enumerate(cgroups):
             loc = where.get((resource, cg)) or self._remember(r, cg)
@@ -478,12 +482,15 @@ class Executor:
             if entry is not None and now - entry.ts < force:
                 out[i] = entry.value
             else:
-                todo.append((i, self._path(loc)))
+                todo.append((i, self._path(loc), loc[4]))
         if todo:
-            contents = self._read_paths([p for _, p in todo])
-            for (i, _), content in zip(todo, contents):
+            contents = self._read_paths([p for _, p, _ in todo])
+            multi = r.multi_entry
+            for (i, _, key), content in zip(todo, contents):
                 if isinstance(content, str):
-                    out[i] = self.canonical(r, content)
+                    value = out[i] = self.canonical(r, content)
+                    if not multi and key in cache:  # confirmed now (or found changed: the truth)
+                        cache[key] = _CacheEntry(value, now, content)
         return out
 
     def canonical(self, r: res.Resource, content: str) -> str:
@@ -546,6 +553,14 @@ class Executor:
     def apply(self, requests: Iterable[Request], now: float | None = None) -> list[WriteResult]:
         """Carry out writes, plans and restores (see the module docstring); one result per write sent
         (a skipped plan, or a restore with nothing to restore, has none)."""
+        self._said = {}
+        try:
+            return self._apply(requests, now)
+        finally:
+            said, self._said = self._said, None
+            self._say_grouped(said)
+
+    def _apply(self, requests: Iterable[Request], now: float | None) -> list[WriteResult]:
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
         writes, spans, walked = self._expand(requests, now)
@@ -1011,11 +1026,11 @@ class Executor:
                 error: str) -> None:
         verb = "refused (invalid value)" if kind == "invalid" else "failed"
         if rep.first:
-            log.warning("%s: writing %s = %s %s: %s", w.strategy, target, value, verb, error)
+            self._say(w.strategy, verb, error, f"{target} = {value}")
             self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old,
                               uid=w.uid, reason=w.reason, executed=False, error=error)
             return
-        log.warning("%s: writing %s = %s %s %s: %s", w.strategy, target, value, verb, rep.times(), error)
+        self._say(w.strategy, verb, error, f"{target} = {value}", rep.times())
         self.audit.record(strategy=w.strategy, action="write", target=target, value=value, old=old, uid=w.uid,
                           reason=f"{w.reason} ({verb} {rep.times()})", executed=False, error=error,
                           repeats=rep.count)
@@ -1023,8 +1038,33 @@ class Executor:
     def _recovered(self, it: _Item, now: float) -> None:
         rep = self._repeats.clear(it.key, now)
         if rep is not None:
-            log.warning("%s: writing %s works again (it failed %s)", it.write.strategy, it.target,
-                        rep.times())
+            self._say(it.write.strategy, "works again", "", it.target, rep.times())
+
+    def _say(self, strategy: str, what: str, error: str, where: str, times: str = "") -> None:
+        """One log line about a write; within a batch, lines alike (the same strategy, outcome and
+        error: an EMFILE storm over 2,000 files) become one line with a count and an example."""
+        if self._said is not None:
+            self._said.setdefault((strategy, what, error, bool(times)), []).append((where, times))
+            return
+        self._say_grouped({(strategy, what, error, bool(times)): [(where, times)]})
+
+    @staticmethod
+    def _say_grouped(said: dict[tuple[str, str, str, bool], list[tuple[str, str]]]) -> None:
+        for (strategy, what, error, _), lines in said.items():
+            where, times = lines[0]
+            if what == "works again":
+                if len(lines) == 1:
+                    log.warning("%s: writing %s works again (it failed %s)", strategy, where, times)
+                else:
+                    log.warning("%s: writing %d files works again, e.g. %s (it failed %s)", strategy,
+                                len(lines), where, times)
+                continue
+            detail = f" {times}" if times else ""
+            if len(lines) == 1:
+                log.warning("%s: writing %s %s%s: %s", strategy, where, what, detail, error)
+            else:
+                log.warning("%s: %d writes %s%s: %s; e.g. writing %s (each is in the audit log)", strategy,
+                            len(lines), what, " again" if times else "", error, where)
 
     def _sweep_repeats(self, now: float) -> None:
         """Sum up failures that stopped repeating (the strategy no longer asks for that write)."""

@@ -163,6 +163,18 @@ class AgentMetrics:
         Gauge("qosmanager_collector_pending_cgroups",
               "Cgroups the collector waits for (not created yet, or vanished while their pod is listed)",
               registry=r).pull(lambda: self._collector_stat("pending"))
+        Gauge("qosmanager_collector_partial_cgroups",
+              "Tracked cgroups some of whose stat files are missing (their other metrics are still read)",
+              registry=r).pull(lambda: self._collector_stat("partial"))
+        Counter("qosmanager_collector_read_errors_total",
+                "Stat files that could not be read or parsed (that metric of that cgroup skipped)",
+                registry=r).pull(lambda: self._collector_stat("read_errors"))
+        Gauge("qosmanager_descriptors", "The agent's descriptor budget for cgroup files (budget) and the "
+              "descriptors its readers and executor hold (held); files beyond the budget are reopened at "
+              "every read", ("kind",), r).pull(self._descriptors)
+        Counter("qosmanager_audit_write_errors_total",
+                "Flushes of the audit log that failed (their records dropped; see the audit-log condition)",
+                registry=r).pull(self._audit_errors)
         Counter("qosmanager_write_cache_hits_total",
                 "Writes answered by the executor's write cache (no syscall at all)",
                 registry=r).pull(lambda: self._executor_stat("cache_hits"))
@@ -376,6 +388,15 @@ class AgentMetrics:
 
     def _executor_stat(self, name: str) -> float | None:
         return None if self.executor is None else float(getattr(self.executor.stats, name))
+
+    def _descriptors(self) -> Mapping[LabelValues, float] | None:
+        if self.collector is None:
+            return None
+        b = self.collector.budget
+        return {("budget",): float(b.total), ("held",): float(b.held())}
+
+    def _audit_errors(self) -> float | None:
+        return None if self.executor is None else float(self.executor.audit.write_errors)
 
     def _writes(self) -> Mapping[LabelValues, float] | None:
         if self.executor is None:

@@ -33,22 +33,18 @@ class WatchedFile:
         self.kind = kind
         self.apply = apply
         self._sig: tuple[int, int, int] | None = None
-        self._missing_logged = False
+        self._unreadable = False  # self.error says the file could not be read (not: its content is bad)
         self.error = ""  # why the current file content is not in use ("" when it is)
 
     def poll(self) -> bool:
         try:
             st = os.stat(self.path)
         except OSError as e:
-            if not self._missing_logged:
-                log.error("cannot read %s file %s: %s (keeping the last state)", self.kind, self.path,
-                          e.strerror)
-                self._missing_logged = True
-            self.error = f"cannot read {self.path}: {e.strerror}"
-            return False
-        self._missing_logged = False
+            return self._cannot_read(e)
         sig = (st.st_mtime_ns, st.st_size, st.st_ino)
         if sig == self._sig:
+            if self._unreadable:  # readable again, and the content in use is what it holds
+                self._unreadable, self.error = False, ""
             return False
         self._sig = sig
         try:
@@ -57,23 +53,30 @@ class WatchedFile:
             # the read failed, not the content (EMFILE, EACCES, EIO): read it again next poll, even if
             # it does not change meanwhile (it was remembered as seen: the update was lost for good)
             self._sig = None
-            if self.error != f"cannot read {self.path}: {e.strerror or e}":
-                log.error("cannot read %s file %s: %s (keeping the last state)", self.kind, self.path,
-                          e.strerror or e)
-            self.error = f"cannot read {self.path}: {e.strerror or e}"
-            return False
+            return self._cannot_read(e)
         except ValueError as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
-            self.error = f"cannot parse {self.path}: {e}"
+            self._unreadable, self.error = False, f"cannot parse {self.path}: {e}"
             return False
         try:
             self.apply(obj)
         except ValueError as e:
             log.error("%s file %s refused: %s (keeping the last state)", self.kind, self.path, e)
-            self.error = f"{self.path} refused: {e}"
+            self._unreadable, self.error = False, f"{self.path} refused: {e}"
             return False
+        self._unreadable = False
         self.error = ""
         return True
+
+    def _cannot_read(self, e: OSError) -> bool:
+        """A failed stat or read: said once per distinct error (again when it changes), kept in
+        :attr:`error` until the file can be read again."""
+        error = f"cannot read {self.path}: {e.strerror or e}"
+        if error != self.error:
+            log.error("cannot read %s file %s: %s (keeping the last state)", self.kind, self.path,
+                      e.strerror or e)
+        self._unreadable, self.error = True, error
+        return False
 
 
 class FileSource:

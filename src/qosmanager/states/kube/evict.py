@@ -18,11 +18,18 @@ The answer becomes an :class:`~qosmanager.eviction.coordinator.ApiOutcome`:
   instead), and skips it until ``retry_after``: the server's ``Retry-After`` when given, otherwise
   an exponential backoff per pod (``backoff_base`` doubling up to ``backoff_max``);
 * anything else (5xx, no answer): a failure with the API's message, retried at the next round.
+
+Before any eviction, :class:`~qosmanager.states.kube.evictcheck.EvictionAPICheck` asks discovery and
+a SelfSubjectAccessReview whether evictions can work and reports to :meth:`KubeEvictor.checked`:
+a problem it finds raises the same condition at start (an eviction is still tried: a failed one stays
+the ground truth, and a 201 clears the condition whoever raised it); a later check that finds the
+problem gone clears it (and lifts a failed eviction's hold: the cluster changed since).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +64,8 @@ class KubeEvictor:
         self.unserved_recheck = unserved_recheck
         self._unserved = ""  # why the Eviction API is not there ("" while it is)
         self._unserved_until = 0.0  # no request before this time
+        self._preflight = ""  # what the last check said cannot work ("" when nothing)
+        self._lock = threading.Lock()  # the check reports from its own thread
         self.timeout = timeout  # the agent's loop waits for the answer: keep it short
         self.clock = clock
         self.backoff_base = backoff_base
@@ -83,9 +92,10 @@ class KubeEvictor:
             self.client.post(path, self.body(pod), channel=CHANNEL, timeout=self.timeout)
         except KubeError as e:
             return self._refused(pod, e)
-        if self._unserved:
-            self._unserved = ""
-            self.conditions.clear(COND_API)
+        if self._unserved or self._preflight:
+            with self._lock:
+                self._unserved = self._preflight = ""
+                self.conditions.clear(COND_API)
             log.warning("the Eviction API accepts policy/v1 Evictions again")
         self._refusals.pop(pod.uid, None)
         self.stats["evicted"] += 1
@@ -116,12 +126,33 @@ class KubeEvictor:
                    f"--evict-mode api needs Kubernetes >= {MIN_KUBERNETES}: nothing is evicted until it "
                    f"does (asked again every {self.unserved_recheck:g}s); on an older cluster use "
                    "--evict-mode kill")
-        self._unserved_until = self.clock() + self.unserved_recheck
-        if message != self._unserved:
-            log.error("%s", message)
-        self._unserved = message
-        self.conditions.set(COND_API, message)
+        with self._lock:
+            self._unserved_until = self.clock() + self.unserved_recheck
+            if message != self._unserved:
+                log.error("%s", message)
+            self._unserved = message
+            self.conditions.set(COND_API, message)
         return ApiOutcome(ok=False, error=message)
+
+    def checked(self, problem: str) -> None:
+        """What the eviction check found: ``problem`` says why evictions cannot work ("" when they can).
+
+        A problem raises :data:`COND_API` (logged once) unless a failed eviction already says why;
+        evictions are still tried.  A check that finds a problem gone clears the condition and
+        lifts a failed eviction's hold; one that finds nothing new leaves a failed eviction's word
+        standing (a check that passed before the eviction failed says nothing new)."""
+        with self._lock:
+            was, self._preflight = self._preflight, problem
+            if problem:
+                if not self._unserved and self.conditions.set(COND_API, problem):
+                    log.error("%s", problem)
+                return
+            if not was:
+                return
+            self._unserved = ""
+            self._unserved_until = 0.0
+            self.conditions.clear(COND_API)
+        log.warning("evictions through the Eviction API can work now: %s is cleared", COND_API)
 
     def _backoff(self, uid: str) -> float:
         now = self.clock()

@@ -256,6 +256,7 @@ class Reflector:
         self.last_error = ""
         self.last_error_ts = 0.0
         self.thread: threading.Thread | None = None
+        self.on_relist: list[Callable[[], None]] = []  # called (on this thread) when a 410 forces a relist
         self._lists = 0
         self._absent_logged = False
 
@@ -344,6 +345,8 @@ class Reflector:
                     self.relists += 1
                     log.info("kube %s: resourceVersion %s is gone (%s); relisting", self.resource, self.rv,
                              e.message)
+                    for hook in self.on_relist:
+                        hook()
                     return
                 self.watch_restarts += 1
                 self._failed("watch", e)
