@@ -23,8 +23,8 @@ V2_MEM = ("inactive_anon", "active_anon", "unevictable", "inactive_file", "activ
 def tracked_files(col: Collector) -> list[dict[str, str | None]]:
     out = []
     for tp in col.tracked_pods().values():
-        out.append(tp.cg.files)
-        out.extend(tr.files for tr in tp.containers.values())
+        out.append(col.files(tp.cg))
+        out.extend(col.files(tr) for tr in tp.containers.values())
     return out
 
 
@@ -34,9 +34,9 @@ def reference_readers(col: Collector) -> list[pure_reader.StatReader]:
         r = pure_reader.StatReader(src.capacity, col.version)
         readers.append(r)
     for tp in col.tracked_pods().values():
-        readers[0].open(tp.cg.col, **tp.cg.files)
+        readers[0].open(tp.cg.col, **col.files(tp.cg))
         for tr in tp.containers.values():
-            readers[1].open(tr.col, **tr.files)
+            readers[1].open(tr.col, **col.files(tr))
     return readers
 
 

@@ -15,6 +15,7 @@ from qosmanager.api.decode import (
     DOCUMENT_LIMITS,
     DecodeError,
     Limits,
+    _loads_in_windows,
     _nesting_large,
     _nesting_small,
     decode_json,
@@ -107,6 +108,108 @@ def test_large_documents_are_checked_too() -> None:
     assert load_document(ok, "doc")[0] == json.loads(filler)
     with pytest.raises(DecodeError, match="more than 10 objects and lists"):
         load_document("[" + ",".join(["[]"] * 11) + "]", "doc", Limits(1 << 20, 10, 10))
+
+
+def _doc(rng: random.Random) -> Any:
+    """A document shaped like a pod list, with what could trip a window: multi-byte and escaped
+    characters (a lone surrogate too), numbers and literals of every length, nesting, white space."""
+    def scalar() -> Any:
+        return rng.choice([0, -7, 123456789012345678901234567890, 1.5e-300, 3.25, True, False, None, "",
+                           "é€😀", "\\ud800", "a\"b\\c\n", "x" * rng.randrange(0, 40), "ü" * rng.randrange(0, 9)])
+
+    def value(d: int) -> Any:
+        if d == 0 or rng.random() < 0.3:
+            return scalar()
+        if rng.random() < 0.5:
+            return [value(d - 1) for _ in range(rng.randrange(0, 4))]
+        return {rng.choice(["metadata", "spec", "status", "k€", "name", "é"]): value(d - 1)
+                for _ in range(rng.randrange(0, 4))}
+
+    items = [{"metadata": {"uid": f"u{i}", "name": "p€" * rng.randrange(0, 3)}, "spec": value(3),
+              "status": value(2)} if rng.random() < 0.8 else value(2) for i in range(rng.randrange(0, 30))]
+    top: Any = {"kind": "PodList", "items": items, "metadata": {"resourceVersion": "1"}, "n": scalar(),
+                "more": [scalar() for _ in range(rng.randrange(0, 5))]}
+    return items if rng.random() < 0.2 else top
+
+
+def _dump(obj: Any, rng: random.Random) -> bytes:
+    ws = rng.choice([None, 0, 2])
+    text = json.dumps(obj, ensure_ascii=rng.random() < 0.3, indent=ws,
+                      separators=(",", ":") if ws is None and rng.random() < 0.5 else None)
+    return (rng.choice(["", " ", "\n\t "]) + text + rng.choice(["", "\n", " \r\n "])).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 16, 100, 1 << 20])
+def test_windowed_decoding_is_json_loads(monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    """A long document is decoded from windows of its text; whatever the window, wherever it ends
+    (inside a character, a string, a number, white space), the result is ``json.loads``'s, with the
+    pods' object hook too."""
+    import qosmanager.api.decode as decode
+    from qosmanager.api.pod import PrunedPod, prune_pod_hook
+
+    monkeypatch.setattr(decode, "_WINDOW", window)
+    rng = random.Random(window)
+    for _ in range(60):
+        data = _dump(_doc(rng), rng)
+        assert _loads_in_windows(data, None) == json.loads(data)
+        hooked = _loads_in_windows(data, prune_pod_hook)
+        want = json.loads(data, object_hook=prune_pod_hook)
+        assert hooked == want
+        items = hooked["items"] if isinstance(hooked, dict) else hooked
+        assert any(isinstance(x, PrunedPod) for x in items) == any(isinstance(x, PrunedPod) for x in
+                                                                     (want["items"] if isinstance(want, dict)
+                                                                      else want))
+
+
+@pytest.mark.parametrize("text", [
+    '{"items": [1, 2,]}', '{"items": [1 2]}', '{"a": 1,}', '{"a" 1}', '{"a": 1} x', '[1, 2] [', '{"a": "\x01"}',
+    '{"a": NaN, "items": [Infinity]}', '{"a": [1, {"b": 2}]', '{"a": "unterminated', '{"a": 1, "a": 2}',
+    '[' + "1" * 5000 + ']', '{"items": [tru]}', '{"é": "\\udc00"}',
+])
+@pytest.mark.parametrize("window", [1, 4, 1 << 20])
+def test_windowed_decoding_fails_and_accepts_as_json_loads(monkeypatch: pytest.MonkeyPatch, text: str,
+                                                           window: int) -> None:
+    import qosmanager.api.decode as decode
+
+    monkeypatch.setattr(decode, "_WINDOW", window)
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        want: Any = json.loads(data)
+    except ValueError as e:
+        with pytest.raises(type(e)) as got:
+            _loads_in_windows(data, None)
+        assert str(got.value) == str(e)
+    else:
+        assert _loads_in_windows(data, None) == want
+
+
+def test_a_long_pod_list_is_never_one_string_beside_its_bytes() -> None:
+    """Decoding a pods file of 9 MB holds the pruned pods and a window of text, not a second 9 MB
+    (a 10,000-pod list is 46 MB: that was the standalone agent's peak)."""
+    import tracemalloc
+
+    from qosmanager.api.pod import PrunedPod, prune_pod_hook
+
+    pad = {f"k{i}": "v" * 40 for i in range(40)}  # dropped by the pruning, as managedFields are
+    pod = {"metadata": {"uid": "", "name": "p", "managedFields": [pad]}, "spec": {"containers": [{"name": "c"}]},
+           "status": {"phase": "Running"}}
+    items = []
+    for i in range(4500):
+        pod["metadata"]["uid"] = f"00000000-0000-4000-8000-{i:012d}"
+        items.append(json.dumps(pod))
+    data = ('{"kind":"PodList","items":[' + ",".join(items) + "]}").encode()
+    assert len(data) > 9_000_000
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        obj = load_document(data, "pods", DOCUMENT_LIMITS, prune_pod_hook)
+        held, peak = (m - base for m in tracemalloc.get_traced_memory())
+    finally:
+        tracemalloc.stop()
+    assert len(obj["items"]) == 4500 and all(isinstance(p, PrunedPod) for p in obj["items"])
+    assert obj == json.loads(data, object_hook=prune_pod_hook)
+    assert peak - held < len(data) / 2, (peak, held, len(data))
 
 
 def test_load_object_reads_yaml_and_json() -> None:

@@ -770,3 +770,32 @@ def test_the_digest_tells_a_read_field_changing_from_any_other() -> None:
     dated = copy.deepcopy(KUBELET_ITEM)
     dated["metadata"]["labels"]["day"] = datetime.date(2024, 5, 1)
     assert pod_digest(dated) != base
+
+
+def test_views_share_repeated_strings_and_empty_maps() -> None:
+    """Each pod's text is decoded on its own; the views of two pods still hold one object for what
+    repeats between them (namespace, phase, QoS class, label keys and values, container and
+    resource names) and one empty map for every empty one.  Long values are not shared, and the
+    views compare as before."""
+    def item(uid: str, name: str) -> dict[str, Any]:
+        obj = copy.deepcopy(KUBELET_ITEM)
+        obj["metadata"].update(uid=uid, name=name, annotations={})
+        obj["metadata"]["labels"]["note"] = "x" * 100
+        obj["spec"]["containers"][0]["resources"].pop("limits", None)
+        return obj
+
+    texts = [PrunedPod.of(item(u, n)) for u, n in (("6c1e0b34-0000-4000-8000-000000000001", "web-a"),
+                                                  ("6c1e0b34-0000-4000-8000-000000000002", "web-b"))]
+    a, b = (pod_meta(t) for t in texts)
+    assert a.name != b.name and a.namespace == b.namespace == "shop"
+    for field in ("namespace", "phase", "kube_qos"):
+        assert getattr(a, field) is getattr(b, field), field
+    assert a.labels == b.labels and a.labels is not b.labels
+    for (ka, va), (kb, vb) in zip(a.labels.items(), b.labels.items()):
+        assert ka is kb and (va is vb) == (len(va) <= 64)  # a long value is left alone
+    assert a.annotations == {} and a.annotations is b.annotations
+    ca, cb = a.containers[0], b.containers[0]
+    assert ca.name is cb.name and ca.limits == {} and ca.limits is cb.limits
+    assert [k for k in ca.requests] == [k for k in cb.requests]
+    assert all(x is y for x, y in zip(ca.requests, cb.requests))
+    assert pod_meta(texts[0]) == a and a != b

@@ -267,6 +267,55 @@ def test_batch_larger_than_the_descriptor_table(tmp_path) -> None:
     assert len(ex.files) <= 10
 
 
+def _strings_held(roots: list[object], needle: str, skip: object) -> set[int]:
+    """Ids of the distinct strings containing ``needle`` reachable from ``roots`` (not through ``skip``)."""
+    import gc
+    import types
+
+    seen: set[int] = {id(skip)}
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, str):
+            if needle in o:
+                found.add(id(o))
+            continue
+        todo.extend(gc.get_referents(o))
+    return found
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_one_path_string_per_file_held(tmp_path, version: int) -> None:
+    """What the executor keeps per file it wrote or read (location, write cache, claim, plan) names
+    the file once: the display path, shared by the key; the absolute path is made again for each read
+    and write.  (Three ~190-byte copies per file -- path, display path, a "path|resource" key --
+    were 4 MiB of the first ticks' peak at 10,000 pods.)"""
+    from qosmanager.executor.executor import Plan
+
+    ex, layout, _, _ = make(tmp_path, version, max_open_files=4)
+    sub, name = ("cpu", "cpu.cfs_burst_us") if version == 1 else ("", "cpu.max.burst")
+    dirs = [f"kubepods/burstable/pod{i}" for i in range(100)]
+    paths = [put(layout, sub, d, name, "0\n") for d in dirs]
+    plan = Plan("s", "burst", 1, lambda: [Write("s", "cpu.cfs_burst_us", str(1000 + i), d)
+                                          for i, d in enumerate(dirs[:60])])
+    res = ex.apply([plan, *(Write("s", "cpu.cfs_burst_us", "7", d) for d in dirs[60:])])
+    assert [r.status for r in res] == ["written"] * 100
+    assert [read(p) for p in paths] == [str(1000 + i) for i in range(60)] + ["7"] * 40
+    assert ex.read_many("cpu.cfs_burst_us", dirs) == [str(1000 + i) for i in range(60)] + ["7"] * 40
+    # a dir spelled with a trailing slash: its display path is normalised, its absolute path kept
+    assert [r.status for r in ex.apply([Write("s", "cpu.cfs_burst_us", "9", dirs[0] + "/")])] == ["written"]
+    assert read(paths[0]) == "9"
+    # (not through the executor itself: its descriptor table keeps the paths of the 4 files it holds open)
+    held = _strings_held([ex._where, ex._cache, ex._claims, ex._plans, ex._groups, ex._originals], "/" + name,
+                         skip=ex)
+    # the dir with a trailing slash: its own display path and the absolute path kept for it
+    assert len(held) == 100 + 2, len(held)
+
+
 def test_blkio_cost_validators() -> None:
     from qosmanager.host.resources import blkio_cost_model_validator, blkio_cost_qos_validator
 

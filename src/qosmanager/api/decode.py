@@ -24,7 +24,8 @@ brackets nest alike; the rare flow-style YAML with brackets inside single-quoted
 count deeper than it is.  YAML is composed by libyaml (which has its own nesting limit of 1,000)
 and its node graph is checked before any Python object is built; an alias counts with everything
 it stands for, so a "billion laughs" document is refused instead of being walked a billion times
-later.
+later.  A JSON document of 4 MiB or more (a big node's pods file) is then decoded member by member
+and item by item from a window of its text, never as one string beside its bytes.
 
 JSON follows Go's ``encoding/json`` where that matters to annotations: ``NaN`` and ``Infinity`` are
 not JSON.  :func:`go_fold` and :func:`fold_get` match object keys the way ``encoding/json`` matches
@@ -286,6 +287,8 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
         # brackets cannot hold one), so the check is right for either
         _check_json_nesting(data, what, limits)
         try:
+            if len(data) >= STREAM_MIN:
+                return _loads_in_windows(data, object_hook)
             return json.loads(data, object_hook=object_hook)
         except (RecursionError, ValueError):
             pass  # not JSON: YAML says what is wrong with it
@@ -295,6 +298,134 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
         except UnicodeDecodeError as e:
             raise _error(what, f"not UTF-8 text: {e.reason}") from None
     return _decode_yaml(text, what, limits)
+
+
+# A JSON document this long is decoded from windows of its text (see _loads_in_windows).
+STREAM_MIN = 4 * MIB
+_WINDOW = 1 * MIB
+_WS = re.compile(r"[ \t\n\r]*")
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+class _More(Exception):
+    """The value at the window's position does not end within the window."""
+
+
+class _Windows:
+    """The text of UTF-8 ``data`` one window at a time: ``text[i]`` is byte ``base + <its offset>``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.view = memoryview(data)
+        self.text = ""
+        self.ascii = True
+        self.base = 0
+        self.size = _WINDOW
+        self.eof = False
+        self.load(0, False)
+
+    def load(self, i: int, grow: bool) -> int:
+        """Start a new window at ``text[i]`` (twice as long when ``grow``); the new index of it (0)."""
+        self.base += i if self.ascii else len(self.text[:i].encode("utf-8", "surrogatepass"))
+        if grow:
+            self.size *= 2
+        data, end = self.data, min(self.base + self.size, len(self.data))
+        while end < len(data) and end > self.base and data[end] & 0xC0 == 0x80:
+            end -= 1  # not inside a character
+        self.eof = end == len(data)
+        self.text = ""  # the old window goes before the new one is made
+        self.text = str(self.view[self.base:end], "utf-8", "surrogatepass")
+        self.ascii = self.text.isascii()
+        return 0
+
+    def token(self, i: int, parse: Callable[[str, int], tuple[Any, int]]) -> tuple[Any, int]:
+        """``parse(text, i)`` -> (value, end), sliding or widening the window until it holds the value."""
+        while True:
+            try:
+                value, end = parse(self.text, i)
+            except (ValueError, StopIteration):  # JSONDecodeError: cut short here, or bad text
+                if self.eof:
+                    raise
+            else:
+                # a number or literal that runs to the window's end may go on beyond it
+                if end < len(self.text) or self.eof:
+                    return value, end
+            i = self.load(i, grow=i == 0)
+
+    def skip(self, i: int) -> tuple[str, int]:
+        """The next character after white space (``""`` at the end) and its index."""
+        while True:
+            i = _WS.match(self.text, i).end()  # type: ignore[union-attr]
+            if i < len(self.text) or self.eof:
+                return self.text[i:i + 1], i
+            i = self.load(i, grow=False)
+
+
+def _loads_in_windows(data: bytes, object_hook: Callable[[dict[str, Any]], Any] | None) -> Any:
+    """``json.loads(data, object_hook=...)``, without the whole text as one ``str`` beside the bytes
+    (a 10,000-pod list file is 46 MB: 46 MB more at the peak).  The top-level object's members and
+    the items of its arrays (and of a top-level array) are decoded one by one from a window of
+    about 1 MiB of text; anything else -- text that is not JSON, or not UTF-8 -- is decoded by
+    ``json.loads``, which says what is wrong with it."""
+    if json.detect_encoding(data[:4]) != "utf-8":
+        return json.loads(data, object_hook=object_hook)
+    try:
+        return _windowed(_Windows(data), json.JSONDecoder(object_hook=object_hook), object_hook)
+    except (ValueError, StopIteration, RecursionError):
+        return json.loads(data, object_hook=object_hook)
+
+
+def _windowed(w: _Windows, dec: json.JSONDecoder,
+              object_hook: Callable[[dict[str, Any]], Any] | None) -> Any:
+    def array(i: int) -> tuple[list[Any], int]:  # at "["
+        out: list[Any] = []
+        c, i = w.skip(i + 1)
+        if c == "]":
+            return out, i + 1
+        while True:
+            item, i = w.token(i, dec.raw_decode)
+            out.append(item)
+            c, i = w.skip(i)
+            if c == "]":
+                return out, i + 1
+            if c != ",":
+                raise ValueError("expected , or ]")
+            _, i = w.skip(i + 1)
+
+    def value(i: int) -> tuple[Any, int]:
+        c, i = w.skip(i)
+        return array(i) if c == "[" else w.token(i, dec.raw_decode)
+
+    result: Any
+    c, i = w.skip(0)
+    if c == "[":
+        result, i = array(i)
+    elif c == "{":
+        obj: dict[str, Any] = {}
+        c, i = w.skip(i + 1)
+        if c != "}":
+            while True:
+                if c != '"':
+                    raise ValueError("expected a member name")
+                key, i = w.token(i, lambda text, at: _scanstring(text, at + 1))
+                c, i = w.skip(i)
+                if c != ":":
+                    raise ValueError("expected :")
+                obj[key], i = value(i + 1)
+                c, i = w.skip(i)
+                if c == "}":
+                    break
+                if c != ",":
+                    raise ValueError("expected , or }")
+                c, i = w.skip(i + 1)
+        i += 1
+        result = object_hook(obj) if object_hook is not None else obj
+    else:
+        raise ValueError("not an object or array")
+    c, i = w.skip(i)
+    if c:
+        raise ValueError("extra data")
+    return result
 
 
 def load_object(text: str | bytes, path: str = "", limits: Limits = DOCUMENT_LIMITS,

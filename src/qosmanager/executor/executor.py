@@ -103,9 +103,21 @@ READ_CHUNK = 4096
 IGNORABLE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 
 
-def _key(target: str, resource: str, entry: str) -> str:
-    """Cache and ownership key: the file, the resource (v2's cpu.max carries two), the entry."""
-    return f"{target}|{resource}" + (f"#{entry}" if entry else "")
+# Cache and ownership key: the file (its display path), the resource (v2's cpu.max carries two),
+# the entry ("" for the file as a whole).  A tuple sharing the display path and the resource's name
+# rather than a string of its own: a second copy of the path for each of the tens of thousands of
+# files a dense node's first ticks write.
+Key = tuple[str, str, str]
+
+
+def _key(target: str, resource: str, entry: str) -> Key:
+    return (target, resource, entry)
+
+
+# Where a (resource, dir) is: the resource, the absolute path (None where it is the cgroup root joined
+# with the display path, made again when the file is read or written: not a third path per file
+# kept), the display path, the depth of the dir, and the key of the file.
+Loc = tuple[res.Resource, str | None, str, int, Key]
 
 
 @dataclass(slots=True)
@@ -283,7 +295,7 @@ class _Claim:
 class _Item:
     write: Write
     resource: res.Resource
-    key: str
+    key: Key
     path: str
     target: str
     depth: int
@@ -337,17 +349,17 @@ class Executor:
         self.clock = clock
         self.files = FileTable(max_open_files, budget)
         self.stats = ExecutorStats()
-        self._cache: dict[str, _CacheEntry] = {}
-        self._claims: dict[str, _Claim] = {}
-        self._conflicts: dict[str, tuple[str, str, str]] = {}
-        self._originals: dict[str, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
+        self._cache: dict[Key, _CacheEntry] = {}
+        self._claims: dict[Key, _Claim] = {}
+        self._conflicts: dict[Key, tuple[str, str, str]] = {}
+        self._originals: dict[Key, dict[str, _Original]] = {}  # file key -> entry ("" the file) -> original
         self._plans: dict[tuple[str, str], _PlanState] = {}
         self._groups: dict[tuple[str, str], _GroupState] = {}
         self.conditions = conditions
         self.conflict_after = max(1, conflict_after)
         self.conflict_max_backoff = conflict_max_backoff
-        self._fights: dict[str, _Fight] = {}  # key -> a file found changed back (the last check(s))
-        self._held: dict[str, str] = {}  # key -> value an uncached write established (watched files)
+        self._fights: dict[Key, _Fight] = {}  # key -> a file found changed back (the last check(s))
+        self._held: dict[Key, str] = {}  # key -> value an uncached write established (watched files)
         # called when a conflict starts and when it ends (the agent's Node Event)
         self.on_conflict: list[Callable[[WriteConflict], None]] = []
         self._last_gc = clock()
@@ -355,12 +367,12 @@ class Executor:
         self._repeats = RepeatLimiter(repeat_seconds, clock=clock)
         self._said: dict[tuple[str, str, str, bool], list[tuple[str, str]]] | None = None  # a batch's lines
         self._last_sweep = self._last_gc
-        self._where: dict[tuple[str, str], tuple[res.Resource, str, str, int, str]] = {}
+        self._where: dict[tuple[str, str], Loc] = {}
         self._virtual_dirs: set[str] = set()  # dry run: directories decided but not created (absolute)
         self._mkdir_failed: dict[str, int] = {}  # directory -> errno of its last audited failure
         # dry run: uncacheable writes (thread ids into a tasks file) already decided -> (value, when), so
         # the same decision is audited once per force interval, as a cacheable one is
-        self._dry_decided: dict[str, tuple[str, float]] = {}
+        self._dry_decided: dict[Key, tuple[str, float]] = {}
         self.on_write: list[Callable[[WriteResult], None]] = []
         # after every apply(): its results and how long it took (seconds), for the metrics
         self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
@@ -477,7 +489,7 @@ class Executor:
         r = res.get(resource)
         now = self.clock()
         out: list[str | None] = [None] * len(cgroups)
-        todo: list[tuple[int, str, str]] = []
+        todo: list[tuple[int, str, Key]] = []
         cache, force, where = self._cache, self.force_seconds, self._where
         for i, cg in enumerate(cgroups):
             loc = where.get((resource, cg)) or self._remember(r, cg)
@@ -487,7 +499,7 @@ class Executor:
             if entry is not None and now - entry.ts < force:
                 out[i] = entry.value
             else:
-                todo.append((i, loc[1], loc[4]))
+                todo.append((i, self._path(loc), loc[4]))
         if todo:
             contents = self._read_paths([p for _, p, _ in todo])
             multi = r.multi_entry
@@ -570,15 +582,15 @@ class Executor:
         now = self.clock() if now is None else now
         writes, spans, walked = self._expand(requests, now)
         results: list[WriteResult] = []
-        items: dict[str, _Item] = {}
+        items: dict[Key, _Item] = {}
         cache, force = self._cache, self.force_seconds
         for w in writes:
             self.stats.requested += 1
             loc = self._locate(w, results)
             if loc is None:
                 continue
-            r, path, target, depth, base_key = loc
-            key = base_key + "#" + w.entry if w.entry else base_key
+            r, _, target, depth, base_key = loc
+            key = (base_key[0], base_key[1], w.entry) if w.entry else base_key
             # fast path: this strategy already owns the file and wrote this value recently
             claim = self._claims.get(key)
             entry = cache.get(key)
@@ -603,7 +615,7 @@ class Executor:
                     self.stats.invalid += 1
                     self._refused(key, "invalid", w, target, w.value, None, result.error, now)
                     continue
-            item = _Item(w, r, key, path, target, depth, result)
+            item = _Item(w, r, key, self._path(loc), target, depth, result)
             if self._settle_ownership(item, now) is None:
                 continue
             prev = items.get(key)
@@ -752,7 +764,7 @@ class Executor:
         if w.raw or w.restore or old is None:
             return
         e = w.entry
-        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        base = (it.key[0], it.key[1], "") if e else it.key
         table = self._originals.setdefault(base, {})
         if e in table:
             return
@@ -768,13 +780,13 @@ class Executor:
 
     def _forget_original(self, it: _Item) -> None:
         e = it.write.entry
-        base = it.key[:len(it.key) - len(e) - 1] if e else it.key
+        base = (it.key[0], it.key[1], "") if e else it.key
         table = self._originals.get(base)
         if table is not None and table.pop(e, None) is not None and not table:
             del self._originals[base]
 
     def _locate(self, w: Write,
-                results: list[WriteResult]) -> tuple[res.Resource, str, str, int, str] | None:
+                results: list[WriteResult]) -> Loc | None:
         """Resource, path, display target, depth and key base of a write; memoized per (resource, dir)."""
         mk = (w.resource, w.cgroup)
         loc = self._where.get(mk)
@@ -793,17 +805,23 @@ class Executor:
             results.append(WriteResult(w, w.resource, "unsupported"))
         return loc
 
-    def _remember(self, r: res.Resource, cgroup: str) -> tuple[res.Resource, str, str, int, str] | None:
+    def _remember(self, r: res.Resource, cgroup: str) -> Loc | None:
         where = self.resolve(r.name, cgroup)
         if where is None:
             return None
         path, target = where
         depth = 0 if r.root != "cgroup" or not cgroup else cgroup.count("/") + 1
-        loc = (r, path, target, depth, _key(target, r.name, ""))
+        kept = None if r.root == "cgroup" and self.layout.roots.cgroup_path(target) == path else path
+        loc = (r, kept, target, depth, _key(target, r.name, ""))
         if len(self._where) >= 262_144:
             self._where.clear()
         self._where[(r.name, cgroup)] = loc
         return loc
+
+    def _path(self, loc: Loc) -> str:
+        """The absolute path of a located file."""
+        path = loc[1]
+        return self.layout.roots.cgroup_path(loc[2]) if path is None else path
 
     def _settle_ownership(self, item: _Item, now: float) -> _Item | None:
         w = item.write
@@ -1010,7 +1028,7 @@ class Executor:
         self._refused(it.key, "failed", it.write, it.target, content.strip(), it.result.old,
                       it.result.error or "failed", now)
 
-    def _refused(self, key: str, kind: str, w: Write, target: str, value: str, old: str | None, error: str,
+    def _refused(self, key: Key, kind: str, w: Write, target: str, value: str, old: str | None, error: str,
                  now: float) -> None:
         """Log and audit a failed or invalid write: in full the first time (or when it fails another
         way), then as a count at most every ``repeat_seconds``."""
@@ -1205,7 +1223,7 @@ class Executor:
                 out[f.resource] = out.get(f.resource, 0) + 1
         return out
 
-    def _drop_fights(self, keys: Iterable[str]) -> None:
+    def _drop_fights(self, keys: Iterable[Key]) -> None:
         resources = set()
         for key in keys:
             f = self._fights.pop(key, None)
@@ -1255,12 +1273,12 @@ class Executor:
         dirs = tuple(cg + "/" for cg in cgroups)
         for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
             del self._where[mk]
-        self._drop_fights([k for k in self._fights if k.startswith(pre)])
+        self._drop_fights([k for k in self._fights if k[0].startswith(pre)])
         for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided, self._held):
-            for key in [k for k in d if k.startswith(pre)]:
+            for key in [k for k in d if k[0].startswith(pre)]:
                 del d[key]
         if self._repeats:
-            self._repeats.forget(lambda k: isinstance(k, str) and k.startswith(pre))
+            self._repeats.forget(lambda k: isinstance(k, tuple) and k[0].startswith(pre))
         self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
 
     def _gc(self, now: float) -> None:

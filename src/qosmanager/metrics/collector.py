@@ -71,14 +71,18 @@ COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
 _Selection = tuple[CollectPlan, np.ndarray, np.ndarray]  # plan, slots, files of each
 
 
-@dataclass
+@dataclass(slots=True)
 class Tracked:
-    """A cgroup the collector follows: its cache column (== reader slot) and its files."""
+    """A cgroup the collector follows: its cache column (== reader slot) and its dir.
+
+    Its files' paths are not kept: they are made from ``rel`` when a file is opened
+    (:meth:`Collector.files`), which happens when the cgroup appears and on retries.  Kept,
+    they were three or four absolute paths per cgroup (about 12 MiB at 10,000 pods)."""
 
     key: str
     col: int
     rel: str
-    files: dict[str, str | None]
+    cpuset: bool = False  # its cpuset file is read too (BE containers)
     open: bool = False
     retry_at: float = 0.0
     backoff: float = 0.0
@@ -352,7 +356,7 @@ class Collector:
         rel = self.layout.pod_dir(meta.kube_qos, meta.uid)
         col = self.cache.pods.column(meta.uid)
         self._ensure_capacity(self.pod_reader, self.cache.pods.cols)
-        cg = Tracked(meta.uid, col, rel, self._paths(rel, cpuset=False))
+        cg = Tracked(meta.uid, col, rel)
         tp = TrackedPod(meta, cg)
         self._pods[meta.uid] = tp
         self._open(self.pod_reader, cg, "pod", now)
@@ -370,7 +374,7 @@ class Collector:
                 continue
             col = self.cache.containers.column(c.container_id)
             self._ensure_capacity(self.ctr_reader, self.cache.containers.cols)
-            tr = Tracked(c.container_id, col, rel, self._paths(rel, cpuset=be))
+            tr = Tracked(c.container_id, col, rel, cpuset=be)
             tp.containers[c.container_id] = tr
             self._open(self.ctr_reader, tr, "container", now)
 
@@ -411,7 +415,7 @@ class Collector:
                 self._close(self.app_reader, self.cache.hostapps, tr, "app")
             col = self.cache.hostapps.column(name)
             self._ensure_capacity(self.app_reader, self.cache.hostapps.cols)
-            tr = Tracked(name, col, rel, self._paths(rel, cpuset=False))
+            tr = Tracked(name, col, rel)
             self._apps[name] = tr
             self._open(self.app_reader, tr, "app", now)
 
@@ -433,12 +437,17 @@ class Collector:
     def _held_fds(self) -> int:
         return self.pod_reader.open_fds + self.ctr_reader.open_fds + self.app_reader.open_fds
 
+    def files(self, tr: Tracked) -> dict[str, str | None]:
+        """The stat files of a tracked cgroup, by the readers' keys (None: not read on this host)."""
+        return self._paths(tr.rel, tr.cpuset)
+
     def _open(self, reader: StatReader, tr: Tracked, kind: str, now: float) -> None:
-        need = sum(1 for p in tr.files.values() if p is not None)
+        files = self.files(tr)
+        need = sum(1 for p in files.values() if p is not None)
         if self.budget.available() < need:
             self.budget.reclaim(need)  # the executor's cached descriptors give way to the readers
         reader.max_fds = reader.open_fds + self.budget.available()
-        err = reader.open(tr.col, **tr.files)
+        err = reader.open(tr.col, **files)
         if kind == "container" and tr.col < len(self._ctr_cpuset_known):
             self._ctr_cpuset_known[tr.col] = -1
         if err == 0:
@@ -481,8 +490,9 @@ class Collector:
                 del self._partial[(kind, key)]  # dead or closed: the whole slot is reopened instead
                 continue
             missing = int(reader.missing[tr.col])
+            files = self.files(tr)
             for f, name in enumerate(FILE_KEYS):
-                path = tr.files.get(name)
+                path = files.get(name)
                 if missing & (1 << f) and path is not None:
                     reader.open_file(tr.col, f, path)
             if reader.missing[tr.col]:
