@@ -272,7 +272,7 @@ def test_container_is_root_but_not_privileged(container: dict[str, Any], run_arg
 
 def test_resources_match_the_documented_sizing(container: dict[str, Any]) -> None:
     res = container["resources"]
-    expected = {("requests", "cpu"): "100m", ("requests", "memory"): "96Mi",
+    expected = {("requests", "cpu"): "100m", ("requests", "memory"): "80Mi",
                 ("limits", "cpu"): "500m", ("limits", "memory"): "256Mi"}
     assert {(k, r): res[k][r] for k, r in expected} == expected
     for r in ("cpu", "memory"):
