@@ -45,6 +45,8 @@ def test_kill_mode_ends_exactly_the_victims_processes(tmp_path) -> None:
             agent.wait_for("its cgroups to empty", lambda: all(not _read(f).split() for f in ctr_procs), 10)
             assert [p.returncode for p in victims] == [-signal.SIGKILL] * 3
             assert all(p.poll() is None for p in bystanders), "only the victim's processes are killed"
+            # the evict record follows the kill (after the rounds that look for late children)
+            agent.wait_for("the evict record", lambda: any(r["action"] == "evict" for r in agent.audit()), 10)
             evictions = [r for r in agent.audit() if r["action"] == "evict"]
             assert {r["target"] for r in evictions} == {f"default/{victim.name}"}, evictions
             assert all(r["executed"] for r in evictions), evictions
