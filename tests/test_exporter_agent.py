@@ -239,10 +239,13 @@ def test_agent_metrics_after_a_few_ticks(tmp_path: Path) -> None:
         # read at scrape time from the live objects
         agent.collector.stats.partial, agent.collector.stats.read_errors = 2, 7
         agent.executor.audit.write_errors = 3
+        agent.executor.stats.signals, agent.executor.stats.cgroup_kills = 4, 1
         again = parse(exporter.metrics.registry.render())
         assert again["qosmanager_collector_partial_cgroups"].value() == 2
         assert again["qosmanager_collector_read_errors_total"].value() == 7
         assert again["qosmanager_audit_write_errors_total"].value() == 3
+        assert again["qosmanager_kill_signals_total"].series() == {(("how", "sigkill"),): 4,
+                                                                   (("how", "cgroup_kill"),): 1}
         tick = fams["qosmanager_tick_duration_seconds"]
         assert {dict(lb)["job"]: n for lb, n in tick.series("_count").items()} == {
             j.name: 3 for j in agent.scheduler.jobs}

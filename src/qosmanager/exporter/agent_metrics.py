@@ -193,6 +193,9 @@ class AgentMetrics:
             "Eviction decisions by strategy, koordlet feature and result: evicted, decided (audited only "
             "under --evict-mode none or --dry-run), pending (already being evicted), failed, skipped "
             "(refused: LS without opt-in, LSE/LSR, backoff)", ("strategy", "feature", "result"), r)
+        Counter("qosmanager_kill_signals_total",
+                "Kill-mode evictions' host actions: SIGKILLs sent one by one (sigkill) and subtrees ended "
+                "with one write of a pod's cgroup.kill (cgroup_kill)", ("how",), r).pull(self._kills)
         Counter("qosmanager_strategy_errors_total", "Strategy ticks that raised",
                 ("strategy",), r).pull(self._strategy_errors)
         Counter("qosmanager_watch_restarts_total", "Kubernetes watches restarted, by resource",
@@ -388,6 +391,12 @@ class AgentMetrics:
 
     def _executor_stat(self, name: str) -> float | None:
         return None if self.executor is None else float(getattr(self.executor.stats, name))
+
+    def _kills(self) -> Mapping[LabelValues, float] | None:
+        if self.executor is None:
+            return None
+        st = self.executor.stats
+        return {("sigkill",): float(st.signals), ("cgroup_kill",): float(st.cgroup_kills)}
 
     def _descriptors(self) -> Mapping[LabelValues, float] | None:
         if self.collector is None:
