@@ -342,6 +342,27 @@ def test_walkers(tmp_path: Path) -> None:
         be, f"{be}/poda", f"{be}/poda/c3", f"{be}/podb", f"{be}/podb/c1", f"{be}/podb/c2"]
     assert lay.dirs_at_depth("cpu", be, 1) == []
     assert lay.dirs_up_to_depth("cpu", be, 2) == []
+    # the whole subtree, in the same order, and at most so many dirs
+    assert lay.subtree("cpuset", be, 100) == (lay.dirs_up_to_depth("cpuset", be, 2), False)
+    assert lay.subtree("cpuset", be, 3) == ([be, f"{be}/poda", f"{be}/poda/c3"], True)
+    assert lay.subtree("cpuset", be, 6) == (lay.dirs_up_to_depth("cpuset", be, 2), False)
+    assert lay.subtree("cpu", be, 10) == ([], False)
+
+
+def test_the_subtree_walk_reaches_a_nesting_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    """A container may nest cgroups as deep as it likes (kill mode walks it): no recursion."""
+    import sys
+
+    lay = layout(version=2, cgroup=str(tmp_path))
+    top = lay.qos_dir(BE)
+    depth = sys.getrecursionlimit() + 50
+    os.makedirs(lay.abs_dir("", top))
+    rel = top
+    for _ in range(depth):  # one by one: os.makedirs itself recurses
+        rel += "/d"
+        os.mkdir(lay.abs_dir("", rel))
+    dirs, more = lay.subtree("", top, depth + 10)
+    assert not more and len(dirs) == depth + 1 and dirs[-1] == rel
 
 
 @given(

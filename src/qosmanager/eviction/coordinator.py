@@ -521,13 +521,13 @@ class EvictionCoordinator:
         hierarchy), at most :data:`MAX_KILL_DIRS` cgroups; a line that is not a pid (garbage, out of
         range) is skipped (counted and logged on the ``first`` scan of a kill), never raises."""
         sub = "cpu" if self.layout.version == 1 else ""
-        dirs, capped = subtree(self.layout.abs_dir(sub, pod_rel), MAX_KILL_DIRS)
+        dirs, capped = self.layout.subtree(sub, pod_rel, MAX_KILL_DIRS)
         if capped and first:
             log.warning("kill %s: %s holds more than %d cgroups; only the first %d are read", pod.key,
                         pod_rel, MAX_KILL_DIRS, MAX_KILL_DIRS)
         if not dirs:
             return _Scan([], capped)
-        fds = sysio.open_batch([d + "/cgroup.procs" for d in dirs], os.O_RDONLY)
+        fds = sysio.open_batch([self.layout.file(sub, d, "cgroup.procs") for d in dirs], os.O_RDONLY)
         ok = fds[fds >= 0]
         try:
             data = sysio.pread_batch(ok, 1 << 20)
@@ -550,28 +550,6 @@ class EvictionCoordinator:
 class _Scan:
     pids: list[int]
     capped: bool  # the subtree holds more cgroups than were read
-
-
-def subtree(top: str, limit: int) -> tuple[list[str], bool]:
-    """``top`` and every directory below it (any depth; symlinks not followed), parents before children,
-    at most ``limit`` of them; and whether there were more.  Missing (or vanishing) dirs yield nothing."""
-    if not os.path.isdir(top):
-        return [], False
-    out = [top]
-    stack = [top]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                children = sorted((e.path for e in it if e.is_dir(follow_symlinks=False)), reverse=True)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for c in reversed(children):
-            if len(out) >= limit:
-                return out, True
-            out.append(c)
-        stack.extend(children)
-    return out, False
 
 
 def _exited(pidfd: int) -> bool:

@@ -359,7 +359,7 @@ class CgroupLayout:
         2 = their containers), sorted; missing dirs yield nothing."""
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        return [d for d, level in self._walk(subsystem, parent, depth) if level == depth]
+        return [d for d, level in self._walk(subsystem, parent, depth)[0] if level == depth]
 
     def dirs_up_to_depth(self, subsystem: str, parent: str, max_depth: int) -> list[str]:
         """``parent`` and every dir at most ``max_depth`` below it, parents before children,
@@ -368,22 +368,41 @@ class CgroupLayout:
             raise ValueError(f"max_depth must be >= 0, got {max_depth}")
         if not os.path.isdir(self.abs_dir(subsystem, parent)):
             return []
-        return [parent] + [d for d, _ in self._walk(subsystem, parent, max_depth)]
+        return [parent] + [d for d, _ in self._walk(subsystem, parent, max_depth)[0]]
 
-    def _walk(self, subsystem: str, parent: str, max_depth: int) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
+    def subtree(self, subsystem: str, parent: str, limit: int) -> tuple[list[str], bool]:
+        """``parent`` and every dir below it at any depth (symlinks not followed), in the order of
+        :meth:`dirs_up_to_depth`, at most ``limit`` dirs in all; and whether there were more.  A
+        missing ``parent`` yields nothing."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if not os.path.isdir(self.abs_dir(subsystem, parent)):
+            return [], False
+        below, more = self._walk(subsystem, parent, None, limit - 1)
+        return [parent] + [d for d, _ in below], more
 
-        def visit(rel: str, level: int) -> None:
+    def _walk(self, subsystem: str, parent: str, max_depth: int | None,
+              limit: int | None = None) -> tuple[list[tuple[str, int]], bool]:
+        """The dirs below ``parent`` with their level, pre-order (parents before children, siblings
+        in lexical order), down to ``max_depth`` (None: any depth), at most ``limit`` of them; and
+        whether there were more.  Iterative: a nesting as deep as a container makes it is no
+        recursion limit."""
+
+        def children(rel: str, level: int) -> list[tuple[str, int]]:
             try:
                 with os.scandir(self.abs_dir(subsystem, rel)) as it:
                     names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
             except (FileNotFoundError, NotADirectoryError):
-                return
-            for n in names:
-                child = _join(rel, n)
-                out.append((child, level))
-                if level < max_depth:
-                    visit(child, level + 1)
+                return []
+            return [(_join(rel, n), level) for n in reversed(names)]
 
-        visit(parent, 1)
-        return out
+        out: list[tuple[str, int]] = []
+        todo = children(parent, 1)  # a stack: the next dir to visit last
+        while todo:
+            if limit is not None and len(out) >= limit:
+                return out, True
+            rel, level = todo.pop()
+            out.append((rel, level))
+            if max_depth is None or level < max_depth:
+                todo.extend(children(rel, level + 1))
+        return out, False
