@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -358,11 +359,17 @@ def test_the_subtree_walk_reaches_a_nesting_deeper_than_the_recursion_limit(tmp_
     depth = sys.getrecursionlimit() + 50
     os.makedirs(lay.abs_dir("", top))
     rel = top
-    for _ in range(depth):  # one by one: os.makedirs itself recurses
-        rel += "/d"
-        os.mkdir(lay.abs_dir("", rel))
-    dirs, more = lay.subtree("", top, depth + 10)
-    assert not more and len(dirs) == depth + 1 and dirs[-1] == rel
+    try:
+        for _ in range(depth):  # one by one: os.makedirs itself recurses
+            rel += "/d"
+            os.mkdir(lay.abs_dir("", rel))
+        dirs, more = lay.subtree("", top, depth + 10)
+        assert not more and len(dirs) == depth + 1 and dirs[-1] == rel
+    finally:  # removed deepest first here: shutil.rmtree (pytest's clean-up) recurses too
+        while rel != top:
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(lay.abs_dir("", rel))
+            rel = rel.rsplit("/", 1)[0]
 
 
 @given(
