@@ -280,3 +280,42 @@ def test_keys_match_as_go_matches_struct_fields() -> None:
     assert fold_get({"cpuset": "0", "CPUSET": "1"}, "cpuset") == "1"
     assert fold_get({"cpusets": "0"}, "cpuset", "none") == "none"
     assert ANNOTATION_LIMITS.max_bytes == 256 * 1024
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("body", [
+    b'{"kind": "PodList", "items": [{"metadata": {"name": "a\\u00e9", "uid": "u1"}}]}',
+    b'  \n{"a": [1, 2.5, "\xc3\xa9", null, true]}',
+    b'{"a": 1e400}',  # json.loads reads it as inf: so does the document decoder
+])
+def test_a_byte_order_mark_decodes_exactly_as_json_loads_reads_the_rest(body: bytes) -> None:
+    want = json.loads(body)
+    assert load_document(BOM + body, "doc") == want
+    assert load_document((BOM + body).decode("utf-8"), "doc") == want
+    big = b'{"items": [' + b",".join([body] * (5 * 1024 * 1024 // len(body) + 1)) + b"]}"
+    assert len(big) >= 4 << 20  # decoded in windows
+    assert load_document(BOM + big, "doc") == json.loads(big)
+
+
+def test_a_big_document_that_is_not_json_is_refused_at_once_naming_the_json_error() -> None:
+    pods = [{"metadata": {"name": f"p{i}", "uid": f"u{i}"}, "spec": {"containers": [{"name": "c"}]}}
+            for i in range(60_000)]
+    text = json.dumps({"items": pods})
+    bad = text[:-2] + ",]}"  # one trailing comma
+    assert len(bad) > 4 << 20
+    with pytest.raises(DecodeError) as err:
+        load_document(bad, "/etc/pods.json")
+    message = str(err.value)
+    assert message.startswith("/etc/pods.json: not valid JSON (")
+    assert f"at {len(bad)} bytes too large to be read as YAML (a document over 256 KiB must be JSON)" in message
+    assert "column" in message  # where the JSON parser stopped: the operator finds the comma
+    small_bad = bad[:200_000]  # under the YAML bound: still read as YAML, which says what is wrong
+    with pytest.raises(DecodeError, match="not valid YAML/JSON"):
+        load_document(small_bad, "/etc/pods.json")
+    yaml_text = "a:\n" + "".join(f"  k{i}: v\n" for i in range(40_000))
+    assert len(yaml_text) > 256 * 1024
+    with pytest.raises(DecodeError, match=r"^big.yaml: not JSON, and at \d+ bytes too large to be read as YAML"):
+        load_document(yaml_text, "big.yaml")
+    assert load_document(yaml_text, "big.yaml", Limits(64 << 20, 100, 8_000_000))["a"]["k7"] == "v"

@@ -232,3 +232,25 @@ def test_a_batch_of_watch_events_is_one_rebuild_and_a_bad_pod_leaves_alone(
     # the bad pod deleted: its report goes; nothing else changed, no rebuild
     assert not store.apply_pod_events({uids[1]: None, uids[0]: untouched}, now=3.0)
     assert store.pods_generation == gen + 1 and store.conditions.get("state/pods") is None
+
+
+def test_a_big_pods_file_that_is_not_json_keeps_the_last_pods_and_says_where_it_broke(tmp_path: Path) -> None:
+    """A 5 MB pods file with one trailing comma went to the YAML parser (15 s, 298 MiB): it is refused
+    at once with the JSON parser's place of the error, and the pods in force stay."""
+    from qosmanager.states.files import FileSource
+
+    store = StateStore()
+    path = tmp_path / "pods.json"
+    good = pods(2)
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"items": good}).encode())  # a BOM: still JSON
+    source = FileSource(store, pods_file=str(path))
+    assert source.poll(1.0) and len(store.pods) == len(good)
+    filler = [{"metadata": {"name": f"f{i}", "namespace": "x" * 50}} for i in range(60_000)]
+    text = json.dumps({"items": good + filler})
+    path.write_text(text[:-2] + ",]}")
+    assert not source.poll(2.0)
+    assert len(store.pods) == len(good)
+    cond = store.conditions.get("state/pods-file")
+    assert cond is not None
+    assert "not valid JSON (" in cond.message and "too large to be read as YAML" in cond.message
+    assert "the last good pods stays in force" in cond.message

@@ -13,7 +13,10 @@ Limits (:class:`Limits`):
 * **annotations** (:data:`ANNOTATION_LIMITS`): 256 KiB -- the Kubernetes API server's limit for
   *all* annotations of an object together -- 64 levels of nesting and 65,536 objects and lists;
 * **documents** (:data:`DOCUMENT_LIMITS`: state files): 64 MiB, 100 levels, 8 million values
-  (the kubelet's pod list of a 1,000-pod node is a few MiB and about 15 levels deep);
+  (the kubelet's pod list of a 1,000-pod node is a few MiB and about 15 levels deep), of which
+  at most 256 KiB as YAML: a document that is not strict JSON goes to the YAML parser, which took
+  15 s and 298 MiB on a 5 MB pods file with one trailing comma; a larger one is refused at once,
+  with the JSON parser's error (line and column);
 * **API answers** (:data:`RESPONSE_LIMITS`: a list page or a watch event): 128 MiB, 100 levels,
   8 million objects and lists.
 
@@ -60,10 +63,12 @@ class Limits:
     # JSON: objects and lists in all (counted before parsing; the size bounds the scalars); YAML:
     # every node, an alias counting as everything it stands for
     max_nodes: int
+    # the largest text given to the YAML parser (None: max_bytes); a larger document must be JSON
+    max_yaml_bytes: int | None = None
 
 
 ANNOTATION_LIMITS = Limits(max_bytes=256 * KIB, max_depth=64, max_nodes=64 * KIB)
-DOCUMENT_LIMITS = Limits(max_bytes=64 * MIB, max_depth=100, max_nodes=8_000_000)
+DOCUMENT_LIMITS = Limits(max_bytes=64 * MIB, max_depth=100, max_nodes=8_000_000, max_yaml_bytes=256 * KIB)
 RESPONSE_LIMITS = Limits(max_bytes=128 * MIB, max_depth=100, max_nodes=8_000_000)
 
 
@@ -71,6 +76,7 @@ RESPONSE_LIMITS = Limits(max_bytes=128 * MIB, max_depth=100, max_nodes=8_000_000
 # out holds every bracket that nests.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _JSON_START = re.compile(rb"[ \t\r\n]*[\[{]")
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 _BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SMALL = 16 * KIB  # below this the bracket check runs on bytes; above, vectorised in chunks
@@ -282,6 +288,10 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
     only (a YAML document is small or rare: its caller shrinks the result).
     """
     data = _as_bytes(text, what, limits)
+    if data.startswith(_BOM):  # a byte-order mark (an editor's): the document is what follows it
+        data = data[len(_BOM):]
+        text = data
+    json_error = ""
     if _JSON_START.match(data):
         # JSON, or YAML's flow style: brackets nest alike in both (a YAML plain scalar inside
         # brackets cannot hold one), so the check is right for either
@@ -290,8 +300,15 @@ def load_document(text: str | bytes, what: str = "", limits: Limits = DOCUMENT_L
             if len(data) >= STREAM_MIN:
                 return _loads_in_windows(data, object_hook)
             return json.loads(data, object_hook=object_hook)
-        except (RecursionError, ValueError):
-            pass  # not JSON: YAML says what is wrong with it
+        except RecursionError:
+            json_error = "nested too deeply for the JSON parser"
+        except ValueError as e:  # not JSON: YAML says what is wrong with it, if it is small enough
+            json_error = " ".join(str(e).split())
+    yaml_max = limits.max_yaml_bytes
+    if yaml_max is not None and len(data) > yaml_max:
+        why = f"not valid JSON ({json_error})" if json_error else "not JSON"
+        raise _error(what, f"{why}, and at {len(data)} bytes too large to be read as YAML (a document "
+                           f"over {_human(yaml_max)} must be JSON)")
     if isinstance(text, bytes):
         try:
             text = data.decode("utf-8")

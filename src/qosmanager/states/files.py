@@ -7,7 +7,8 @@ the kind of object it should hold) keeps the last good state; the reason is logg
 and stays in the ``state/<kind>-file`` degraded condition until the file is good again.  A
 read that fails (EMFILE, EACCES, EIO) is tried again at the next poll, changed file or not.
 Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
-levels); a pods file with one pod that cannot be read applies every other pod.
+levels; a byte-order mark is skipped; a file over 256 KiB must be strict JSON, YAML is not tried
+on it); a pods file with one pod that cannot be read applies every other pod.
 """
 
 from __future__ import annotations
