@@ -7,6 +7,11 @@ Tests and scenarios then set the node, pods and NodeSLO, inject metric samples s
 the cache, and run strategy ticks at chosen times; every write that hit a file and every
 eviction decision is recorded in order.
 
+``koordinator=True`` makes the fake host a koordinator node: every pod set is laid out with the
+cgroup values koordlet's batch-resource hook and the kubelet write (:mod:`qosmanager.sim.koordnode`:
+BE pods' quotas, shares and memory limits from their batch resources, Burstable shares from
+requests, the BestEffort QoS dir's shares 2).
+
 Nothing here is test-only logic: the strategies, executor and coordinator are the ones ``run``
 uses, on files in a directory.
 """
@@ -31,6 +36,7 @@ from qosmanager.framework.strategy import QoSConfig, Strategy
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.sysfs import NodeCPUInfo, Processor, read_node_cpu_info
 from qosmanager.metrics.cache import MetricCache
+from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.states.store import StateStore
 
@@ -46,11 +52,12 @@ class Harness:
                  memory_bytes: int = 64 << 30, gates: Mapping[str, bool] | None = None,
                  cfg: QoSConfig | None = None, strategies: Iterable[str] | None = None,
                  processors: Sequence[Processor] | None = None, evict_mode: str = "none", dry_run: bool = False,
-                 now: float = 1000.0, **host_kw: Any) -> None:
+                 now: float = 1000.0, koordinator: bool = False, **host_kw: Any) -> None:
         self.root = root or tempfile.mkdtemp(prefix="qosm-harness-")
         self.host = FakeHost(os.path.join(self.root, "host"), version=version, driver=driver, n_cpus=n_cpus,
                              memory_bytes=memory_bytes, **host_kw)
         self.layout = self.host.layout
+        self.koordinator = koordinator
         self.now = now
         self.store = StateStore()
         self.cache = MetricCache()
@@ -100,6 +107,8 @@ class Harness:
         if layout_cgroups:
             for meta in self.store.pods.values():
                 self.ensure_pod_cgroups(meta)
+            if self.koordinator:
+                koordnode.lay_out_qos_dirs(self.host, self.store.pods.values())
 
     def ensure_pod_cgroups(self, meta: PodMeta) -> None:
         """Create the pod's cgroup dirs (and its containers') with kernel defaults, if missing."""
@@ -109,6 +118,8 @@ class Harness:
             return
         containers = [FakeContainer(c.name, c.container_id) for c in meta.containers if c.container_id]
         self.host.add_pod(FakePod(meta.uid, meta.namespace, meta.name, KubeQoS(meta.kube_qos), containers))
+        if self.koordinator:
+            koordnode.lay_out_pod(self.host, meta)
 
     # ------------------------------------------------------------------ files
     def path(self, rel: str) -> str:

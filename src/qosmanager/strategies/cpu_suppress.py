@@ -20,6 +20,22 @@ two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
   the topology annotation, else ``none``) decides where the BE cpuset is written.
 * ``cfsQuota``: set the BE QoS dir's CFS quota (``cpu.max`` on cgroup v2).
 
+**BE pods' own quotas (cgroup v1).**  On a koordinator node BE pods and containers carry CFS quotas
+of their own: koordlet's batch-resource hook writes them from ``kubernetes.io/batch-cpu`` limits
+(150000 for 1.5 cores).  cgroup v1 refuses a parent quota below a child's (EINVAL), so a BE QoS dir
+quota under one such pod's would never be written and BE would stay unlimited.  Before the BE dir's
+quota falls below a pod's or container's, that child is lowered to the new BE quota (the executor
+writes falling limits children first); when the budget rises the children get their own quota back
+(rising limits go parents first), as far as the budget allows, and all of it when cfsQuota
+suppression is recovered.  A child's own quota is the value its owner wrote: what the strategy found
+there before lowering it, or a value found later that the strategy did not write (the owner
+re-wrote it).  A child found at exactly the BE dir's quota and below the quota the batch-resource
+rule gives its pod's ``batch-cpu`` limit is taken as lowered by an earlier run of the agent: its own
+quota is the rule's (an agent restart gives children their own quotas back).  Quotas are compared
+at the standard 100 ms period, the one koordlet and the kubelet write.  cgroup v2 allows a parent
+``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
+already ordered by the executor: neither needs this step.
+
 Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of
 the node are skipped.  The policy not in use is recovered (quota back to unlimited, cpuset back
 to every CPU BE may have), and both are recovered when the NodeSLO switches suppression off.
@@ -50,14 +66,14 @@ from qosmanager.api.nodeslo import (
     CPU_SUPPRESS_POLICY_CPUSET,
     HostApplicationSpec,
 )
-from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
+from qosmanager.api.pod import BATCH_CPU, KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
 from qosmanager.executor.executor import Plan, Request, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, POD, QOS, Need
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
-from qosmanager.host.resources import CFS_PERIOD_US
+from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
 from qosmanager.strategies._helpers import (
     AnnotationError,
@@ -138,6 +154,11 @@ class CPUSuppress(Strategy):
         self.held_cpuset: tuple[str, bool] | None = None
         self._holding = False
         self._split: tuple[int, ClassSplit] | None = None
+        # cgroup v1, cfsQuota: BE pods' and containers' own quotas (dir -> quota, -1 unlimited) and
+        # the quotas this strategy lowered some of them to (see the module docstring)
+        self.child_own: dict[str, int] = {}
+        self.child_lowered: dict[str, int] = {}
+        self._rule_quotas: tuple[int, dict[str, int]] | None = None
 
     # ------------------------------------------------------------------ what it reads
     def be_split(self, ctx: Context) -> ClassSplit:
@@ -236,23 +257,104 @@ class CPUSuppress(Strategy):
         min_delta = cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
         if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA:
             self.held_quota = current  # the decision: keep what is there
-            return []  # a change under 1 % of the node is not worth a write
+            # a change under 1 % of the node is not worth a write; BE children still fit under it
+            return self._fit_children(ctx, be_dir, current, current)
         max_increase = cores * CFS_PERIOD_US * BE_MAX_INCREASE_CPU_PERCENT
         if new_quota - current > max_increase and current != BE_UNSET_QUOTA:
             new_quota = current + int(max_increase)  # scale up slowly; down at once; none from unlimited
         reason = f"{REASON}: BE quota {new_quota} ({_explain(q)})"
         self.held_quota = new_quota
-        return [self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
+        return [*self._fit_children(ctx, be_dir, current, new_quota),
+                self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
 
     def _recover_cfs_quota(self, ctx: Context) -> list[Request]:
         """``recoverCFSQuotaIfNeed``: BE quota back to unlimited, once (until the policy is used again)."""
         self.held_quota = None
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        # children lowered under the BE quota get their own back (parents first: the executor
+        # writes rising limits in that order, the BE dir's -1 before them)
+        children = self._fit_children(ctx, be_dir, None, BE_UNSET_QUOTA) if self.child_lowered else []
         if self.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) == POLICY_RECOVERED:
-            return []
-        w = self.write(QUOTA, ctx.qos_dir(KUBE_QOS_BESTEFFORT), BE_UNSET_QUOTA,
+            return children
+        w = self.write(QUOTA, be_dir, BE_UNSET_QUOTA,
                        "recover the BE CFS quota: quota suppression is not in use", cacheable=False)
         self._quota_recovery = w
-        return [w]
+        return [w, *children]
+
+    def _fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
+        """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
+        (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
+        ``be_now``: the BE dir's quota as read this tick (None: not read)."""
+        if ctx.cgroup_version != 1:
+            return []  # v2 takes a parent cpu.max below its children's
+        dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
+        own, lowered = self.child_own, self.child_lowered
+        if not dirs:
+            own.clear()
+            lowered.clear()
+            return []
+        values = ctx.read_many(QUOTA, dirs)
+        rule = self._rule_quotas_of(ctx)
+        ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
+        writes: list[Request] = []
+        seen: set[str] = set()
+        for d, text in zip(dirs, values):
+            cur = _int_or_none(text)
+            parent = d.rpartition("/")[0]
+            above = ceiling.get(parent, _limit(budget))
+            if cur is None:
+                ceiling[d] = above
+                continue
+            seen.add(d)
+            mine = own.get(d)
+            if mine is None or lowered.get(d) != cur:
+                # first sight, or a value this strategy did not write: its owner's
+                ruled = rule.get(d, BE_UNSET_QUOTA)
+                if mine is None and cur >= 0 and cur == be_now and _limit(ruled) > cur:
+                    mine = ruled  # lowered by an earlier run of the agent: the batch-cpu rule's quota
+                else:
+                    mine = cur
+                own[d] = mine
+                lowered.pop(d, None)
+            # an unlimited child inherits the limit above it (v1 takes it): only a quota above is lowered
+            want = mine if mine < 0 or mine <= above else int(above)
+            if want == mine:
+                lowered.pop(d, None)
+            else:
+                lowered[d] = want
+            if want != cur:
+                if want == mine:
+                    why = f"{REASON}: give back its own quota {mine} (BE quota {budget})"
+                else:
+                    why = (f"{REASON}: quota {want} under the BE quota {budget} (its own {mine}; cgroup v1 "
+                           "refuses a parent quota below a child's)")
+                writes.append(self.write(QUOTA, d, want, why, cacheable=False))
+            ceiling[d] = above if want < 0 else want
+        for gone in [d for d in own if d not in seen]:
+            del own[gone]
+            lowered.pop(gone, None)
+        return writes
+
+    def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:
+        """The quotas koordlet's batch-resource rule gives BE-labelled pods and their containers
+        (``MilliCPUToQuota`` of the ``batch-cpu`` limits; -1 unlimited), by dir; kept until the pods change."""
+        cached = self._rule_quotas
+        if cached is not None and cached[0] == ctx.pods_generation:
+            return cached[1]
+        out: dict[str, int] = {}
+        for pod in ctx.pods.values():
+            if pod.kube_qos != KUBE_QOS_BESTEFFORT or not pod.is_be():
+                continue
+            d = _pod_dir(ctx, pod)
+            if d is None:
+                continue
+            out[d] = milli_cpu_to_quota(pod.batch_cpu_limit)
+            for c in pod.containers:
+                cd = ctx.container_dir(pod, c)
+                if cd is not None:
+                    out[cd] = milli_cpu_to_quota(c.limits.get(BATCH_CPU, -1))
+        self._rule_quotas = (ctx.pods_generation, out)
+        return out
 
     # ------------------------------------------------------------------ cpuset policy
     def _adjust_by_cpuset(self, ctx: Context, q: SuppressQuantity, cpu_info: NodeCPUInfo) -> list[Request]:
@@ -411,8 +513,11 @@ class CPUSuppress(Strategy):
             held.append(f"BE quota {quota}")
             current = _int_or_none(ctx.read(QUOTA, be_dir))
             if current is None or current == BE_UNSET_QUOTA or current > quota:
+                writes += self._fit_children(ctx, be_dir, current, quota)
                 writes.append(self.write(QUOTA, be_dir, quota, f"{REASON}: hold BE quota {quota}: node CPU "
                                          "usage cannot be read", cacheable=False))
+            else:
+                writes += self._fit_children(ctx, be_dir, current, current)
         if self.held_cpuset is not None:
             value, containers_only = self.held_cpuset
             held.append(f"BE cpuset {value}" + (" (containers)" if containers_only else ""))
@@ -579,6 +684,11 @@ def _int_or_none(text: str | None) -> int | None:
         return int(text.strip())
     except ValueError:
         return None
+
+
+def _limit(quota: int) -> float:
+    """A quota as a comparable limit: unlimited (negative) is infinite."""
+    return math.inf if quota < 0 else quota
 
 
 def _pod_dir(ctx: Context, pod: PodMeta) -> str | None:

@@ -1,0 +1,293 @@
+"""A koordinator node: the cgroup values koordlet's hooks and the kubelet leave behind
+(``sim.koordnode``), and cpuSuppress's BE budget on top of BE pods' own CFS quotas.
+
+cgroup v1 refuses a parent quota below a child's (EINVAL): every write here is replayed on the
+quotas the tree held before, and after each one no parent may hold less than a child
+(:func:`v1_violations`), as the kernel demands of every single write.  The real kernel's answer is in
+``test_kernel_koordnode.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qosmanager.api.pod import pod_meta
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim import koordnode
+from qosmanager.sim.fakehost import V1_MEMORY_UNLIMITED, FakeContainer, FakePod
+from qosmanager.sim.harness import Harness
+from qosmanager.sim.objects import node_object, pod_object
+
+NOW = 1000.0
+BE_DIR = "kubepods/besteffort"
+BATCH_QUOTA = 150_000  # koordlet's hook for a 1.5-core batch-cpu limit
+
+
+def cid(ch: str) -> str:
+    return "containerd://" + ch * 64
+
+
+LS = FakePod("ls-1", "default", "ls", KubeQoS.BURSTABLE, [FakeContainer("c", cid("b"))])
+BE = FakePod("be-1", "default", "be", KubeQoS.BESTEFFORT, [FakeContainer("c", cid("a"))])
+
+
+def make(version: int = 1, *, harness: Harness | None = None) -> Harness:
+    """A koordinator node with one LS pod and one BE pod whose batch-cpu limit is 1.5 cores."""
+    h = harness or Harness(version=version, strategies=["cpuSuppress"], n_cpus=8, now=NOW, koordinator=True)
+    h.set_node(node_object(h.host))
+    h.set_pods([pod_object(LS, cpu_milli=1000), pod_object(BE, cpu_milli=1500, memory=2 << 30)])
+    return h
+
+
+def slo(h: Harness, policy: str = "cfsQuota", enable: bool = True) -> None:
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": enable, "cpuSuppressThresholdPercent": 65,
+                                                   "cpuSuppressPolicy": policy}})
+
+
+def tick(h: Harness, t: float, ls_used: float) -> None:
+    """A tick with LS using ``ls_used`` cores, BE 0.5 and the system 0.5: the budget is
+    8000 x 65 // 100 - LS - 500 = 4700m - LS."""
+    h.add_samples("node_cpu_usage", [(t - 1, ls_used + 1.0)])
+    h.add_samples("pod_cpu_usage", [(t - 1, ls_used)], pod="ls-1")
+    h.add_samples("pod_cpu_usage", [(t - 1, 0.5)], pod="be-1")
+    h.tick("cpuSuppress", t)
+
+
+def dirs(h: Harness) -> tuple[str, str]:
+    pod = h.host.pod_dir("be-1")
+    return pod, f"{pod}/{'a' * 64}"
+
+
+def quota(h: Harness, rel: str) -> int:
+    if h.host.version == 1:
+        return int(h.read_file(h.cgroup_file("cpu", rel, "cpu.cfs_quota_us")) or "")
+    q = (h.read_file(h.cgroup_file("cpu", rel, "cpu.max")) or "").split()[0]
+    return -1 if q == "max" else int(q)
+
+
+def set_quota(h: Harness, rel: str, value: int) -> None:
+    h.write_file(h.cgroup_file("cpu", rel, "cpu.cfs_quota_us"), f"{value}\n")
+
+
+def quota_writes(h: Harness, since: int = 0) -> list[tuple[str, int]]:
+    """(dir, value) of the quota writes recorded from ``since`` on, in the order they were made."""
+    out = []
+    for w in h.recorded.writes[since:]:
+        if w["file"].endswith("/cpu.cfs_quota_us"):
+            out.append((w["file"].removeprefix("cpu/").removesuffix("/cpu.cfs_quota_us"),
+                        int(w["value"].split()[0])))
+    return out
+
+
+def v1_violations(before: dict[str, int], writes: list[tuple[str, int]]) -> list[str]:
+    """Replay ``writes`` on the quotas ``before``: every write after which some dir holds a quota
+    above its nearest limited ancestor's (what cgroup v1 refuses with EINVAL)."""
+    state = dict(before)
+    bad = []
+
+    def limit_above(d: str) -> float:
+        parent = d.rpartition("/")[0]
+        while parent:
+            q = state.get(parent, -1)
+            if q >= 0:
+                return q
+            parent = parent.rpartition("/")[0]
+        return float("inf")
+
+    for d, v in writes:
+        state[d] = v
+        for child, q in state.items():
+            if q >= 0 and q > limit_above(child):
+                bad.append(f"after {d} = {v}: {child} holds {q} above {limit_above(child)}")
+    return bad
+
+
+def snapshot(h: Harness) -> dict[str, int]:
+    return {d: quota(h, d) for d in (BE_DIR, *dirs(h))}
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+
+def test_the_model_writes_batch_resources_and_kubelet_values() -> None:
+    be = pod_meta(pod_object(BE, cpu_milli=1500, memory=2 << 30))
+    ls = pod_meta(pod_object(LS, cpu_milli=1000))
+    pod, containers = koordnode.pod_values(be)
+    # koordlet's batch-resource hook: quota from batch-cpu limit, shares from request, memory limit
+    assert pod == koordnode.CgroupValues(BATCH_QUOTA, 1536, 2 << 30)
+    assert containers == {"c": koordnode.CgroupValues(BATCH_QUOTA, 1536, 2 << 30)}
+    # the kubelet: Burstable 500m request (shares 512), a 1-core limit (quota 100000), 512 MiB requested of 1 GiB
+    pod, containers = koordnode.pod_values(ls)
+    assert pod == koordnode.CgroupValues(100_000, 512, 1 << 30)
+    assert koordnode.burstable_shares([be, ls]) == 512
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_koordinator_harness_lays_the_values_out(version: int) -> None:
+    h = make(version)
+    pod, ctr = dirs(h)
+    assert quota(h, pod) == quota(h, ctr) == BATCH_QUOTA
+    assert quota(h, BE_DIR) == -1
+    if version == 1:
+        assert h.read_file(h.cgroup_file("cpu", pod, "cpu.shares")) == "1536\n"
+        assert h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.shares")) == "2\n"
+        assert h.read_file(h.cgroup_file("cpu", "kubepods/burstable", "cpu.shares")) == "512\n"
+        assert h.read_file(h.cgroup_file("memory", ctr, "memory.limit_in_bytes")) == f"{2 << 30}\n"
+        ls_ctr = h.host.container_dir("ls-1", "c")
+        assert h.read_file(h.cgroup_file("memory", ls_ctr, "memory.limit_in_bytes")) == f"{1 << 30}\n"
+    else:
+        assert h.read_file(h.cgroup_file("cpu", pod, "cpu.weight")) == "59\n"  # shares 1536
+        assert h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.weight")) == "1\n"
+        assert h.read_file(h.cgroup_file("memory", ctr, "memory.max")) == f"{2 << 30}\n"
+    vanilla = Harness(version=version)
+    vanilla.set_pods([pod_object(BE, cpu_milli=1500)])
+    assert quota(vanilla, vanilla.host.pod_dir("be-1")) == -1  # a vanilla kubelet node leaves BE unlimited
+    if version == 1:
+        mem = vanilla.read_file(vanilla.cgroup_file("memory", vanilla.host.pod_dir("be-1"), "memory.limit_in_bytes"))
+        assert mem == f"{V1_MEMORY_UNLIMITED}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# cpuSuppress, cfsQuota policy, cgroup v1
+
+
+def test_be_budget_below_a_batch_pod_quota() -> None:
+    """The BE budget falls below the BE pod's own quota: the pod and its container are lowered to it
+    first, children first, and the BE dir's quota is written; as the budget rises the children follow
+    up to their own quota and then keep it."""
+    h = make()
+    slo(h)
+    pod, ctr = dirs(h)
+    before = snapshot(h)
+    tick(h, NOW, ls_used=4.2)  # budget 500m -> 50000
+    writes = quota_writes(h)
+    assert writes == [(ctr, 50_000), (pod, 50_000), (BE_DIR, 50_000)], writes
+    assert not v1_violations(before, writes)
+    assert snapshot(h) == {BE_DIR: 50_000, pod: 50_000, ctr: 50_000}
+
+    # LS calms down: the budget rises by at most 10 % of the node (80000) per tick, parents first
+    steps = []
+    for k in range(1, 5):
+        before, n = snapshot(h), len(h.recorded.writes)
+        tick(h, NOW + k, ls_used=1.0)  # budget 3700m
+        writes = quota_writes(h, n)
+        assert not v1_violations(before, writes), writes
+        assert writes[0][0] == BE_DIR, writes
+        steps.append(snapshot(h))
+    assert steps == [
+        {BE_DIR: 130_000, pod: 130_000, ctr: 130_000},
+        {BE_DIR: 210_000, pod: BATCH_QUOTA, ctr: BATCH_QUOTA},  # their own: never above it
+        {BE_DIR: 290_000, pod: BATCH_QUOTA, ctr: BATCH_QUOTA},
+        {BE_DIR: 370_000, pod: BATCH_QUOTA, ctr: BATCH_QUOTA},
+    ]
+    # the budget falls again: lowered again before the BE dir
+    before, n = snapshot(h), len(h.recorded.writes)
+    tick(h, NOW + 5, ls_used=4.0)  # 700m
+    writes = quota_writes(h, n)
+    assert writes == [(ctr, 70_000), (pod, 70_000), (BE_DIR, 70_000)]
+    assert not v1_violations(before, writes)
+
+
+def test_a_child_quota_its_owner_changes_is_the_one_given_back() -> None:
+    """koordlet re-writes a lowered child (a smaller batch-cpu limit after a resize): that value is
+    its own from then on, and the one it gets back when the budget allows."""
+    h = make()
+    slo(h)
+    pod, ctr = dirs(h)
+    tick(h, NOW, ls_used=4.2)
+    assert quota(h, ctr) == 50_000
+    set_quota(h, ctr, 30_000)  # the owner's new value (v1 takes it: below the parents')
+    tick(h, NOW + 1, ls_used=4.2)
+    assert quota(h, ctr) == 30_000, "a value under the budget is left alone"
+    for k in range(2, 6):
+        tick(h, NOW + k, ls_used=1.0)
+    assert snapshot(h) == {BE_DIR: 370_000, pod: BATCH_QUOTA, ctr: 30_000}
+
+
+def test_batch_pod_quota_back_after_an_agent_restart() -> None:
+    """An agent stopped with the children lowered: the next one gives them back the quota
+    koordlet's batch-resource rule gives their batch-cpu limit, as the budget allows."""
+    h = make()
+    slo(h)
+    pod, ctr = dirs(h)
+    tick(h, NOW, ls_used=4.2)
+    assert snapshot(h) == {BE_DIR: 50_000, pod: 50_000, ctr: 50_000}
+    left = snapshot(h)
+    h.close()
+
+    # a new agent (nothing remembered) on the node as the last one left it
+    again = make(harness=Harness(version=1, strategies=["cpuSuppress"], n_cpus=8, now=NOW + 10, koordinator=True))
+    for d, v in left.items():
+        set_quota(again, d, v)
+    slo(again)
+    for k in range(1, 5):
+        before, n = snapshot(again), len(again.recorded.writes)
+        tick(again, NOW + 10 + k, ls_used=1.0)
+        assert not v1_violations(before, quota_writes(again, n))
+    assert snapshot(again) == {BE_DIR: 370_000, pod: BATCH_QUOTA, ctr: BATCH_QUOTA}
+
+
+def test_recovery_gives_children_their_own_quota_back() -> None:
+    """Suppression switched off (or the policy switched to cpuset): the BE dir back to unlimited, then
+    the children to their own quota, parents first."""
+    for change in ({"enable": False}, {"policy": "cpuset"}):
+        h = make()
+        slo(h)
+        pod, ctr = dirs(h)
+        tick(h, NOW, ls_used=4.2)
+        before, n = snapshot(h), len(h.recorded.writes)
+        slo(h, **change)  # type: ignore[arg-type]
+        tick(h, NOW + 1, ls_used=4.2)
+        writes = quota_writes(h, n)
+        assert writes == [(BE_DIR, -1), (pod, BATCH_QUOTA), (ctr, BATCH_QUOTA)], (change, writes)
+        assert not v1_violations(before, writes)
+
+
+def test_an_unlimited_child_is_left_unlimited() -> None:
+    """A BE pod without a batch-cpu limit (unlimited) is no obstacle on v1: it inherits the BE dir's."""
+    h = Harness(version=1, strategies=["cpuSuppress"], n_cpus=8, now=NOW, koordinator=True)
+    h.set_node(node_object(h.host))
+    obj = pod_object(BE, cpu_milli=1500)
+    for c in obj["spec"]["containers"]:
+        del c["resources"]["limits"]
+    h.set_pods([pod_object(LS), obj])
+    slo(h)
+    pod, ctr = dirs(h)
+    assert quota(h, pod) == quota(h, ctr) == -1
+    tick(h, NOW, ls_used=4.2)
+    assert quota_writes(h) == [(BE_DIR, 50_000)]
+
+
+# ---------------------------------------------------------------------------------------------
+# where no such step is needed
+
+
+def test_v2_takes_a_be_budget_below_the_children() -> None:
+    """cgroup v2 allows a parent cpu.max below its children's (the lower one applies): only the BE
+    dir is written, the children keep koordlet's value."""
+    h = make(2)
+    slo(h)
+    pod, ctr = dirs(h)
+    tick(h, NOW, ls_used=4.2)
+    written = [w["file"] for w in h.recorded.writes if w["file"].endswith("cpu.max")]
+    assert written == [f"{BE_DIR}/cpu.max"]
+    assert (quota(h, BE_DIR), quota(h, pod), quota(h, ctr)) == (50_000, BATCH_QUOTA, BATCH_QUOTA)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpuset_policy_leaves_child_quotas_alone(version: int) -> None:
+    """The cpuset policy never lowers a quota: the BE pod keeps koordlet's, the BE cpuset shrinks
+    (on v1 children first, which the executor's order does for every cpuset write; v2 takes any)."""
+    h = make(version)
+    slo(h, policy="cpuset")
+    pod, ctr = dirs(h)
+    tick(h, NOW, ls_used=4.2)
+    assert not [w for w in h.recorded.writes if "cpu.cfs_quota_us" in w["file"] or w["file"].endswith("cpu.max")]
+    assert (quota(h, pod), quota(h, ctr)) == (BATCH_QUOTA, BATCH_QUOTA)
+    cpusets = [w["file"].rsplit("/", 1)[0] for w in h.recorded.writes if w["file"].endswith("cpuset.cpus")]
+    assert len(cpusets) == 3
+    if version == 2:
+        return
+    depth = [d.count("/") for d in cpusets]
+    assert depth == sorted(depth, reverse=True), f"narrowed children first: {cpusets}"
