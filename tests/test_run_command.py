@@ -468,3 +468,39 @@ def test_run_and_simulate_tune_the_allocator_first(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(simulate, "simulate_from_args", lambda args: calls.append("simulate") or 0)
     assert cli.main([command]) == 0
     assert calls == ["tune", command]
+
+
+def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
+    """SIGHUP killed the agent without a word; now it is logged and the state files are read again,
+    even one whose size and modification time did not change."""
+    host, _, files = fake_node(tmp_path)
+    proc = subprocess.Popen(run_args(host, files, "--collect-interval", "200ms"), stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        path = files["pods"]
+        st = os.stat(path)
+        deadline = time.monotonic() + 60
+        while not any("starting:" in line for line in lines):  # the signals are handled from here
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        with open(path, "r+") as f:  # the same size, inode and modification time: no change to stat
+            f.write("{" + " " * (st.st_size - 1))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(2.0)
+        assert proc.poll() is None, "SIGHUP stopped the agent"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        reader.join(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(lines)
+    hup = [line for line in lines if "received SIGHUP: reading the state files again at the next tick" in line]
+    assert len(hup) == 1 and str(path) in hup[0], err
+    assert f"cannot parse pods file {path}" in err  # read again, and its new content refused

@@ -3,7 +3,7 @@
 ``qosmanager run`` builds an :class:`Agent` from its flags; ``simulate`` and the tests
 build one directly.  Stopping (``--duration``, SIGTERM, SIGINT) leaves every file as it
 is, so a restarted agent continues seamlessly: it re-reads what it finds and only
-writes what differs.
+writes what differs.  SIGHUP is logged and has the state files read again (standalone).
 
 State comes from files (standalone: ``--pods-file``, ``--node-file``, ``--node-slo-file``) or
 from the API server (Kubernetes mode: ``--kubeconfig``, or the in-cluster service account when
@@ -342,6 +342,17 @@ class Agent:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def reload(self) -> None:
+        """SIGHUP: standalone, every state file is read again at the next tick (changed or not);
+        the Kubernetes source follows the API server's watches, so there is nothing to re-read."""
+        if isinstance(self.source, FileSource):
+            self.source.reread()
+            log.warning("received SIGHUP: reading the state files again at the next tick (%s)",
+                        ", ".join(f.path for f in self.source.files))
+        else:
+            log.warning("received SIGHUP: the state comes from the API server's watches, nothing to "
+                        "re-read; the agent goes on")
+
     def startup_summary(self) -> tuple[str, dict[str, object]]:
         """What this agent runs, as one line and as fields (``--log-format json``)."""
         cfg, lay = self.cfg, self.layout
@@ -548,8 +559,6 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"qosmanager run: {one_line(e)}", file=sys.stderr)  # once: not logged as well
         return 2
-    text, fields = agent.startup_summary()
-    log.info("%s", text, extra=fields)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.warning("received %s, stopping", signal.Signals(signum).name)
@@ -557,5 +566,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, lambda signum, frame: agent.reload())  # default: die without a word
+    text, fields = agent.startup_summary()  # said once the signals are handled
+    log.info("%s", text, extra=fields)
     agent.run(args.duration)
     return 0

@@ -2,7 +2,8 @@
 ``--node-slo-file``), re-read when they change.
 
 A change is noticed with one ``stat`` per file per poll (mtime, size and inode), so an
-idle node costs three syscalls per tick.  A file that cannot be read or parsed (or is not
+idle node costs three syscalls per tick; SIGHUP (:meth:`FileSource.reread`) has every file read
+again at the next poll, whatever its ``stat`` says.  A file that cannot be read or parsed (or is not
 the kind of object it should hold) keeps the last good state; the reason is logged once
 and stays in the ``state/<kind>-file`` degraded condition until the file is good again.  A
 read that fails (EMFILE, EACCES, EIO) is tried again at the next poll, changed file or not.
@@ -36,6 +37,11 @@ class WatchedFile:
         self._sig: tuple[int, int, int] | None = None
         self._unreadable = False  # self.error says the file could not be read (not: its content is bad)
         self.error = ""  # why the current file content is not in use ("" when it is)
+
+    def reread(self) -> None:
+        """Read the file at the next poll even if it looks unchanged (SIGHUP: an edit that kept the
+        size and the modification time, or a file system that does not update them)."""
+        self._sig = None
 
     def poll(self) -> bool:
         try:
@@ -104,6 +110,11 @@ class FileSource:
             self.store.set_pods(obj)
         else:
             raise ValueError("not a PodList (no items list)")
+
+    def reread(self) -> None:
+        """Read every file again at the next poll, changed or not (``qosmanager run`` on SIGHUP)."""
+        for f in self.files:
+            f.reread()
 
     def poll(self, now: float | None = None) -> bool:
         """Re-read changed files; True when anything changed."""
