@@ -1,0 +1,118 @@
+"""cpuSuppress on a koordinator node, on a real kernel: a BE pod with the CFS quota koordlet's
+batch-resource hook writes for a 1.5-core ``kubernetes.io/batch-cpu`` limit (150000 in the pod's and
+its container's cgroup), and the real agent (``qosmanager run``) deciding a BE budget below it.
+
+cgroup v1 (the host) refuses a parent quota below a child's: the test first shows the kernel
+refusing the BE dir's quota, then the agent putting its budget in force (read back from the kernel)
+and giving the pod its quota back when the budget rises, also after a restart.  cgroup v2 (the guest,
+``test_guest.py``) takes a parent ``cpu.max`` below its children's: the same run leaves the pod's
+quota alone.  ``/proc/stat`` is the test's own (``realnode.ProcView``), so a shared machine's load
+does not move the budget.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from realnode import RealNode, proc_view, real_node
+
+pytestmark = pytest.mark.kernel
+
+FAST = ("--collect-interval", "500ms", "--cpu-suppress-interval-seconds", "0.5")
+BATCH_QUOTA = 150_000  # koordlet's hook for batch-cpu 1500 (1.5 cores)
+
+
+def suppress_slo(threshold: int) -> dict:
+    return {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": threshold,
+                                            "cpuSuppressPolicy": "cfsQuota"}}
+
+
+def low_threshold(node: RealNode) -> int:
+    """A threshold that leaves BE at most one core (100000), below the pod's 1.5."""
+    return max(1, 100 // node.cpus)
+
+
+def refused(node: RealNode, rel: str, quota: int) -> int:
+    """The errno the kernel answers a quota write with (0: taken)."""
+    try:
+        node.set_quota(rel, quota)
+    except OSError as e:
+        return e.errno or -1
+    return 0
+
+
+def refused_writes(agent_audit: list[dict]) -> list[dict]:
+    return [r for r in agent_audit if r.get("action") == "write" and not r["executed"] and r.get("error")]
+
+
+def batch_pod(node: RealNode):
+    be = node.add_pod("be", "BE", cpu_milli=1500, cpu_limit=True)  # quotas as koordlet's hook writes them
+    assert node.quota(be.dir) == node.quota(be.containers[0]) == BATCH_QUOTA
+    node.start(be)
+    return be
+
+
+def test_be_budget_below_a_batch_pod_quota(tmp_path) -> None:
+    """The budget below the pod's quota is in force in the kernel; when it rises, the pod and its
+    container hold 150000 again."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs: a budget above 1.5 cores")
+    with real_node(tmp_path) as node, proc_view(node, cpus=node.cpus, busy=0.1) as view:
+        be = batch_pod(node)
+        ctr = be.containers[0]
+        be_dir = node.layout.qos_dir("BestEffort")
+        # the kernel's rule the agent has to live with
+        if node.version == 1:
+            assert refused(node, be_dir, 50_000) == errno.EINVAL
+        else:
+            assert refused(node, be_dir, 50_000) == 0
+            node.set_quota(be_dir, -1)
+        assert node.quota(be_dir) == -1
+        node.write_nodeslo(suppress_slo(low_threshold(node)))
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
+            agent.wait_for("a BE quota below the batch pod's", lambda: 0 < node.quota(be_dir) < BATCH_QUOTA, 60)
+            budget = node.quota(be_dir)
+            if node.version == 1:  # in force: the pod and its container were lowered first
+                assert node.quota(be.dir) <= budget and node.quota(ctr) <= budget
+            else:  # v2 takes it as it is: nothing else written
+                assert node.quota(be.dir) == node.quota(ctr) == BATCH_QUOTA
+            assert not refused_writes(agent.audit("cpuSuppress")), refused_writes(agent.audit("cpuSuppress"))[:3]
+
+            node.write_nodeslo(suppress_slo(100))  # the budget rises past 1.5 cores (10 % of the node a tick)
+            agent.wait_for("a BE quota above the batch pod's",
+                           lambda: node.quota(be_dir) > BATCH_QUOTA or node.quota(be_dir) == -1, 60)
+            agent.wait_for("the pod's own quota back",
+                           lambda: node.quota(be.dir) == node.quota(ctr) == BATCH_QUOTA, 30)
+            assert not refused_writes(agent.audit("cpuSuppress"))
+
+
+def test_batch_pod_quota_back_after_an_agent_restart(tmp_path) -> None:
+    """An agent stopped while the budget is below the pod's quota leaves the pod at most at the BE
+    quota (the kernel's limit either way); the next agent gives it its 150000 back once the budget
+    allows, knowing it only from the pod's batch-cpu limit."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs: a budget above 1.5 cores")
+    with real_node(tmp_path) as node, proc_view(node, cpus=node.cpus, busy=0.1) as view:
+        be = batch_pod(node)
+        ctr = be.containers[0]
+        be_dir = node.layout.qos_dir("BestEffort")
+        node.write_nodeslo(suppress_slo(low_threshold(node)))
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
+            agent.wait_for("a BE quota below the batch pod's", lambda: 0 < node.quota(be_dir) < BATCH_QUOTA, 60)
+        left = (node.quota(be_dir), node.quota(be.dir), node.quota(ctr))
+        assert 0 < left[0] < BATCH_QUOTA
+        if node.version == 1:
+            assert left[1] == left[2] == left[0], f"BE dir, pod, container after the first agent: {left}"
+        else:
+            assert left[1:] == (BATCH_QUOTA, BATCH_QUOTA)
+
+        node.write_nodeslo(suppress_slo(100))
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
+            agent.wait_for("a BE quota above the batch pod's",
+                           lambda: node.quota(be_dir) > BATCH_QUOTA or node.quota(be_dir) == -1, 60)
+            agent.wait_for("the pod's own quota back",
+                           lambda: node.quota(be.dir) == node.quota(ctr) == BATCH_QUOTA, 30)
+            assert not refused_writes(agent.audit("cpuSuppress"))
