@@ -9,9 +9,14 @@ quotas the tree held before, and after each one no parent may hold less than a c
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
+from faultinject import IOFaults
+from promtext import parse
 from qosmanager.api.pod import pod_meta
+from qosmanager.exporter import AgentMetrics
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import V1_MEMORY_UNLIMITED, FakeContainer, FakePod
@@ -291,3 +296,26 @@ def test_cpuset_policy_leaves_child_quotas_alone(version: int) -> None:
         return
     depth = [d.count("/") for d in cpusets]
     assert depth == sorted(depth, reverse=True), f"narrowed children first: {cpusets}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the BE limit gauge
+
+
+def test_the_be_limit_gauge_keeps_a_decided_quota_the_kernel_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``koordlet_be_suppress_cpu_cores`` is the decided BE limit: a BE dir quota write the kernel
+    refuses (EINVAL, as v1 answers a parent quota below a child's) leaves it at the decided value,
+    not at the last one written, nor gone."""
+    faults = IOFaults(monkeypatch)
+    h = make()
+    slo(h)
+    m = AgentMetrics(node_name="n1", clock=lambda: h.now, layout=h.layout, store=h.store, cache=h.cache,
+                     executor=h.executor, coordinator=h.coordinator, manager=h.manager, process=False)
+    tick(h, NOW, ls_used=1.0)  # 3700m
+    gauge = parse(m.registry.render())["koordlet_be_suppress_cpu_cores"]
+    assert gauge.series() == {(("node", "n1"), ("type", "cfsQuota")): 3.7}
+    faults.fail(f"{BE_DIR}/cpu.cfs_quota_us", errno.EINVAL)
+    tick(h, NOW + 1, ls_used=4.2)  # 500m decided, refused
+    assert quota(h, BE_DIR) == 370_000
+    gauge = parse(m.registry.render())["koordlet_be_suppress_cpu_cores"]
+    assert gauge.series() == {(("node", "n1"), ("type", "cfsQuota")): 0.5}

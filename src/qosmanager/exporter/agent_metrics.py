@@ -16,9 +16,10 @@ Where a value comes from:
 
 The BE suppression gauges follow koordlet's meaning: ``koordlet_be_suppress_cpu_cores{type}``
 is the BE limit of the policy in use as cpuSuppress last handed it to the executor (cpuset: CPUs of
-the BE cpuset; cfsQuota: quota / period); the series of a policy that is recovered (not in use, or
-suppression switched off) disappears.  LS used cores are the non-BE pods' usage cpuSuppress last
-computed; BE used cores are the collector's last ``be_cpu_usage`` sample.
+the BE cpuset; cfsQuota: quota / period), the decided value also when the kernel refused the write;
+the series of a policy that is recovered (not in use, or suppression switched off) disappears.  LS
+used cores are the non-BE pods' usage cpuSuppress last computed; BE used cores are the collector's
+last ``be_cpu_usage`` sample.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ CPU_SUPPRESS = "cpuSuppress"
 QUOTA, CPUSET = "cpu.cfs_quota_us", "cpuset.cpus"
 # results whose value never reached (and will not reach) the file
 NOT_APPLIED = frozenset({"invalid", "unsupported", "missing", "failed", "lost", "superseded"})
+# the BE limit gauge keeps what cpuSuppress decided when the kernel refused it (a failed write)
+NOT_DECIDED = NOT_APPLIED - {"failed"}
 EXECUTED = ("written", "failed")
 
 KubeSourceGetter = Callable[[], object]
@@ -331,7 +334,7 @@ class AgentMetrics:
         quota: int | None = None
         cpus: int | None = None
         for r in results:
-            if r.status in NOT_APPLIED:
+            if r.status in NOT_DECIDED:
                 continue
             w = r.write
             if w.resource == QUOTA and w.cgroup == be_dir:
