@@ -504,3 +504,23 @@ def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
     hup = [line for line in lines if "received SIGHUP: reading the state files again at the next tick" in line]
     assert len(hup) == 1 and str(path) in hup[0], err
     assert f"cannot parse pods file {path}" in err  # read again, and its new content refused
+
+
+@pytest.mark.parametrize("off", ["down", "up"])
+def test_a_cgroup_root_one_level_off_is_named_with_what_was_expected_there(
+        tmp_path, capsys, monkeypatch, restore_logging, off: str) -> None:
+    """One level off, the collector failed with "at least one file is needed" (an internal error)."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    host, _, files = fake_node(tmp_path)
+    root = host.roots.cgroup
+    wrong = os.path.join(root, "cpu") if off == "down" else os.path.dirname(root)
+    argv = ["run", *host_flags(host), "--pods-file", str(files["pods"]), "--duration", "1s"]
+    argv[argv.index("--cgroup-root") + 1] = wrong
+    assert main_exit(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"qosmanager run: --cgroup-root {wrong}: no cgroup hierarchy there: expected "
+                               "the cgroup v2 mount (cgroup.controllers at its top) or the cgroup v1 "
+                               f"hierarchies, one directory per controller ({wrong}/cpu, {wrong}/cpuacct missing)")
+    if off == "down":
+        assert lines[0].endswith(f"; {root} holds one: is that the cgroup root?")

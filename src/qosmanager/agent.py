@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -139,6 +140,7 @@ class Agent:
         version = detect_version(roots.cgroup) if cfg.cgroup_version == "auto" else int(cfg.cgroup_version)
         driver = detect_driver(roots, version) if cfg.cgroup_driver == "auto" else cfg.cgroup_driver
         self.layout = CgroupLayout(roots, version, driver)
+        check_cgroup_root(self.layout)
         self.store = StateStore()
         self.kube_client: KubeClient | None = None
         self.kube_source: KubeSource | None = None
@@ -408,6 +410,33 @@ class Agent:
         self.collector.close()
         self.executor.close()
         self.audit.close()
+
+
+CGROUP_ROOT_NEEDS = ("cpu", "cpuacct")  # cgroup v1: the hierarchies without which nothing is read
+
+
+def check_cgroup_root(layout: CgroupLayout) -> None:
+    """A ``--cgroup-root`` that holds no cgroup hierarchy is a :class:`StartupError` naming the flag,
+    the path and what was expected there (one level off, the collector failed with "at least one
+    file is needed"), with the neighbour that does hold one, if any."""
+    if layout.version == 2:
+        return  # detected by cgroup.controllers at the root, or asked for with --cgroup-version 2
+    root = layout.roots.cgroup
+    missing = [s for s in CGROUP_ROOT_NEEDS if not os.path.isdir(layout.abs_dir(s, ""))]
+    if not missing:
+        return
+    message = (f"--cgroup-root {root}: no cgroup hierarchy there: expected the cgroup v2 mount "
+               f"(cgroup.controllers at its top) or the cgroup v1 hierarchies, one directory per "
+               f"controller ({', '.join(os.path.join(root, s) for s in missing)} missing)")
+    parent = os.path.dirname(root.rstrip("/")) or "/"
+    candidates = [parent, os.path.join(root, "cgroup")]
+    for c in candidates:
+        if os.path.realpath(c) != os.path.realpath(root) and (
+                all(os.path.isdir(os.path.join(c, s)) for s in CGROUP_ROOT_NEEDS)
+                or os.path.exists(os.path.join(c, "cgroup.controllers"))):
+            message += f"; {c} holds one: is that the cgroup root?"
+            break
+    raise StartupError("--cgroup-root", message)
 
 
 def cache_rows(cfg: AgentConfig) -> dict[str, int]:
