@@ -438,3 +438,40 @@ def test_liveness_probe_ignores_a_lost_api_server() -> None:
     assert not ok and not body["checks"]["state"]["ok"]
     ok, body = h.check(liveness=True)
     assert ok and body["probe"] == "liveness" and not body["checks"]["state"]["ok"]
+
+
+def test_a_run_without_a_node_is_degraded_saying_nothing_that_needs_the_node_runs(tmp_path: Path) -> None:
+    """--pods-file alone started, said "ok" and did nothing."""
+    agent, _ = fake_agent(tmp_path, node_file=None)
+    assert agent.exporter is not None and agent.exporter.start()
+    try:
+        run(agent, "collect")
+        code, report = health(agent.exporter)
+        assert code == 200 and report["status"] == "degraded"
+        detail = report["degraded"]["state/no-node"]["detail"]
+        assert detail.startswith("no Node: standalone mode without --node-file") and "cpuSuppress" in detail
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize(("resource", "amount"), [("cpu", "1e18"), ("cpu", "17592187"), ("memory", "1e19")])
+def test_a_node_capacity_beyond_what_the_kernel_can_enforce_is_refused_with_a_condition(
+        tmp_path: Path, resource: str, amount: str) -> None:
+    """cpu: "1e18" was accepted, and every BE quota write was then refused ("is not an integer")."""
+    agent, _ = fake_agent(tmp_path)
+    assert agent.exporter is not None and agent.exporter.start()
+    try:
+        run(agent, "collect")
+        assert agent.store.node is not None and health(agent.exporter)[1]["status"] == "ok"
+        node = json.loads((tmp_path / "node.json").read_text())
+        node["status"]["capacity"][resource] = amount
+        (tmp_path / "node.json").write_text(json.dumps(node) + "\n")
+        good = agent.store.node
+        run(agent, "collect")
+        assert agent.store.node is good  # the last good Node stays in force
+        code, report = health(agent.exporter)
+        assert code == 200 and report["status"] == "degraded"
+        detail = report["degraded"]["state/node"]["detail"]
+        assert f"status.capacity.{resource}: '{amount}' is more than the kernel can enforce" in detail
+    finally:
+        agent.close()

@@ -378,3 +378,44 @@ def test_another_writer_resetting_the_be_quota_is_one_event_on_the_node(tmp_path
         assert ev["type"] == "Warning" and ev["involvedObject"]["name"] == NODE
         assert f"cpu/{be_dir}/cpu.cfs_quota_us" in ev["message"] and "cpuSuppress" in ev["message"]
         assert "executor/write-conflict/cpu.cfs_quota_us" in sc.agent.store.conditions.snapshot()
+
+
+def test_a_wrong_node_name_is_named_by_healthz_and_the_collector_is_not_blamed(tmp_path: Path) -> None:
+    """With a --node-name the API server has no Node of, /healthz blamed the collector while the log
+    said the Node was missing: the state check and a condition now name the Node not found."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    host = FakeHost(str(tmp_path / "host"), n_cpus=CPUS, memory_bytes=64 * GIB)
+    host.add_pods(PODS)
+    cluster = FakeCluster()
+    cluster.put(node_object(host, NODE))
+    for p in PODS:
+        cluster.put(pod_object(p))
+    api = FakeAPIServer(cluster, bookmark_interval=0.2).start()
+    cfg = AgentConfig(roots=host.roots, node_name="fake-nod", kubeconfig=api.kubeconfig(str(tmp_path / "kc")),
+                      metrics_addr="127.0.0.1:0", kube_watch_timeout=(5.0, 5.0))
+    agent = Agent(cfg, seed=0)
+    try:
+        assert agent.exporter is not None and agent.exporter.start()
+        assert agent.kube_source is not None
+        deadline = time.monotonic() + 60
+        while agent.store.conditions.get("state/node-missing") is None:  # the Node list received, applied
+            assert not agent.wait_for_state(0.5)
+            assert time.monotonic() < deadline, agent.kube_source.health()
+        try:
+            with urllib.request.urlopen(agent.exporter.url + "/healthz", timeout=10) as r:
+                code, report = r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            code, report = e.code, json.loads(e.read())
+        assert code == 503 and report["status"] == "unhealthy"
+        assert report["checks"]["collector"]["ok"], report
+        state = report["checks"]["state"]
+        assert not state["ok"]
+        assert "no Node named 'fake-nod' in the API server (is --node-name or $NODE_NAME this node's name?)" \
+            in state["detail"]
+        assert "fake-nod" in report["degraded"]["state/node-missing"]["detail"]
+    finally:
+        agent.close()
+        api.stop()

@@ -51,13 +51,27 @@ def test_run_stops_after_duration(tmp_path) -> None:
     assert time.monotonic() - t0 < 30
 
 
+def wait_started(proc: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
+    """The agent's stderr lines, read on a thread (to its end); returns once the agent logged its
+    start-up summary (the signals are handled from there: on a loaded machine start-up takes seconds)."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not any("starting:" in line for line in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.05)
+    return lines, reader
+
+
 def test_run_stops_on_sigterm_within_an_interval(tmp_path) -> None:
     host, _, files = fake_node(tmp_path, version=2)
     proc = subprocess.Popen(run_args(host, files, "--collect-interval", "1s"), stderr=subprocess.PIPE,
                             text=True)
     try:
-        time.sleep(2.0)  # past start-up and a few ticks
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        wait_started(proc)
+        time.sleep(1.0)  # past start-up and a tick
+        assert proc.poll() is None
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=10)
@@ -476,17 +490,10 @@ def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
     host, _, files = fake_node(tmp_path)
     proc = subprocess.Popen(run_args(host, files, "--collect-interval", "200ms"), stderr=subprocess.PIPE,
                             text=True)
-    lines: list[str] = []
-    assert proc.stderr is not None
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
-    reader.start()
     try:
         path = files["pods"]
         st = os.stat(path)
-        deadline = time.monotonic() + 60
-        while not any("starting:" in line for line in lines):  # the signals are handled from here
-            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.05)
+        lines, reader = wait_started(proc)
         with open(path, "r+") as f:  # the same size, inode and modification time: no change to stat
             f.write("{" + " " * (st.st_size - 1))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -495,7 +502,7 @@ def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
         assert proc.poll() is None, "SIGHUP stopped the agent"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        reader.join(timeout=20)
+        reader.join(timeout=20)  # stderr read to its end
     finally:
         if proc.poll() is None:
             proc.kill()

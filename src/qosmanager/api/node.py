@@ -16,10 +16,11 @@ a whole (as koordlet does), and the reason is kept in :attr:`NodeMeta.warnings`.
 Go decodes it (keys match ignoring case) and within the annotation limits of
 :mod:`qosmanager.api.decode`.
 
-A Node whose ``status.capacity`` lacks a positive ``cpu`` or a ``memory`` of at least 1 MiB is
-refused (``ValueError``): every threshold of the QoS strategies is a share of the capacity, and
-with a CPU capacity of 0 cpuSuppress would squeeze BE to nothing, with a memory capacity of "1"
-(a unit left out) memoryEvict would evict pods.
+A Node whose ``status.capacity`` lacks a positive ``cpu`` or a ``memory`` of at least 1 MiB, or
+whose capacity or allocatable is more than the kernel can enforce (:data:`MAX_CPU_MILLI`,
+:data:`MAX_MEMORY_BYTES`), is refused (``ValueError``): every threshold of the QoS strategies is
+a share of the capacity, and with a CPU capacity of 0 cpuSuppress would squeeze BE to nothing,
+with a memory capacity of "1" (a unit left out) memoryEvict would evict pods.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ from qosmanager.host.cpuset import parse_cpu_list
 
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 MIN_MEMORY_CAPACITY = 1 << 20  # less is a unit left out ("1" for "1Gi"), not a node
+# The most the kernel can enforce: a CFS quota is at most 2^44 - 1 µs (max_cfs_runtime), so at the
+# longest period (1 s) a node of more cores than this has a quota the kernel refuses; a memory
+# limit is a signed 64-bit byte count (its page counter, LONG_MAX).  A capacity beyond either is a
+# typo ("1e18"): every quota the strategies derived from it was refused ("is not an integer").
+MAX_CPU_MILLI = ((1 << 44) - 1) // 1_000_000 * 1000
+MAX_MEMORY_BYTES = (1 << 63) - 1
 # NodeResourceTopology annotations (the same wire formats are read from the NRT object).
 ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 ANNOTATION_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
@@ -128,6 +135,15 @@ def node_meta(obj: Mapping[str, Any]) -> NodeMeta:
         given = status["capacity"][resource]
         if capacity[resource] <= 0:
             raise ValueError(f"status.capacity.{resource}: must be positive, got {given!r}")
+    for amounts, path in ((capacity, "status.capacity"), (allocatable, "status.allocatable")):
+        cpu = amounts.get("cpu", 0)
+        if cpu > MAX_CPU_MILLI:
+            raise ValueError(f"{path}.cpu: {status[path.split('.')[1]]['cpu']!r} is more than the kernel can "
+                             f"enforce as a CFS quota ({MAX_CPU_MILLI // 1000} cores at most)")
+        memory = amounts.get("memory", 0)
+        if memory > MAX_MEMORY_BYTES:
+            raise ValueError(f"{path}.memory: {status[path.split('.')[1]]['memory']!r} is more than the kernel "
+                             f"can enforce as a memory limit ({MAX_MEMORY_BYTES} bytes at most)")
     if capacity["memory"] < MIN_MEMORY_CAPACITY:
         raise ValueError(f"status.capacity.memory: {capacity['memory']} bytes, less than 1Mi (a unit left "
                          f"out?), got {status['capacity']['memory']!r}")
@@ -169,6 +185,8 @@ __all__ = [
     "ANNOTATION_CPU_MANAGER_POLICY",
     "ANNOTATION_NODE_RESERVATION",
     "ANNOTATION_SYSTEM_QOS_RESOURCE",
+    "MAX_CPU_MILLI",
+    "MAX_MEMORY_BYTES",
     "MIN_MEMORY_CAPACITY",
     "NodeMeta",
     "NodeReservation",

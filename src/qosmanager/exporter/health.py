@@ -5,13 +5,15 @@ Three checks, each answering with ``ok`` and a sentence that says what is wrong 
 * **collector**: the last collector pass that did not fail is at most ``collect_seconds`` old
   (default 3 x the collect interval + 5 s).  Strategies act only on fresh samples, so a stalled
   collector silently stops all QoS work; this is the check that catches it.  Before the first
-  pass the time since start counts.
+  pass the time since start counts, except while the Kubernetes source still waits for the pods
+  and the Node (the collector has not started: the state check says why).
 * **state**: with the Kubernetes source, each kind of state (node, pods, nodeslo) synced
   successfully within ``kube_sync_seconds``; in standalone mode every configured file can be read.
   A refused object (a bad NodeSLO keeps the last good one) or a file that can be read but not
   used (garbled, not the object it should hold) is named but does not fail the check: the agent
   works on with the last good state (the file source also raises a ``state/<kind>-file``
-  degraded condition for it).  A refused Node with no good one before it fails the check:
+  degraded condition for it).  A refused Node with no good one before it fails the check, and so
+  does a Node the API server does not have (``state/node-missing``: a wrong ``--node-name``):
   without the node's capacity nothing protects the node.
 * **strategies**: no strategy failed ``strategy_failures`` times in a row.
 
@@ -99,6 +101,12 @@ class Health:
         since = last if last is not None else self.metrics.started_at
         age = max(0.0, now - since)
         what = "last collector pass" if last is not None else "no collector pass yet; started"
+        src = self.kube_source()
+        if last is None and src is not None and not _call(getattr(src, "synced", None), True):
+            # the collector starts once the pods and the Node are known: the state check says why not
+            return {"ok": True, "age_seconds": _r(age),
+                    "detail": f"not started: waiting for the pods and the Node from the API server for "
+                              f"{age:.1f} s (see the state check)"}
         if age <= bound:
             return {"ok": True, "age_seconds": _r(age),
                     "detail": f"{what} {age:.1f} s ago (bound {bound:g} s)"}
@@ -122,6 +130,10 @@ class Health:
                     over = max(over, age - bound)
             if getattr(src, "connected", True) is False:
                 notes.append("the Kubernetes source is not connected")
+            conditions = getattr(self.store, "conditions", None)
+            missing = conditions.get("state/node-missing") if conditions is not None else None
+            if missing is not None and getattr(self.store, "node", None) is None:  # nothing runs until the Node exists
+                problems.append(f"node: {missing.message}")
         watched = {getattr(w, "path", None): getattr(w, "error", "")
                    for w in getattr(getattr(self.metrics, "file_source", None), "files", None) or ()}
         for kind, path in self.files:
@@ -160,6 +172,11 @@ class Health:
             err = f" (last error: {st.last_error})" if st is not None and st.last_error else ""
             parts.append(f"{name} failed {k} times in a row, bound {limit}{err}")
         return {"ok": False, "detail": "; ".join(parts), "failing": failing}
+
+
+def _call(fn: Any, default: bool) -> bool:
+    """``fn()`` if it is callable (a source's ``synced``), else ``default``."""
+    return bool(fn()) if callable(fn) else default
 
 
 def _r(x: float) -> float:

@@ -7,7 +7,8 @@ again at the next poll, whatever its ``stat`` says.  A file that cannot be read 
 the kind of object it should hold) keeps the last good state; the reason is logged once
 and stays in the ``state/<kind>-file`` degraded condition until the file is good again.  A
 read that fails (EMFILE, EACCES, EIO) is tried again at the next poll, changed file or not.
-Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
+Without ``--node-file`` the ``state/no-node`` condition says that nothing needing the node's
+capacity runs.  Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
 levels; a byte-order mark is skipped; a file over 256 KiB must be strict JSON, YAML is not tried
 on it); a pods file with one pod that cannot be read applies every other pod.
 """
@@ -25,6 +26,12 @@ from qosmanager.api.pod import prune_pod_hook
 from qosmanager.states.store import StateStore
 
 log = logging.getLogger(__name__)
+
+
+NO_NODE_CONDITION = "state/no-node"
+NO_NODE_MESSAGE = ("no Node: standalone mode without --node-file, so nothing that needs the node's capacity "
+                   "runs (cpuSuppress, cpuEvict, memoryEvict, the BE cgroup reconcile, the system config); "
+                   "give the Node with --node-file")
 
 
 class WatchedFile:
@@ -95,6 +102,9 @@ class FileSource:
         self.files: list[WatchedFile] = []
         if node_file:
             self.files.append(WatchedFile(node_file, "Node", store.set_node))
+        else:  # it starts and runs, but what needs the node's capacity never does: say so
+            store.conditions.set(NO_NODE_CONDITION, NO_NODE_MESSAGE)
+            log.warning("%s", NO_NODE_MESSAGE)
         if pods_file:
             # pods pruned as they are decoded: a big node's list never stands whole in memory
             self.files.append(WatchedFile(pods_file, "pods", self._set_pods, prune_pod_hook))

@@ -19,7 +19,9 @@ store's health say so.
 A NodeSLO that does not exist (an empty list, or 404 because the CRD is not installed) means
 koordlet's defaults (``set_nodeslo(None)``), never a stall; the agent starts as soon as the pods
 and the Node are known.  A Node that disappears keeps the last known Node (the kubelet will
-register it again; the capacity the strategies need does not vanish with the object).
+register it again; the capacity the strategies need does not vanish with the object).  While the
+API server has no Node of that name (a wrong ``--node-name``, or the Node deleted), the degraded
+condition ``state/node-missing`` names it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from qosmanager.states.store import StateStore
 log = logging.getLogger(__name__)
 
 PODS, NODE, NODESLO = "pods", "node", "nodeslo"
+NODE_MISSING_CONDITION = "state/node-missing"  # the API server has no Node of --node-name
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
 
 Obj = dict[str, Any]
@@ -189,11 +192,17 @@ class _NodeBuffer(_SingleBuffer):
             return False
         present, obj = pending
         if not present or obj is None:
+            kept = ("keeping the last known Node" if store.node is not None else
+                    "nothing runs until it appears")
+            message = (f"no Node named {self.name!r} in the API server (is --node-name or $NODE_NAME "
+                       f"this node's name?); {kept}")
+            store.conditions.set(NODE_MISSING_CONDITION, message)
             if not self._absent_logged:
-                log.warning("Node %s is not in the API server; keeping the last known Node", self.name)
+                log.warning("%s", message)
                 self._absent_logged = True
             return False
         self._absent_logged = False
+        store.conditions.clear(NODE_MISSING_CONDITION)
         view = _node_view(obj)
         if view == self._view and store.node is not None:
             return False
