@@ -315,11 +315,41 @@ def test_resource_version_and_unknown_fields_are_reported() -> None:
         )
     )
     assert spec.resource_version == "42"
-    assert set(spec.warnings) == {
-        "spec.resourceUsedThresholdWithBE.futureKnob: unknown field ignored",
-        "spec.newSection: unknown field ignored",
-        "spec.resourceQOSStrategy.lsClass.cpuQOS.turbo: unknown field ignored",
+    assert spec.warnings == ()
+    why = ("unknown field: koordlet ignores it (a misspelt name?), so what it would set keeps koordlet's "
+           "default")
+    assert set(spec.invalid_fields) == {
+        ("spec.resourceUsedThresholdWithBE.futureKnob", why),
+        ("spec.newSection", why),
+        ("spec.resourceQOSStrategy.lsClass.cpuQOS.turbo", why),
     }
+
+
+def test_a_misspelt_key_and_a_reinterpreted_enum_are_reported_like_dropped_fields() -> None:
+    """cpuSuppressThresholdPercnt: 65 kept the default and cpuSuppressPolicy: cfsquota switched the node to
+    cpuset suppression, both silently: koordlet's reading applies, and each is an invalid field."""
+    spec = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {
+        "enable": True, "cpuSuppressPolicy": "cfsquota", "cpuSuppressThresholdPercnt": 50,
+        "CPUEvictPolicy": "evictByAllocatable"}}))  # a key differing in case only: Go matches it
+    thr = spec.resource_used_threshold_with_be
+    assert (thr.cpu_suppress_policy, thr.cpu_suppress_threshold_percent) == ("cpuset", 65)  # koordlet's
+    assert thr.cpu_evict_policy == "evictByAllocatable"
+    assert spec.invalid_fields == (
+        (f"{THR}.cpuSuppressThresholdPercnt", "unknown field: koordlet ignores it (a misspelt name?), so what "
+                                              "it would set keeps koordlet's default"),
+        (f"{THR}.cpuSuppressPolicy", 'unknown value "cfsquota": koordlet reads it as "cpuset", which applies '
+                                     '(one of "cpuset", "cfsQuota" was meant?)'),
+    )
+    assert spec.warnings == ()
+    assert spec.invalid_summary().startswith("2 NodeSLO fields dropped, everything else applies: ")
+
+
+def test_a_nodeslo_key_cannot_forge_a_log_line() -> None:
+    key = "x\x1b[2K\r2026-01-01 00:00:00,000 ERROR forged\n" + "y" * 200
+    spec = parse_nodeslo(nodeslo({"resourceUsedThresholdWithBE": {key: 1}}))
+    (path, _), = spec.invalid_fields
+    assert path.isprintable() and "\x1b" not in path and "\n" not in path
+    assert path.startswith(f"{THR}.x\\x1b[2K\\r2026") and len(path) <= len(THR) + 1 + 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +456,8 @@ ISSUE_EXAMPLES = {
         f"{THR}.cpuEvictBESatisfactionUpperPercent"),
     "cpuBurstPercent": ({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}},
                         "spec.cpuBurstStrategy.cpuBurstPercent"),
-    "cpuSuppressPolicy": ({"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}}, None),
+    "cpuSuppressPolicy": ({"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}},
+                          f"{THR}.cpuSuppressPolicy"),
 }
 SUPPRESS = {"enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 50}
 
@@ -450,9 +481,8 @@ def test_the_issue_examples_apply_everything_else(name: str) -> None:
         burst = parsed.cpu_burst_strategy
         assert (burst.policy, burst.cpu_burst_percent, burst.cfs_quota_burst_percent) == ("auto", None, 300)
     if name == "cpuSuppressPolicy":
-        # koordlet: anything but "cfsQuota" is the cpuset policy; a warning, not a drop
-        assert parsed.warnings == (f'{THR}.cpuSuppressPolicy: unknown value "cpuSet" read as "cpuset", '
-                                   "as koordlet reads it",)
+        # koordlet: anything but "cfsQuota" is the cpuset policy, which applies; reported like a drop
+        assert parsed.warnings == ()
 
 
 def test_a_dropped_value_falls_back_to_koordlets_default_or_is_left_unset() -> None:
@@ -558,9 +588,14 @@ def test_enum_like_strings_are_read_the_way_koordlet_reads_them(field: str, valu
         node = node.setdefault(part, {})
     node[key] = value
     parsed = parse_nodeslo(nodeslo(spec))
-    assert parsed.invalid_fields == ()  # a warning, not a drop
-    assert len(parsed.warnings) == 1
-    assert parsed.warnings[0].startswith(f'spec.{field}: unknown value "{value}"')
+    if value == meaning:  # koordlet takes any string here: a warning
+        assert parsed.invalid_fields == () and len(parsed.warnings) == 1
+        assert parsed.warnings[0].startswith(f'spec.{field}: unknown value "{value}"')
+    else:  # koordlet reads it as another value: reported like a dropped field
+        assert parsed.warnings == () and len(parsed.invalid_fields) == 1
+        path, why = parsed.invalid_fields[0]
+        assert path == f"spec.{field}" and why.startswith(f'unknown value "{value}": koordlet reads it as '
+                                                          f'"{meaning}", which applies')
     got = parsed.merged
     for part in field.split("."):
         got = got[part]

@@ -824,7 +824,9 @@ ISSUE_OBJECTS = {
         "resourceUsedThresholdWithBE": {"cpuEvictBESatisfactionUpperPercent": 120,
                                         "cpuEvictBESatisfactionLowerPercent": 40}},
     "spec.cpuBurstStrategy.cpuBurstPercent": {"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}},
-    "": {"resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}},  # read as cpuset: nothing dropped
+    # read as cpuset, as koordlet reads it, and reported
+    "spec.resourceUsedThresholdWithBE.cpuSuppressPolicy": {
+        "resourceUsedThresholdWithBE": {"cpuSuppressPolicy": "cpuSet"}},
 }
 
 

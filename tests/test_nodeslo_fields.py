@@ -42,7 +42,7 @@ ISSUE_EXAMPLES: dict[str, tuple[dict[str, Any], str | None]] = {
     "cpuBurstPercent": ({"cpuBurstStrategy": {"policy": "auto", "cpuBurstPercent": -7}},
                         "spec.cpuBurstStrategy.cpuBurstPercent"),
     "cpuSuppressPolicy": ({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cpuSet"}},
-                          None),
+                          "spec.resourceUsedThresholdWithBE.cpuSuppressPolicy"),  # koordlet's cpuset, reported
 }
 
 
@@ -173,3 +173,33 @@ def test_a_nodeslo_with_dropped_fields_is_a_warning_event_on_the_node() -> None:
     assert message.startswith("NodeSLO (resourceVersion 12): 1 NodeSLO field dropped, everything else "
                               "applies: spec.systemStrategy.watermarkScaleFactor: must be an integer in "
                               "[1, 400], got 500")
+
+
+def test_a_misspelt_key_and_a_reinterpreted_enum_reach_healthz_the_gauge_the_log_and_the_event(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """cpuSuppressPolicy: cfsquota (koordlet: cpuset) and cpuSuppressThresholdPercnt: 65 (koordlet: the
+    default) changed behaviour silently; koordlet's reading applies, and each is reported as invalid."""
+    store = StateStore()
+    metrics = AgentMetrics(store=store, process=False)
+    recorder = Recorder()
+    store.on_nodeslo.append(NodeSLOEvents(recorder, lambda: ObjectRef("Node", "n"),  # type: ignore[arg-type]
+                                          ).on_nodeslo)
+    caplog.set_level(logging.WARNING, logger="qosmanager.states.store")
+    key = "cpuSuppressThresholdPercnt\x1b[2K\r2026-01-01 00:00:00,000 ERROR forged"
+    assert store.set_nodeslo({"spec": {"resourceUsedThresholdWithBE": {
+        "enable": True, "cpuSuppressPolicy": "cfsquota", "cpuSuppressThresholdPercnt": 40, key: 1}}}, now=NOW)
+    thr = store.nodeslo.resource_used_threshold_with_be
+    assert (thr.enable, thr.cpu_suppress_policy, thr.cpu_suppress_threshold_percent) == (True, "cpuset", 65)
+    condition = store.conditions.get("nodeslo")  # /healthz: degraded
+    assert condition is not None
+    assert 'cpuSuppressPolicy: unknown value "cfsquota": koordlet reads it as "cpuset"' in condition.message
+    assert "cpuSuppressThresholdPercnt: unknown field: koordlet ignores it" in condition.message
+    fields = {labels[0][1] for labels in
+              parse(metrics.registry.render())["qosmanager_nodeslo_invalid_fields"].series()}
+    escaped = "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercnt\\x1b[2K\\r2026-01-01 00:00:00,000 ER..."
+    assert fields == {"spec.resourceUsedThresholdWithBE.cpuSuppressPolicy",
+                      "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercnt", escaped}
+    [(_, type_, reason, message, _)] = recorder.events
+    assert (type_, reason) == (WARNING, INVALID_NODESLO) and "cfsquota" in message and "Percnt" in message
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 3 and all("\x1b" not in m and "\r" not in m for m in logged)

@@ -134,7 +134,9 @@ def document(draw: st.DrawFn, cls: type, path: str, verdicts: dict[str, str]) ->
             if v == "" and spec.kind != "str":
                 verdicts[fpath] = UNSURE  # "" keeps a string default (Go's omitempty), else it is wrong
             else:
-                verdicts[fpath] = GOOD if spec_ok(spec, v) else BAD
+                # an enum value koordlet reads as another one is reported like a bad value
+                misread = spec.kind == "enum" and v not in spec.choices and spec.unknown != KEEP
+                verdicts[fpath] = GOOD if spec_ok(spec, v) and not misread else BAD
     return out
 
 

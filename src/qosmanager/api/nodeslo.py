@@ -8,7 +8,9 @@ the merged result.  This module does the same:
    or, when no field has exactly that name, the field whose name matches it case-insensitively
    (koordinator's own fixtures write ``iocfg`` for ``ioCfg``).  Several keys of one object that
    match the same field apply in document order: the later one wins, an object merges into the
-   earlier one.  Unknown keys are ignored and reported in :attr:`NodeSLOSpec.warnings`.  Keys of
+   earlier one.  Unknown keys are ignored, as Go ignores them, and reported in
+   :attr:`NodeSLOSpec.invalid_fields` (a misspelt key silently kept koordlet's default: the reader
+   learns that the typo changed what applies; a key differing only in case is not unknown).  Keys of
    maps (``schedFeatures``, ``extensions``, ``hostApplications[].strategy``) match exactly.
 2. :func:`merge_spec` -- a JSON overlay of the user spec onto :func:`default_spec_dict`, exactly
    what ``json.Unmarshal(json.Marshal(user), &defaults)`` does per section: nested objects merge
@@ -39,8 +41,11 @@ the merged result.  This module does the same:
    * a bad value in a host application, a missing or duplicate name: that application is ignored.
 
    Enum-like strings follow koordlet: an unknown ``cpuSuppressPolicy`` means ``cpuset``, an
-   unknown ``cpuEvictPolicy`` ``evictByRealLimit``, an unknown burst ``policy`` ``none`` (a warning,
-   not a drop).  Cross-field rules (lower < upper, start < end) are left to the strategies' own
+   unknown ``cpuEvictPolicy`` ``evictByRealLimit``, an unknown burst ``policy`` ``none``; koordlet's
+   reading applies and the value is reported in :attr:`NodeSLOSpec.invalid_fields` like a dropped
+   one (``cfsquota`` switched the node to cpuset suppression without a word).  Where koordlet takes
+   any string (the runtime-hook policies, a host application's QoS) an unknown one is a warning.
+   Cross-field rules (lower < upper, start < end) are left to the strategies' own
    config checks, which skip just that feature, as koordlet does.  Only a document that is not a
    NodeSLO at all (not an object, another ``apiVersion``/``kind``, a ``spec`` or ``metadata`` that
    is not an object) raises :class:`NodeSLOError`; the state store then keeps the last good spec.
@@ -438,8 +443,9 @@ class NodeSLOSpec:
     extensions: Mapping[str, Any]
     host_applications: tuple[HostApplicationSpec, ...]
     resource_version: str = ""
-    warnings: tuple[str, ...] = ()  # unknown fields, enum-like values read the way koordlet reads them
-    # the values that were dropped: (JSON path, why and what applies instead), in the order found
+    warnings: tuple[str, ...] = ()  # enum-like values koordlet takes as written although it knows them not
+    # the values that were dropped or that koordlet reads otherwise than written (an unknown key, an
+    # unknown enum value): (JSON path, why and what applies instead), in the order found
     invalid_fields: tuple[tuple[str, str], ...] = ()
     # the spec in force as JSON (merged, dropped values and ignored applications left out), read-only
     merged: Mapping[str, Any] = field(default_factory=dict)
@@ -605,15 +611,26 @@ def _field_for(schema: _Schema, key: Any) -> _Spec | None:
 _MISSING = object()
 
 
-def _go_fields(schema: _Schema, raw: Mapping[Any, Any], path: str, warnings: list[str]) -> dict[str, Any]:
+def key_text(key: Any) -> str:
+    """A key as a path or a log line shows it: printable (escapes spelled out, as ``repr`` does), at
+    most 64 characters; a NodeSLO key is written by whoever may edit the NodeSLO, and ANSI escapes
+    or a newline in it must not forge a line of the agent's log."""
+    text = key if isinstance(key, str) else str(key)
+    shown = text if text.isprintable() else repr(text)[1:-1]
+    return shown if len(shown) <= 64 else shown[:61] + "..."
+
+
+def _go_fields(schema: _Schema, raw: Mapping[Any, Any], path: str, dec: _Decode) -> dict[str, Any]:
     """The value of each field named in ``raw``, keyed by its JSON name, as Go decodes an object:
     keys in document order, a later key for the same field overwriting (an object merging into)
-    the earlier one, unknown keys reported in ``warnings`` and ignored."""
+    the earlier one, unknown keys ignored and reported (:meth:`_Decode.misread`)."""
     out: dict[str, Any] = {}
     for key, item in raw.items():
         spec = _field_for(schema, key)
         if spec is None:
-            warnings.append(f"{path}.{key}: unknown field ignored")
+            dec.misread(f"{path}.{key_text(key)}", "unknown field ignored",
+                        "unknown field: koordlet ignores it (a misspelt name?), so what it would set keeps "
+                        "koordlet's default")
             continue
         prev = out.get(spec.json, _MISSING)
         if (spec.kind in ("obj", "boolmap", "any") and isinstance(prev, Mapping)
@@ -743,6 +760,15 @@ class _Decode:
     warnings: list[str] = field(default_factory=list)
     invalid: list[tuple[str, str]] = field(default_factory=list)
 
+    def misread(self, path: str, warning: str, invalid: str) -> None:
+        """Something koordlet reads otherwise than it is written (an unknown key, an enum value it
+        replaces): a pod annotation's warning; in a NodeSLO, reported like a dropped value (the
+        ``nodeslo`` condition, the metric, the Event), koordlet's reading still applying."""
+        if self.strict:
+            self.warnings.append(f"{path}: {warning}")
+        else:
+            self.invalid.append((path, invalid))
+
 
 def _convert(spec: _Spec, raw: Any, path: str, dec: _Decode, dpath: tuple[str, ...] | None) -> Any:
     """``raw`` as the field's Python value; :class:`_BadValue` when it cannot be used at all."""
@@ -772,8 +798,10 @@ def _convert(spec: _Spec, raw: Any, path: str, dec: _Decode, dpath: tuple[str, .
             dec.warnings.append(f"{path}: unknown value {_show(raw)} kept as written (koordlet takes any "
                                 "string here)")
             return raw
-        dec.warnings.append(f"{path}: unknown value {_show(raw)} read as {json.dumps(spec.unknown)}, "
-                            "as koordlet reads it")
+        meaning = json.dumps(spec.unknown)
+        dec.misread(path, f"unknown value {_show(raw)} read as {meaning}, as koordlet reads it",
+                    f"unknown value {_show(raw)}: koordlet reads it as {meaning}, which applies "
+                    f"(one of {', '.join(json.dumps(c) for c in spec.choices if c)} was meant?)")
         return spec.unknown
     if kind == "obj":
         return _build(spec.cls, raw, path, dec, dpath)
@@ -828,7 +856,7 @@ def _build(cls: type[T], raw: Any, path: str, dec: _Decode, dpath: tuple[str, ..
     if not isinstance(raw, Mapping):
         raise _BadValue(path, f"must be an object, got {_show(raw)}")
     schema = _schema(cls)
-    values = _go_fields(schema, raw, path, dec.warnings)
+    values = _go_fields(schema, raw, path, dec)
     kwargs: dict[str, Any] = {}
     feature_problems: list[tuple[str, str]] = []
     for name, spec, default in schema.fields:

@@ -214,8 +214,9 @@ class AgentMetrics:
               ("condition",), r).pull(self._degraded)
         Gauge("qosmanager_nodeslo_invalid_fields",
               "NodeSLO fields the agent dropped (1 per field, by JSON path): out of range or of the wrong "
-              "type; koordlet's default applies there or what the field sets is left as it is, everything "
-              "else applies; /healthz says why", ("field",), r).pull(self._nodeslo_invalid)
+              "type, an unknown key, an enum value koordlet reads as another; koordlet's default (or "
+              "reading) applies there or what the field sets is left as it is, everything else applies; "
+              "/healthz says why", ("field",), r).pull(self._nodeslo_invalid)
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
         if self._want_process:
