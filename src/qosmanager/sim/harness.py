@@ -48,16 +48,21 @@ class Recorded:
 
 
 class Harness:
+    # whether a Harness lays out a koordinator node when not told (tests/conftest.py turns it on for
+    # the strategy tests)
+    koordinator_default = False
+
     def __init__(self, *, version: int = 1, driver: str = "cgroupfs", root: str | None = None, n_cpus: int = 8,
                  memory_bytes: int = 64 << 30, gates: Mapping[str, bool] | None = None,
                  cfg: QoSConfig | None = None, strategies: Iterable[str] | None = None,
                  processors: Sequence[Processor] | None = None, evict_mode: str = "none", dry_run: bool = False,
-                 now: float = 1000.0, koordinator: bool = False, **host_kw: Any) -> None:
+                 now: float = 1000.0, koordinator: bool | None = None, **host_kw: Any) -> None:
         self.root = root or tempfile.mkdtemp(prefix="qosm-harness-")
         self.host = FakeHost(os.path.join(self.root, "host"), version=version, driver=driver, n_cpus=n_cpus,
                              memory_bytes=memory_bytes, **host_kw)
         self.layout = self.host.layout
-        self.koordinator = koordinator
+        self.koordinator = self.koordinator_default if koordinator is None else koordinator
+        self._koordinated: set[str] = set()  # pods whose koordinator values are laid out
         self.now = now
         self.store = StateStore()
         self.cache = MetricCache()
@@ -111,14 +116,16 @@ class Harness:
                 koordnode.lay_out_qos_dirs(self.host, self.store.pods.values())
 
     def ensure_pod_cgroups(self, meta: PodMeta) -> None:
-        """Create the pod's cgroup dirs (and its containers') with kernel defaults, if missing."""
+        """Create the pod's cgroup dirs (and its containers') with kernel defaults, if missing; on a
+        koordinator node the hooks' and the kubelet's values are written the first time a pod is seen
+        (also into dirs a test laid out itself)."""
         from qosmanager.sim.fakehost import FakeContainer, FakePod
 
-        if meta.uid in self.host.pods:
-            return
-        containers = [FakeContainer(c.name, c.container_id) for c in meta.containers if c.container_id]
-        self.host.add_pod(FakePod(meta.uid, meta.namespace, meta.name, KubeQoS(meta.kube_qos), containers))
-        if self.koordinator:
+        if meta.uid not in self.host.pods:
+            containers = [FakeContainer(c.name, c.container_id) for c in meta.containers if c.container_id]
+            self.host.add_pod(FakePod(meta.uid, meta.namespace, meta.name, KubeQoS(meta.kube_qos), containers))
+        if self.koordinator and meta.uid not in self._koordinated:
+            self._koordinated.add(meta.uid)
             koordnode.lay_out_pod(self.host, meta)
 
     # ------------------------------------------------------------------ files
