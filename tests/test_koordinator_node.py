@@ -10,6 +10,9 @@ quotas the tree held before, and after each one no parent may hold less than a c
 from __future__ import annotations
 
 import errno
+import glob
+import json
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,7 @@ from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import V1_MEMORY_UNLIMITED, FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
+from qosmanager.sim.simulate import SimConfig, run_simulation
 
 NOW = 1000.0
 BE_DIR = "kubepods/besteffort"
@@ -319,3 +323,34 @@ def test_the_be_limit_gauge_keeps_a_decided_quota_the_kernel_refused(monkeypatch
     assert quota(h, BE_DIR) == 370_000
     gauge = parse(m.registry.render())["koordlet_be_suppress_cpu_cores"]
     assert gauge.series() == {(("node", "n1"), ("type", "cfsQuota")): 0.5}
+
+
+# ---------------------------------------------------------------------------------------------
+# simulate
+
+
+def test_simulate_runs_on_a_koordinator_node(tmp_path: Path) -> None:
+    """``simulate`` lays out the hooks' values: on v1 the BE budget is written below BE pods' own
+    quotas, with no write the v1 kernel would refuse, and the pods' quotas are lowered on the way."""
+    audit = tmp_path / "audit.jsonl"
+    cfg = SimConfig(containers=40, duration=8.0, cpus=16, memory_gib=32, seed=0, cgroup_version=1,
+                    suppress_policy="cfsQuota", workdir=str(tmp_path), keep=True, audit_log=str(audit))
+    run_simulation(cfg)
+    [root] = glob.glob(str(tmp_path / "qosm-sim-*"))
+    cpu = f"{root}/host/cgroup/cpu"
+    recs = [json.loads(line) for line in audit.read_text().splitlines()]
+    writes = [(r["target"].removeprefix("cpu/").removesuffix("/cpu.cfs_quota_us"), int(r["value"]))
+              for r in recs if r.get("action") == "write" and r["executed"]
+              and r["target"].endswith("/cpu.cfs_quota_us") and "besteffort" in r["target"]]
+    before = {}
+    for path in glob.glob(f"{cpu}/kubepods/besteffort/**/cpu.cfs_quota_us", recursive=True):
+        d = path.removeprefix(cpu + "/").removesuffix("/cpu.cfs_quota_us")
+        if d != BE_DIR:
+            # what the hook wrote: every BE pod and container carries a batch quota
+            first = next((r["old"] for r in recs if r.get("target") == f"cpu/{d}/cpu.cfs_quota_us"), None)
+            before[d] = int(first) if first is not None else int(Path(path).read_text())
+    before[BE_DIR] = -1
+    assert before and all(q > 0 for d, q in before.items() if d != BE_DIR)
+    assert any(d != BE_DIR for d, _ in writes), "no BE pod quota was lowered under the budget"
+    assert [v for d, v in writes if d == BE_DIR], "no BE budget was written"
+    assert not v1_violations(before, writes)

@@ -3,8 +3,10 @@
 What runs is what ``qosmanager run`` runs: :class:`~qosmanager.agent.Agent` with its file source,
 collector, QoS manager (every enabled strategy), executor and eviction coordinator, pointed at a
 fake host (:class:`~qosmanager.sim.fakehost.FakeHost`) in a temporary directory (``/dev/shm`` when
-it exists).  The node gets a pods file, a Node and a NodeSLO that switches BE suppression and memory
-eviction on, and :class:`~qosmanager.sim.load.LoadModel` writes the kernel's counters every model
+it exists), laid out as a koordinator node (:mod:`~qosmanager.sim.koordnode`: BE pods' quotas,
+shares and memory limits from their batch resources, the kubelet's values for the others).  The
+node gets a pods file, a Node and a NodeSLO that switches BE suppression and memory eviction on,
+and :class:`~qosmanager.sim.load.LoadModel` writes the kernel's counters every model
 step, reading back the BE limits the agent wrote (the closed loop).
 
 Time is simulated: the agent's wall clock, its scheduler's monotonic clock and the collector's
@@ -42,9 +44,11 @@ from typing import Any, TextIO
 import psutil
 
 from qosmanager.agent import Agent, AgentConfig
+from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import FakeHost, FakePod
 from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
@@ -260,6 +264,7 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
             prio = 9500
             objects[p.uid] = pod_object(p, cpu_milli=500, memory=1 << 30)
         priorities[p.uid] = prio
+    koordnode.lay_out(host, [pod_meta(o) for o in objects.values()])
     spec = {"resourceUsedThresholdWithBE": {
         "enable": True,
         "cpuSuppressThresholdPercent": cfg.cpu_threshold_percent,

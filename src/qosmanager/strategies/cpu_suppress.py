@@ -258,13 +258,13 @@ class CPUSuppress(Strategy):
         if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA:
             self.held_quota = current  # the decision: keep what is there
             # a change under 1 % of the node is not worth a write; BE children still fit under it
-            return self._fit_children(ctx, be_dir, current, current)
+            return self.fit_children(ctx, be_dir, current, current)
         max_increase = cores * CFS_PERIOD_US * BE_MAX_INCREASE_CPU_PERCENT
         if new_quota - current > max_increase and current != BE_UNSET_QUOTA:
             new_quota = current + int(max_increase)  # scale up slowly; down at once; none from unlimited
         reason = f"{REASON}: BE quota {new_quota} ({_explain(q)})"
         self.held_quota = new_quota
-        return [*self._fit_children(ctx, be_dir, current, new_quota),
+        return [*self.fit_children(ctx, be_dir, current, new_quota),
                 self.write(QUOTA, be_dir, new_quota, reason, cacheable=False)]
 
     def _recover_cfs_quota(self, ctx: Context) -> list[Request]:
@@ -273,7 +273,7 @@ class CPUSuppress(Strategy):
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
         # children lowered under the BE quota get their own back (parents first: the executor
         # writes rising limits in that order, the BE dir's -1 before them)
-        children = self._fit_children(ctx, be_dir, None, BE_UNSET_QUOTA) if self.child_lowered else []
+        children = self.fit_children(ctx, be_dir, None, BE_UNSET_QUOTA) if self.child_lowered else []
         if self.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) == POLICY_RECOVERED:
             return children
         w = self.write(QUOTA, be_dir, BE_UNSET_QUOTA,
@@ -281,10 +281,11 @@ class CPUSuppress(Strategy):
         self._quota_recovery = w
         return [w, *children]
 
-    def _fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
+    def fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
         """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
         (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
-        ``be_now``: the BE dir's quota as read this tick (None: not read)."""
+        ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
+        dir's quota sends these writes in the same executor batch (the executor orders them)."""
         if ctx.cgroup_version != 1:
             return []  # v2 takes a parent cpu.max below its children's
         dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
@@ -513,11 +514,11 @@ class CPUSuppress(Strategy):
             held.append(f"BE quota {quota}")
             current = _int_or_none(ctx.read(QUOTA, be_dir))
             if current is None or current == BE_UNSET_QUOTA or current > quota:
-                writes += self._fit_children(ctx, be_dir, current, quota)
+                writes += self.fit_children(ctx, be_dir, current, quota)
                 writes.append(self.write(QUOTA, be_dir, quota, f"{REASON}: hold BE quota {quota}: node CPU "
                                          "usage cannot be read", cacheable=False))
             else:
-                writes += self._fit_children(ctx, be_dir, current, current)
+                writes += self.fit_children(ctx, be_dir, current, current)
         if self.held_cpuset is not None:
             value, containers_only = self.held_cpuset
             held.append(f"BE cpuset {value}" + (" (containers)" if containers_only else ""))
