@@ -69,7 +69,7 @@ def test_be_budget_below_a_batch_pod_quota(tmp_path) -> None:
             assert refused(node, be_dir, 50_000) == errno.EINVAL
         else:
             assert refused(node, be_dir, 50_000) == 0
-            node.set_quota(be_dir, -1)
+            node.write(be_dir, "cpu.max", "max 100000")  # unlimited again
         assert node.quota(be_dir) == -1
         node.write_nodeslo(suppress_slo(low_threshold(node)))
         with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
