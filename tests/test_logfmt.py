@@ -138,3 +138,30 @@ def test_setup_logging_replaces_only_its_own_handler() -> None:
         root.removeHandler(other)
         root.removeHandler(h)
         root.setLevel(level)
+
+
+def test_outside_text_is_shown_escaped_and_truncated() -> None:
+    from qosmanager.logfmt import shown
+
+    assert shown("nginx") == "nginx" and shown(3) == "3"
+    forged = "app\x1b[2K\r2026-01-01 00:00:00,000 ERROR forged\n"
+    assert shown(forged) == "app\\x1b[2K\\r2026-01-01 00:00:00,000 ERROR forged\\n"
+    assert shown("a" * 500) == "a" * 197 + "..." and len(shown("\x1b" * 500, 64)) == 64
+
+
+def test_a_host_application_name_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A host application's name reaches the log through the errors about its cgroup path: escaped and
+    cut like a pod's fields."""
+    from qosmanager.host.cgroups import CgroupLayout
+    from qosmanager.host.roots import HostRoots
+
+    layout = CgroupLayout(HostRoots(cgroup="/nonexistent"), 2, "cgroupfs")
+    name = "x\x1b[2K\r2026-01-01 00:00:00,000 ERROR forged" + "y" * 1000
+    for app in ({"name": name, "cgroupPath": {"base": "Elsewhere"}},
+                {"name": name, "cgroupPath": {"relativePath": "../../etc\n"}}):
+        with pytest.raises(ValueError) as err:
+            layout.host_app_dir(app)
+        message = str(err.value)
+        assert message.isprintable() and "\x1b" not in message and len(message) < 600, message
+        logging.getLogger("t").warning("%s", err.value)
+    assert all(r.getMessage().isprintable() for r in caplog.records)

@@ -60,6 +60,16 @@ class JsonFormatter(logging.Formatter):
             return json.dumps(_plain(obj), default=str)
 
 
+def shown(value: object, limit: int = 200) -> str:
+    """Text from outside (a pod's name, a NodeSLO key, a host application's name) as a log line may
+    hold it: control characters and other unprintable ones spelt out as ``repr`` does (an ANSI escape
+    or a newline cannot forge or hide a line), at most ``limit`` characters (``...`` marks a cut)."""
+    text = value if isinstance(value, str) else str(value)
+    if not text.isprintable():
+        text = repr(text)[1:-1]
+    return text if len(text) <= limit else text[:max(limit - 3, 0)] + "..."
+
+
 _handler: logging.Handler | None = None
 
 
@@ -191,5 +201,5 @@ class RepeatLimiter:
                 del self._entries[key]
 
 
-__all__ = ["LOG_FORMATS", "TEXT_FORMAT", "JsonFormatter", "Repeat", "RepeatLimiter", "setup_logging",
+__all__ = ["LOG_FORMATS", "TEXT_FORMAT", "JsonFormatter", "Repeat", "RepeatLimiter", "setup_logging", "shown",
            "span_text"]

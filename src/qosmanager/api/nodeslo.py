@@ -68,6 +68,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from qosmanager.api.quantity import parse_quantity, value
+from qosmanager.logfmt import shown
 
 API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"
@@ -615,9 +616,7 @@ def key_text(key: Any) -> str:
     """A key as a path or a log line shows it: printable (escapes spelled out, as ``repr`` does), at
     most 64 characters; a NodeSLO key is written by whoever may edit the NodeSLO, and ANSI escapes
     or a newline in it must not forge a line of the agent's log."""
-    text = key if isinstance(key, str) else str(key)
-    shown = text if text.isprintable() else repr(text)[1:-1]
-    return shown if len(shown) <= 64 else shown[:61] + "..."
+    return shown(key, 64)
 
 
 def _go_fields(schema: _Schema, raw: Mapping[Any, Any], path: str, dec: _Decode) -> dict[str, Any]:
@@ -940,7 +939,7 @@ def _unique_host_apps(items: list[tuple[int, Any]], path: str, dec: _Decode) -> 
     names: set[str] = set()
     for i, app in items:
         if app.name == "" or app.name in names:
-            why = "is required" if app.name == "" else f"duplicate name {json.dumps(app.name)}"
+            why = "is required" if app.name == "" else f"duplicate name {_show(app.name)}"
             dec.invalid.append((f"{path}[{i}].name", f"{why}; {path}[{i}] is ignored"))
             continue
         names.add(app.name)

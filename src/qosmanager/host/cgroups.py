@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qosmanager.host.roots import HostRoots
+from qosmanager.logfmt import shown
 
 CGROUP_SUPER_MAGIC = 0x27E0EB
 CGROUP2_SUPER_MAGIC = 0x63677270
@@ -248,7 +249,7 @@ class CgroupLayout:
         """
         name = app.get("name")
         if not isinstance(name, str) or not name:
-            raise ValueError(f"host application {app!r} has no name")
+            raise ValueError(f"host application {shown(app)} has no name")
         cgroup_path = app.get("cgroupPath")
         if not cgroup_path:
             qos = app.get("qos")
@@ -261,7 +262,7 @@ class CgroupLayout:
         else:
             if not isinstance(cgroup_path, Mapping):
                 raise ValueError(
-                    f"host application {name!r}: cgroupPath must be an object, got {cgroup_path!r}"
+                    f"host application '{shown(name)}': cgroupPath must be an object, got {shown(cgroup_path)}"
                 )
             base = cgroup_path.get("base") or "CgroupRoot"
             if base == "CgroupRoot":
@@ -274,7 +275,7 @@ class CgroupLayout:
                 base_dir = self._qos_dirs[KubeQoS.BESTEFFORT]
             else:
                 raise ValueError(
-                    f"host application {name!r}: unknown cgroupPath.base {base!r}; "
+                    f"host application '{shown(name)}': unknown cgroupPath.base '{shown(base)}'; "
                     f"expected one of {list(_HOST_APP_BASES)}"
                 )
             parent_dir = str(cgroup_path.get("parentDir") or "")
@@ -282,9 +283,9 @@ class CgroupLayout:
             rel = "/".join((base_dir, parent_dir, relative))
         components = [c for c in rel.split("/") if c and c != "."]
         if ".." in components:
-            raise ValueError(f"host application {name!r}: cgroup path {rel!r} must not contain '..'")
+            raise ValueError(f"host application '{shown(name)}': cgroup path '{shown(rel)}' must not contain '..'")
         if not components:
-            raise ValueError(f"host application {name!r}: cgroup path resolves to the cgroup root")
+            raise ValueError(f"host application '{shown(name)}': cgroup path resolves to the cgroup root")
         return "/".join(components)
 
     # -- absolute paths -----------------------------------------------------

@@ -45,7 +45,7 @@ from qosmanager.framework.demand import BE_CONTAINERS, CONTAINER, F_CPUSET, POD,
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.procfs import clock_ticks
-from qosmanager.logfmt import RepeatLimiter
+from qosmanager.logfmt import RepeatLimiter, shown
 from qosmanager.metrics import cache as mc
 from qosmanager.states.store import StateStore
 
@@ -466,7 +466,7 @@ class Collector:
         tr.retry_at = now + tr.backoff
         self._pending[(kind, tr.key)] = tr
         if err != errno.ENOENT:
-            log.warning("cannot open stat files of %s %s: %s", kind, tr.rel, os.strerror(err))
+            log.warning("cannot open stat files of %s %s: %s", kind, shown(tr.rel), os.strerror(err))
 
     def _close(self, reader: StatReader, group: mc.SeriesGroup, tr: Tracked, kind: str) -> None:
         reader.close(tr.col)
