@@ -833,3 +833,15 @@ def test_default_memory_qos_templates() -> None:
     assert be is not None and (be.wmark_ratio, be.wmark_scale_permill, be.wmark_min_adj) == (95, 20, 50)
     assert lse is not None and lse.wmark_min_adj == -25
     assert default_memory_qos("") is None
+
+
+def test_a_field_koordlet_knows_and_the_agent_does_not_use_is_not_reported_as_unknown() -> None:
+    """koordinator's CRD has memoryQOS's page-cache knobs; koordlet knows them: not a typo."""
+    spec = parse_nodeslo(nodeslo({"resourceQOSStrategy": {"lsClass": {"memoryQOS": {
+        "pageCacheLimitEnable": 1, "PageCacheLimitSync": 0, "pageCacheLimitEnabel": 1}}}}))
+    mem = f"{RQS}.lsClass.memoryQOS"
+    assert [p for p, _ in spec.invalid_fields] == [f"{mem}.pageCacheLimitEnabel"]
+    assert spec.warnings == (f"{mem}.pageCacheLimitEnable: a field of koordlet's that this agent does not use, "
+                             "ignored",
+                             f"{mem}.PageCacheLimitSync: a field of koordlet's that this agent does not use, "
+                             "ignored")

@@ -236,6 +236,13 @@ class MemoryQOSCfg(MemoryQOS):
     enable: bool | None = _bool("enable", on_bad=FEATURE)
 
 
+# Fields koordlet's NodeSLO types have that this agent does not use (memoryQOS's earlier page-cache
+# knobs; deploy/gen_crd.py keeps them in the CRD): not unknown to koordlet, so ignored with a warning.
+KOORDLET_ONLY_FIELDS: Mapping[type, frozenset[str]] = MappingProxyType({
+    MemoryQOSCfg: frozenset({"pageCacheLimitEnable", "pageCacheLimitSync"}),
+})
+
+
 @dataclass(frozen=True, slots=True)
 class PodMemoryQOSConfig(MemoryQOS):
     """The pod annotation ``koordinator.sh/memoryQOS``: a policy plus MemoryQOS overrides."""
@@ -619,13 +626,19 @@ def key_text(key: Any) -> str:
     return shown(key, 64)
 
 
-def _go_fields(schema: _Schema, raw: Mapping[Any, Any], path: str, dec: _Decode) -> dict[str, Any]:
+def _go_fields(schema: _Schema, raw: Mapping[Any, Any], path: str, dec: _Decode,
+               unused: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The value of each field named in ``raw``, keyed by its JSON name, as Go decodes an object:
     keys in document order, a later key for the same field overwriting (an object merging into)
-    the earlier one, unknown keys ignored and reported (:meth:`_Decode.misread`)."""
+    the earlier one, unknown keys ignored and reported (:meth:`_Decode.misread`); a key of
+    ``unused`` (a field koordlet knows and this agent does not use) is ignored with a warning."""
     out: dict[str, Any] = {}
     for key, item in raw.items():
         spec = _field_for(schema, key)
+        if spec is None and isinstance(key, str) and _fold(key) in {_fold(u) for u in unused}:
+            dec.warnings.append(f"{path}.{key_text(key)}: a field of koordlet's that this agent does not use, "
+                                "ignored")
+            continue
         if spec is None:
             dec.misread(f"{path}.{key_text(key)}", "unknown field ignored",
                         "unknown field: koordlet ignores it (a misspelt name?), so what it would set keeps "
@@ -855,7 +868,7 @@ def _build(cls: type[T], raw: Any, path: str, dec: _Decode, dpath: tuple[str, ..
     if not isinstance(raw, Mapping):
         raise _BadValue(path, f"must be an object, got {_show(raw)}")
     schema = _schema(cls)
-    values = _go_fields(schema, raw, path, dec)
+    values = _go_fields(schema, raw, path, dec, KOORDLET_ONLY_FIELDS.get(cls, frozenset()))
     kwargs: dict[str, Any] = {}
     feature_problems: list[tuple[str, str]] = []
     for name, spec, default in schema.fields:
@@ -1058,6 +1071,7 @@ __all__ = [
     "CgroupPath",
     "HostApplicationSpec",
     "IOCfg",
+    "KOORDLET_ONLY_FIELDS",
     "MemoryQOS",
     "MemoryQOSCfg",
     "NetworkQOS",
