@@ -68,6 +68,16 @@ an empty file instead of being skipped as missing.
 
 Kill-mode eviction sends its signals (and writes ``cgroup.kill``) here too, by :meth:`Executor.kill`
 (:mod:`qosmanager.executor.kill`): audited before anything is sent, nothing sent under ``--dry-run``.
+
+**Threads.**  One lock: :attr:`Executor.lock`, a re-entrant lock.  The tick thread and the fast path
+both go through it; every public entry (``apply``, ``read``, ``read_many``, ``mkdir``, ``kill``,
+``restore``, ``release``, ``forget``, ``owner``, ``close``) takes it and holds it for the whole call,
+so a batch is never interleaved with another: the write cache, the claims, the originals, the
+conflicts and the audit see one batch after the other.  Callbacks (``on_write``, ``on_batch``,
+``on_conflict``) run with the lock held; they must not wait for another thread that takes it.
+Two reads from the metrics server's thread do not take it: :meth:`Executor.conflicts` (one copy of
+a dict, made without running Python code) and :attr:`Executor.stats` (integers), so a scrape never
+waits for a batch.
 """
 
 from __future__ import annotations
@@ -76,6 +86,7 @@ import errno
 import logging
 import math
 import os
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -342,6 +353,8 @@ class Executor:
         ``conditions``: where a write conflict is raised as a degraded condition."""
         self.layout = layout
         self.version = layout.version
+        # the one lock every public entry holds for its whole call (see "Threads" in the module docstring)
+        self.lock = threading.RLock()
         self.audit = audit
         self.dry_run = dry_run
         self.force_seconds = force_seconds
@@ -411,42 +424,43 @@ class Executor:
         A ``rel`` that is empty, absolute or climbs with ``..`` is refused (ValueError): a directory is
         only ever made where the strategy's own resource paths point.
         """
-        parts = d.rel.split("/")
-        if not d.rel or d.rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"mkdir: bad directory {d.rel!r} (relative, no '.' or '..' components)")
-        roots = self.layout.roots
-        if d.root == "cgroup":
-            path, target = roots.cgroup_path(d.rel), d.rel
-        elif d.root in ("proc", "sys"):
-            path = roots.proc_path(d.rel) if d.root == "proc" else roots.sys_path(d.rel)
-            target = f"{d.root}/{d.rel}"
-        else:
-            raise ValueError(f"mkdir: unknown root {d.root!r} (cgroup, proc or sys)")
-        now = self.clock() if now is None else now
-        value = f"{d.mode:04o}"
-        if os.path.isdir(path):
-            self._virtual_dirs.discard(path)
+        with self.lock:
+            parts = d.rel.split("/")
+            if not d.rel or d.rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"mkdir: bad directory {d.rel!r} (relative, no '.' or '..' components)")
+            roots = self.layout.roots
+            if d.root == "cgroup":
+                path, target = roots.cgroup_path(d.rel), d.rel
+            elif d.root in ("proc", "sys"):
+                path = roots.proc_path(d.rel) if d.root == "proc" else roots.sys_path(d.rel)
+                target = f"{d.root}/{d.rel}"
+            else:
+                raise ValueError(f"mkdir: unknown root {d.root!r} (cgroup, proc or sys)")
+            now = self.clock() if now is None else now
+            value = f"{d.mode:04o}"
+            if os.path.isdir(path):
+                self._virtual_dirs.discard(path)
+                self._mkdir_failed.pop(path, None)
+                return "exists"
+            if self.dry_run:
+                if path not in self._virtual_dirs:
+                    self._virtual_dirs.add(path)
+                    self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value,
+                                      reason=d.reason, executed=False, ts=now)
+                    self.audit.flush()
+                return "dry-run"
+            try:
+                os.mkdir(path, d.mode)
+            except FileExistsError:
+                return "exists" if os.path.isdir(path) else self._mkdir_error(d, path, target, value, now,
+                                                                               errno.EEXIST)
+            except OSError as e:
+                return self._mkdir_error(d, path, target, value, now, e.errno or errno.EIO)
             self._mkdir_failed.pop(path, None)
-            return "exists"
-        if self.dry_run:
-            if path not in self._virtual_dirs:
-                self._virtual_dirs.add(path)
-                self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value,
-                                  reason=d.reason, executed=False, ts=now)
-                self.audit.flush()
-            return "dry-run"
-        try:
-            os.mkdir(path, d.mode)
-        except FileExistsError:
-            return "exists" if os.path.isdir(path) else self._mkdir_error(d, path, target, value, now,
-                                                                           errno.EEXIST)
-        except OSError as e:
-            return self._mkdir_error(d, path, target, value, now, e.errno or errno.EIO)
-        self._mkdir_failed.pop(path, None)
-        self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value, reason=d.reason,
-                          executed=True, ts=now)
-        self.audit.flush()
-        return "created"
+            self.audit.record(strategy=d.strategy, action="mkdir", target=target, value=value, reason=d.reason,
+                              executed=True, ts=now)
+            self.audit.flush()
+            return "created"
 
     def _mkdir_error(self, d: MakeDir, path: str, target: str, value: str, now: float, err: int) -> str:
         if self._mkdir_failed.get(path) != err:
@@ -462,7 +476,8 @@ class Executor:
     # ------------------------------------------------------------------
     def kill(self, k: _kill.Kill, now: float | None = None) -> _kill.KillResult:
         """SIGKILL a pod's processes, pid by pid or by its ``cgroup.kill`` (see :mod:`.kill`)."""
-        return _kill.kill(self, k, now)
+        with self.lock:
+            return _kill.kill(self, k, now)
 
     def _signal(self, pid: int, pidfd: int) -> int:
         """The one place the agent sends a signal: SIGKILL; 0 or the errno."""
@@ -486,29 +501,30 @@ class Executor:
         reads each from the kernel once per window, not every tick once the window of its last
         write has passed.  None where the file is missing or unreadable.
         """
-        r = res.get(resource)
-        now = self.clock()
-        out: list[str | None] = [None] * len(cgroups)
-        todo: list[tuple[int, str, Key]] = []
-        cache, force, where = self._cache, self.force_seconds, self._where
-        for i, cg in enumerate(cgroups):
-            loc = where.get((resource, cg)) or self._remember(r, cg)
-            if loc is None:
-                continue
-            entry = cache.get(loc[4])
-            if entry is not None and now - entry.ts < force:
-                out[i] = entry.value
-            else:
-                todo.append((i, self._path(loc), loc[4]))
-        if todo:
-            contents = self._read_paths([p for _, p, _ in todo])
-            multi = r.multi_entry
-            for (i, _, key), content in zip(todo, contents):
-                if isinstance(content, str):
-                    value = out[i] = self.canonical(r, content)
-                    if not multi and key in cache:  # confirmed now (or found changed: the truth)
-                        cache[key] = _CacheEntry(value, now, content)
-        return out
+        with self.lock:
+            r = res.get(resource)
+            now = self.clock()
+            out: list[str | None] = [None] * len(cgroups)
+            todo: list[tuple[int, str, Key]] = []
+            cache, force, where = self._cache, self.force_seconds, self._where
+            for i, cg in enumerate(cgroups):
+                loc = where.get((resource, cg)) or self._remember(r, cg)
+                if loc is None:
+                    continue
+                entry = cache.get(loc[4])
+                if entry is not None and now - entry.ts < force:
+                    out[i] = entry.value
+                else:
+                    todo.append((i, self._path(loc), loc[4]))
+            if todo:
+                contents = self._read_paths([p for _, p, _ in todo])
+                multi = r.multi_entry
+                for (i, _, key), content in zip(todo, contents):
+                    if isinstance(content, str):
+                        value = out[i] = self.canonical(r, content)
+                        if not multi and key in cache:  # confirmed now (or found changed: the truth)
+                            cache[key] = _CacheEntry(value, now, content)
+            return out
 
     def canonical(self, r: res.Resource, content: str) -> str:
         """File content -> canonical (v1-style) value."""
@@ -570,12 +586,13 @@ class Executor:
     def apply(self, requests: Iterable[Request], now: float | None = None) -> list[WriteResult]:
         """Carry out writes, plans and restores (see the module docstring); one result per write sent
         (a skipped plan, or a restore with nothing to restore, has none)."""
-        self._said = {}
-        try:
-            return self._apply(requests, now)
-        finally:
-            said, self._said = self._said, None
-            self._say_grouped(said)
+        with self.lock:
+            self._said = {}
+            try:
+                return self._apply(requests, now)
+            finally:
+                said, self._said = self._said, None
+                self._say_grouped(said)
 
     def _apply(self, requests: Iterable[Request], now: float | None) -> list[WriteResult]:
         t0 = time.perf_counter()
@@ -1242,44 +1259,47 @@ class Executor:
     # ------------------------------------------------------------------
     def release(self, strategy: str) -> None:
         """Drop every claim, plan and write conflict of ``strategy`` (it was disabled or stopped)."""
-        self._drop_fights([k for k in self._fights if (c := self._claims.get(k)) is not None
-                           and c.strategy == strategy])
-        for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
-            del self._claims[key]
-        for pk in [pk for pk in self._plans if pk[0] == strategy]:
-            self._plans.pop(pk).alive = False
-        for gk in [gk for gk in self._groups if gk[0] == strategy]:
-            del self._groups[gk]
+        with self.lock:
+            self._drop_fights([k for k in self._fights if (c := self._claims.get(k)) is not None
+                               and c.strategy == strategy])
+            for key in [k for k, c in self._claims.items() if c.strategy == strategy]:
+                del self._claims[key]
+            for pk in [pk for pk in self._plans if pk[0] == strategy]:
+                self._plans.pop(pk).alive = False
+            for gk in [gk for gk in self._groups if gk[0] == strategy]:
+                del self._groups[gk]
 
     def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
         """Write back what ``strategy`` found before it first changed each file, then release it."""
-        writes = [self._restore_write(o) for table in self._originals.values() for o in table.values()
-                  if o.strategy == strategy]
-        self.release(strategy)
-        return self.apply(writes, now) if writes else []
+        with self.lock:
+            writes = [self._restore_write(o) for table in self._originals.values() for o in table.values()
+                      if o.strategy == strategy]
+            self.release(strategy)
+            return self.apply(writes, now) if writes else []
 
     def forget(self, cgroups: Sequence[str]) -> None:
         """A pod went away: drop cache entries, claims and descriptors under its cgroup dirs."""
-        if not cgroups:
-            return
-        prefixes: list[str] = []
-        for cg in cgroups:
-            if self.version == 1:
-                prefixes.extend(os.path.relpath(self.layout.abs_dir(s, cg), self.layout.roots.cgroup) + "/"
-                                for s in ("cpu", "cpuacct", "cpuset", "memory", "blkio"))
-            else:
-                prefixes.append(cg + "/")
-        pre = tuple(prefixes)
-        dirs = tuple(cg + "/" for cg in cgroups)
-        for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
-            del self._where[mk]
-        self._drop_fights([k for k in self._fights if k[0].startswith(pre)])
-        for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided, self._held):
-            for key in [k for k in d if k[0].startswith(pre)]:
-                del d[key]
-        if self._repeats:
-            self._repeats.forget(lambda k: isinstance(k, tuple) and k[0].startswith(pre))
-        self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
+        with self.lock:
+            if not cgroups:
+                return
+            prefixes: list[str] = []
+            for cg in cgroups:
+                if self.version == 1:
+                    prefixes.extend(os.path.relpath(self.layout.abs_dir(s, cg), self.layout.roots.cgroup) + "/"
+                                    for s in ("cpu", "cpuacct", "cpuset", "memory", "blkio"))
+                else:
+                    prefixes.append(cg + "/")
+            pre = tuple(prefixes)
+            dirs = tuple(cg + "/" for cg in cgroups)
+            for mk in [mk for mk in self._where if mk[1] + "/" in dirs or mk[1].startswith(dirs)]:
+                del self._where[mk]
+            self._drop_fights([k for k in self._fights if k[0].startswith(pre)])
+            for d in (self._cache, self._claims, self._conflicts, self._originals, self._dry_decided, self._held):
+                for key in [k for k in d if k[0].startswith(pre)]:
+                    del d[key]
+            if self._repeats:
+                self._repeats.forget(lambda k: isinstance(k, tuple) and k[0].startswith(pre))
+            self.files.forget([os.path.join(self.layout.roots.cgroup, p) for p in prefixes])
 
     def _gc(self, now: float) -> None:
         self._last_gc = now
@@ -1297,12 +1317,14 @@ class Executor:
             del self._groups[gk]
 
     def owner(self, resource: str, cgroup: str = "", entry: str = "") -> str | None:
-        loc = self.resolve(resource, cgroup)
-        if loc is None:
-            return None
-        claim = self._claims.get(_key(loc[1], resource, entry))
-        return claim.strategy if claim else None
+        with self.lock:
+            loc = self.resolve(resource, cgroup)
+            if loc is None:
+                return None
+            claim = self._claims.get(_key(loc[1], resource, entry))
+            return claim.strategy if claim else None
 
     def close(self) -> None:
-        self.files.close()
-        self.audit.flush()
+        with self.lock:
+            self.files.close()
+            self.audit.flush()
