@@ -55,6 +55,7 @@ GUESTS = (
     # cgroup.kill: a nested subtree, a fork loop) runs here, a few seconds without an agent.
     Guest("v2", 3, (
         "tests/test_kernel_cpu.py",
+        "tests/test_kernel_koordnode.py",
         "tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",
         "tests/test_kernel_memory.py",
         "tests/test_kernel_files.py",
