@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from qosmanager.cli import build_parser
+from qosmanager.framework.builtins import builtin_strategies
 from qosmanager.framework.gates import KNOWN
-from qosmanager.framework.manager import load_strategies
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "interfaces.md").read_text()
 
@@ -44,7 +44,7 @@ def test_every_run_flag_in_the_table_exists_with_its_default() -> None:
 def test_strategy_names_and_gates_with_their_defaults() -> None:
     text = section("Strategy names and feature gates")
     names = re.findall(r"`([a-z][A-Za-z]+)`", text.split("Feature gates")[0])
-    assert sorted(names) == sorted(load_strategies())
+    assert sorted(names) == sorted(builtin_strategies())
     gates = dict(re.findall(r"`([A-Z][A-Za-z]+)`( \(on\))?", text.split("Feature gates")[1]))
     interface_gates = {g for g in gates if g in KNOWN}
     assert len(interface_gates) == 12, sorted(set(gates) - set(KNOWN))

@@ -41,6 +41,7 @@ from qosmanager.eviction.coordinator import ApiEvict, EvictionCoordinator
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
 from qosmanager.exporter import Exporter
+from qosmanager.framework import plugins
 from qosmanager.framework.context import Shared
 from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, Need, Planner
 from qosmanager.framework.gates import FeatureGates
@@ -133,7 +134,7 @@ class Agent:
         # wall-clock seconds that never jump (qosmanager.steadyclock): a stepped system clock moves
         # no cool-down, window or lease
         clock = self.clock = clock if clock is not None else SteadyClock(monotonic=monotonic)
-        self.gates = FeatureGates.from_overrides(cfg.feature_gates)
+        self.gates = plugins.feature_gates(cfg.feature_gates)
         cfg.qos.collect_interval = cfg.collect_interval
         cfg.qos.force_update_seconds = cfg.force_update_seconds
         roots = cfg.roots
@@ -375,12 +376,14 @@ class Agent:
                    for n in self.strategy_names}
         off = strategies_off(cfg, self.gates)
         metrics = cfg.metrics_addr or "off"
+        plugs = plugin_summary(self.manager, self.gates)
         fields: dict[str, object] = {
             "mode": mode, "node_name": cfg.node_name, "state_sources": sources,
             "cgroup_version": lay.version, "cgroup_driver": lay.driver, "kubepods": kubepods,
             "strategies": running, "strategies_off": off, "feature_gates": dict(cfg.feature_gates),
             "evict_mode": self.evict_mode, "dry_run": cfg.dry_run, "metrics_addr": metrics,
             "collect_interval": cfg.collect_interval, "audit_log": cfg.audit_log,
+            "plugins": plugs,
         }
         run = ", ".join(f"{n} ({'+'.join(g)})" for n, g in running.items()) or "none"
         by_reason: dict[str, list[str]] = {}
@@ -391,6 +394,8 @@ class Agent:
         text = (f"starting: {mode} mode{node}, state from {where}; "
                 f"cgroup v{lay.version} {lay.driver} driver, kubepods at {kubepods}; strategies {run}"
                 + (f"; off: {off_text}" if off else "")
+                + "".join(f"; plugin {p['gate']}: {p['strategy'] or '-'} from {p['package']} {p['version']} "
+                          f"{p['state']}" for p in plugs)
                 + f"; evict mode {self.evict_mode}; dry-run "
                 + ("ON (nothing is written or evicted)" if cfg.dry_run else "off") + f"; metrics {metrics}; "
                 f"collect every {cfg.collect_interval:g} s; audit log {cfg.audit_log or 'off'}")
@@ -437,6 +442,19 @@ def check_cgroup_root(layout: CgroupLayout) -> None:
             message += f"; {c} holds one: is that the cgroup root?"
             break
     raise StartupError("--cgroup-root", message)
+
+
+def plugin_summary(manager: QoSManager, gates: FeatureGates) -> list[dict[str, str]]:
+    """Every plugin found at start: gate, strategy, package, version and its state (on: it runs; off:
+    its gate is off; failed, with the error)."""
+    out = []
+    for p in manager.plugins:
+        state = p.status
+        if state == plugins.LOADED:
+            state = "on" if p.strategy in manager.strategies and gates.enabled(p.gate) else "off"
+        out.append({"gate": p.gate, "strategy": p.strategy, "package": p.package, "version": p.version,
+                    "state": state if not p.error else f"{state} ({p.error})"})
+    return out
 
 
 def cache_rows(cfg: AgentConfig) -> dict[str, int]:
@@ -545,7 +563,7 @@ def check_startup(cfg: AgentConfig) -> None:
     missing or that the agent would refuse.  (An ``--audit-log`` that cannot be opened is refused
     when the agent opens it.)"""
     try:
-        gates = FeatureGates.from_overrides(cfg.feature_gates)
+        gates = plugins.feature_gates(cfg.feature_gates)
     except ValueError as e:
         raise StartupError("--feature-gates", str(e)) from None
     if cfg.strategies is not None:

@@ -3,6 +3,10 @@
 ``--feature-gates Name=true,Other=false`` overrides them; ``AllAlpha`` / ``AllBeta`` switch
 every alpha / beta gate.  An unknown gate name is an error (a typo must not silently leave
 a strategy off).
+
+Strategies from plugins (:mod:`qosmanager.framework.plugins`) bring a gate each, named by their entry
+point; they are passed in as ``extra`` gates, off unless named, and ``AllAlpha`` / ``AllBeta`` leave
+them alone (a plugin runs only when the operator names its gate).
 """
 
 from __future__ import annotations
@@ -66,8 +70,11 @@ class FeatureGates:
     values: Mapping[str, bool]
 
     @classmethod
-    def from_overrides(cls, overrides: Mapping[str, bool] | None = None) -> FeatureGates:
+    def from_overrides(cls, overrides: Mapping[str, bool] | None = None,
+                       extra: Mapping[str, bool] | None = None) -> FeatureGates:
+        """``extra``: more gates (plugins') with their defaults, known besides :data:`KNOWN`."""
         values = {name: default for name, (default, _) in KNOWN.items()}
+        plugin_gates = {name: default for name, default in (extra or {}).items() if name not in KNOWN}
         overrides = dict(overrides or {})
         for group, stage in (("AllAlpha", ALPHA), ("AllBeta", BETA)):
             if group in overrides:
@@ -75,9 +82,10 @@ class FeatureGates:
                 for name, (_, st) in KNOWN.items():
                     if st == stage:
                         values[name] = flag
-        unknown = sorted(set(overrides) - set(KNOWN))
+        values.update(plugin_gates)
+        unknown = sorted(set(overrides) - set(values))
         if unknown:
-            raise UnknownGateError(f"unknown feature gate(s): {', '.join(unknown)}; known: {', '.join(sorted(KNOWN))}")
+            raise UnknownGateError(f"unknown feature gate(s): {', '.join(unknown)}; known: {', '.join(sorted(values))}")
         values.update(overrides)
         return cls(values)
 

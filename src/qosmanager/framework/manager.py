@@ -3,38 +3,41 @@
 For every strategy tick it builds a :class:`Context`, runs the strategy, hands the writes to the
 executor and the results back to the strategy.  A strategy that raises is logged and audited
 (``action: "error"``) and runs again at its next interval; the others never notice.
+
+Strategies come from the package (:mod:`qosmanager.framework.builtins`) and from plugins
+(:mod:`qosmanager.framework.plugins`), and run the same way.  A plugin strategy is held to more: one
+that raises when it is built is failed and left out; one whose tick raises is named in the degraded
+condition ``plugin/<gate>`` and, at :data:`~qosmanager.framework.plugins.MAX_FAILED_TICKS` failed ticks
+in a row, stopped and its changes restored; its requests pass a :class:`~plugins.Guard` (refusals are
+audited and named in the same condition); a write it loses to another strategy's file, or one another
+strategy loses to it, raises ``plugin/<gate>/ownership`` (the executor's merge rule decided; nothing is
+fought over quietly).
 """
 
 from __future__ import annotations
 
-import importlib
+import copy
 import logging
-import pkgutil
+import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from qosmanager.executor.executor import WriteResult
+from qosmanager.executor.executor import Request, Write, WriteResult
+from qosmanager.framework import plugins
+from qosmanager.framework.builtins import ORDER, builtin_strategies
 from qosmanager.framework.context import Context, Shared
 from qosmanager.framework.scheduler import Scheduler
-from qosmanager.framework.strategy import REGISTRY, Strategy
+from qosmanager.framework.strategy import Strategy
 
 log = logging.getLogger(__name__)
 
-# the order strategies are listed and, at equal due times, run
-ORDER = ("cpuSuppress", "cpuBurst", "cpuEvict", "memoryEvict", "cgroupReconcile", "resctrlReconcile",
-         "systemConfigReconcile", "blkioReconcile")
+__all__ = ["ORDER", "QoSManager", "StrategyStats", "load_strategies"]
 
 
 def load_strategies() -> dict[str, type[Strategy]]:
-    """Import every module of ``qosmanager.strategies`` (each registers its strategy)."""
-    import qosmanager.strategies as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{pkg.__name__}.{mod.name}")
-    known = [n for n in ORDER if n in REGISTRY] + sorted(n for n in REGISTRY if n not in ORDER)
-    return {n: REGISTRY[n] for n in known}
+    """Every strategy class: the built-ins (in :data:`ORDER`), then the loaded plugins'."""
+    return {**builtin_strategies(), **plugins.discovered().strategies()}
 
 
 @dataclass
@@ -44,6 +47,7 @@ class StrategyStats:
     last_seconds: float = 0.0
     total_seconds: float = 0.0
     last_error: str = ""
+    streak: int = 0  # ticks in a row that raised (plugin strategies)
 
 
 class QoSManager:
@@ -51,6 +55,9 @@ class QoSManager:
                  clock: Callable[[], float] = time.time) -> None:
         self.shared = shared
         self.clock = clock
+        # this manager's view of the plugins (their status changes here: failed when built, stopped)
+        self.plugins = [copy.copy(p) for p in plugins.discovered().plugins]
+        self._plugin_of = {p.strategy: p for p in self.plugins if p.status == plugins.LOADED}
         classes = load_strategies()
         if only is not None:
             wanted = list(only)
@@ -58,26 +65,151 @@ class QoSManager:
             if unknown:
                 raise ValueError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(classes)}")
             classes = {n: classes[n] for n in wanted}
-        self.strategies: dict[str, Strategy] = {n: cls(shared.cfg, shared.gates) for n, cls in classes.items()}
+        self.strategies: dict[str, Strategy] = {}
+        self._guards: dict[str, plugins.Guard] = {}
+        self._plugin_enabled: dict[str, bool] = {}
+        self._contested: dict[str, float] = {}  # plugin strategy -> last lost write involving it
+        for n, cls in classes.items():
+            info = self._plugin_of.get(n)
+            if info is None:
+                self.strategies[n] = cls(shared.cfg, shared.gates)
+            else:
+                self._build_plugin(info, cls)
         self.stats: dict[str, StrategyStats] = {n: StrategyStats() for n in self.strategies}
         self.on_tick: list[Callable[[str, float], None]] = []
+        for p in self.plugins:
+            if p.status == plugins.FAILED:
+                self._plugin_condition(p, f"plugin {p.describe()} is not loaded: {p.error}; the built-in "
+                                          "strategies run without it")
+
+    # ------------------------------------------------------------------ plugins
+    def _build_plugin(self, info: plugins.PluginInfo, cls: type[Strategy]) -> None:
+        """Build a plugin strategy and decide, once, whether it runs; a plugin that raises here is failed."""
+        try:
+            s = cls(self.shared.cfg, self.shared.gates)
+            on = bool(s.enabled())
+            interval = float(s.interval)
+            if on and not (math.isfinite(interval) and interval > 0):
+                raise ValueError(f"interval {interval!r} is not a positive number of seconds")
+        except Exception as e:
+            info.fail(f"raised when built: {type(e).__name__}: {e}")
+            del self._plugin_of[info.strategy]
+            log.error("plugin %s is not loaded: %s", info.describe(), info.error)
+            return
+        self.strategies[info.strategy] = s
+        self._plugin_enabled[info.strategy] = on
+        self._guards[info.strategy] = plugins.Guard(info.strategy, interval)
+
+    def _plugin_condition(self, info: plugins.PluginInfo, message: str, suffix: str = "") -> None:
+        if self.shared.store.conditions.set(info.condition + suffix, message):
+            log.warning("%s", message)
+
+    def is_plugin(self, name: str) -> bool:
+        return name in self._plugin_of
+
+    def _is_enabled(self, s: Strategy) -> bool:
+        on = self._plugin_enabled.get(s.name)
+        if on is None:
+            return s.enabled()
+        return on and self._plugin_of[s.name].status == plugins.LOADED
 
     def enabled(self) -> list[Strategy]:
-        return [s for s in self.strategies.values() if s.enabled()]
+        return [s for s in self.strategies.values() if self._is_enabled(s)]
 
-    def context(self, now: float) -> Context:
+    def context(self, now: float, strategy: str | None = None) -> Context:
+        if strategy is not None and strategy in self._plugin_of:
+            return plugins.PluginContext(self.shared, now, strategy)
         return Context(self.shared, now)
 
+    def _guarded(self, strategy: Strategy, writes: Sequence[Request], now: float) -> Sequence[Request]:
+        guard = self._guards.get(strategy.name)
+        return writes if guard is None else guard.requests(writes)
+
+    def _refusals(self, strategy: Strategy, now: float) -> None:
+        guard = self._guards.get(strategy.name)
+        if guard is None or not guard.refused:
+            return
+        refused = guard.take_refused()
+        audit = self.shared.executor.audit
+        for r, why in refused:
+            target = ""
+            if isinstance(r, Write):
+                try:
+                    loc = self.shared.executor.resolve(r.resource, r.cgroup)
+                    target = loc[1] if loc is not None else ""
+                except (KeyError, ValueError):
+                    target = r.resource
+            audit.record(strategy=strategy.name, action="write", target=target, executed=False,
+                         value=getattr(r, "value", None), reason=f"refused: {why}", ts=now)
+        audit.flush()
+        self._plugin_condition(self._plugin_of[strategy.name],
+                               f"plugin {self._plugin_of[strategy.name].describe()}: {len(refused)} request(s) "
+                               f"refused at its last tick ({refused[0][1]}); see the audit log")
+
+    def _ownership(self, strategy: Strategy, results: Sequence[WriteResult], now: float) -> None:
+        """Lost writes with a plugin on either side raise ``plugin/<gate>/ownership``."""
+        ex = self.shared.executor
+        for r in results:
+            if r.status != "lost":
+                continue
+            w = r.write
+            owner = ex.owner(w.resource, w.cgroup, w.entry) or "?"
+            for name in (strategy.name, owner):
+                info = self._plugin_of.get(name)
+                if info is None:
+                    continue
+                self._contested[name] = now
+                winner, loser = (owner, strategy.name)
+                self._plugin_condition(info, f"plugin {info.describe()} competes for {r.target}: {winner} keeps "
+                                             f"it, {loser}'s value {w.value} is not written (the file's merge "
+                                             "rule decides; see the audit log)", "/ownership")
+        info = self._plugin_of.get(strategy.name)
+        last = self._contested.get(strategy.name)
+        if info is not None and last is not None and now - last > plugins.CONTEST_QUIET:
+            del self._contested[strategy.name]
+            self.shared.store.conditions.clear(info.condition + "/ownership")
+
+    def _plugin_tick_failed(self, strategy: Strategy, st: StrategyStats, now: float) -> None:
+        info = self._plugin_of[strategy.name]
+        st.streak += 1
+        if st.streak < plugins.MAX_FAILED_TICKS:
+            self._plugin_condition(info, f"plugin {info.describe()} raised at its last tick ({st.last_error}), "
+                                         f"{st.streak} in a row; it runs again at its next interval and is "
+                                         f"stopped at {plugins.MAX_FAILED_TICKS}")
+            return
+        info.fail(f"stopped after {st.streak} failed ticks in a row: {st.last_error}", plugins.STOPPED)
+        try:
+            restored = self.shared.executor.restore(strategy.name, now)
+        except Exception:
+            log.exception("plugin %s: restoring what it changed failed", info.describe())
+            restored = []
+        self._plugin_condition(info, f"plugin {info.describe()} is stopped: {st.streak} ticks in a row raised "
+                                     f"(last: {st.last_error}); {len(restored)} file(s) it changed were restored; "
+                                     "the built-in strategies keep running")
+
+    # ------------------------------------------------------------------ running
     def run_strategy(self, strategy: Strategy, now: float) -> list[WriteResult]:
         st = self.stats[strategy.name]
         t0 = time.perf_counter()
         results: list[WriteResult] = []
+        plugin = self._plugin_of.get(strategy.name)
+        if plugin is not None and plugin.status != plugins.LOADED:
+            return results  # stopped: scheduled still, never run again
         try:
-            ctx = self.context(now)
+            ctx = self.context(now, strategy.name)
             writes = strategy.tick(ctx)
             if writes:
+                if plugin is not None:
+                    writes = self._guarded(strategy, writes, now)
                 results = self.shared.executor.apply(writes, now)
             strategy.after_apply(ctx, results)
+            if self._plugin_of:
+                if plugin is not None:
+                    self._refusals(strategy, now)
+                self._ownership(strategy, results, now)
+            if plugin is not None and st.streak:
+                st.streak = 0
+                self.shared.store.conditions.clear(plugin.condition)
         except Exception as e:  # one strategy's bug must not stop the agent
             st.errors += 1
             st.last_error = f"{type(e).__name__}: {e}"
@@ -86,6 +218,8 @@ class QoSManager:
                                               reason="the strategy raised; it runs again at its next interval",
                                               error=st.last_error, ts=now)
             self.shared.executor.audit.flush()
+            if plugin is not None:
+                self._plugin_tick_failed(strategy, st, now)
         finally:
             dt = time.perf_counter() - t0
             st.runs += 1

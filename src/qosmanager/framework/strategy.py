@@ -58,6 +58,7 @@ class Strategy(abc.ABC):
     name: ClassVar[str]
     gates: ClassVar[tuple[str, ...]]
     interval_key: ClassVar[str] = "reconcile"  # QoSConfig.<key>_interval
+    api: ClassVar[str] = ""  # a plugin's: the strategy API version it is written for (qosmanager.plugin)
 
     def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
         self.cfg = cfg

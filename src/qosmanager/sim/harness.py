@@ -29,8 +29,8 @@ from qosmanager.eviction.coordinator import EvictionCoordinator
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor, WriteResult
+from qosmanager.framework import plugins
 from qosmanager.framework.context import Context, Shared
-from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.manager import QoSManager
 from qosmanager.framework.strategy import QoSConfig, Strategy
 from qosmanager.host.cgroups import KubeQoS
@@ -68,7 +68,7 @@ class Harness:
         self.cache = MetricCache()
         self.audit = AuditLog(None, clock=lambda: self.now)
         self.cfg = cfg or QoSConfig()
-        self.gates = FeatureGates.from_overrides(gates)
+        self.gates = plugins.feature_gates(gates)
         self.executor = Executor(self.layout, self.audit, clock=lambda: self.now,
                                  force_seconds=self.cfg.force_update_seconds, dry_run=dry_run,
                                  conditions=self.store.conditions)

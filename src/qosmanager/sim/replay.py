@@ -51,7 +51,7 @@ from qosmanager.api.node import node_meta
 from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import PodMeta, pod_meta
 from qosmanager.eviction.types import EvictDecision
-from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework import plugins
 from qosmanager.framework.manager import load_strategies
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.sysfs import Processor
@@ -357,7 +357,7 @@ def _gates(value: Any) -> dict[str, bool]:
         _expect(isinstance(flag, bool), f"featureGates.{name}", "true or false", flag)
         gates[str(name)] = flag
     try:
-        FeatureGates.from_overrides(gates)
+        plugins.feature_gates(gates)
     except ValueError as e:
         raise ScenarioError(f"featureGates: {e}") from None
     return gates
@@ -443,7 +443,7 @@ def _check_enabled(sc: Scenario, known: Sequence[str]) -> None:
     """A strategy named in ``strategies`` must be enabled by the gates: koordlet would not run it."""
     if not sc.strategies:
         return
-    gates = FeatureGates.from_overrides(sc.feature_gates)
+    gates = plugins.feature_gates(sc.feature_gates)
     classes = load_strategies()
     for name in sc.strategies:
         cls = classes[name]

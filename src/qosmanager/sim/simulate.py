@@ -46,7 +46,7 @@ import psutil
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.types import EvictDecision
-from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework import plugins
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import FakeHost, FakePod
@@ -94,7 +94,7 @@ class SimConfig:
             raise ValueError("--step must be positive and at most --duration")
         if self.suppress_policy not in ("cfsQuota", "cpuset"):
             raise ValueError("--suppress-policy must be cfsQuota or cpuset")
-        FeatureGates.from_overrides({"BEMemoryEvict": True, **self.feature_gates})  # unknown names: now
+        plugins.feature_gates({"BEMemoryEvict": True, **self.feature_gates})  # unknown names: now
 
 
 @dataclass

@@ -1,0 +1,385 @@
+"""Strategies from plugins: discovery through entry points, isolation, and the executor's rules for them.
+
+The plugins here are made on the fly (tests/plugindist.py): a good one, and the ways one can be broken
+or hostile.  The packaged example (examples/be-burst-cap) is pip-installed by the tests at the end of
+this file and run under ``run``, ``replay`` and ``simulate``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from plugindist import make_dist, on_path
+from qosmanager.framework import plugins
+from qosmanager.framework.builtins import builtin_strategies
+from qosmanager.framework.gates import UnknownGateError
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim.fakehost import FakeContainer, FakePod
+from qosmanager.sim.harness import Harness
+from qosmanager.sim.objects import node_object, pod_object
+
+NOW = 1000.0
+
+GOOD = """
+from qosmanager.plugin import Context, Strategy
+
+class Shares(Strategy):
+    name = "testShares"
+    gates = ("TestShares",)
+    api = "1.0"
+
+    def tick(self, ctx: Context):
+        return [self.write("cpu.shares", ctx.qos_dir("Burstable"), 1234, "a plugin's write")]
+"""
+
+# a strategy whose behaviour the test sets through module globals
+KNOBS = """
+from qosmanager.plugin import Context, Plan, Restore, Strategy, Write
+
+ACT = {"mode": "shares", "value": "1234"}
+
+class Knobs(Strategy):
+    name = "testKnobs"
+    gates = ("TestKnobs",)
+
+    def tick(self, ctx: Context):
+        mode, value = ACT["mode"], ACT["value"]
+        be = ctx.qos_dir("BestEffort")
+        if mode == "raise":
+            raise RuntimeError("the plugin broke")
+        if mode == "shares":
+            return [self.write("cpu.shares", ctx.qos_dir("Burstable"), value, "test")]
+        if mode == "quota":
+            return [self.write("cpu.cfs_quota_us", be, value, "test", cacheable=False)]
+        if mode == "spoof":
+            return [Write("cpuSuppress", "cpu.cfs_quota_us", value, be, reason="in another name"),
+                    self.write("cpu.shares", ctx.qos_dir("Burstable"), "1500", "its own")]
+        if mode == "raw":
+            return [self.write("cpu.shares", ctx.qos_dir("Burstable"), "junk", "raw", raw=True)]
+        if mode == "lease":
+            return [self.write("cpu.shares", ctx.qos_dir("Burstable"), value, "held", lease=1e9)]
+        if mode == "restore-other":
+            return [Restore("cpuSuppress", "cpu.cfs_quota_us", be)]
+        if mode == "plan-spoof":
+            return [Plan(self.name, "p", value, lambda: [Write("cpuSuppress", "cpu.cfs_quota_us", value, be),
+                                                         self.write("cpu.shares", be, "3", "ok")])]
+        if mode == "evict-as":
+            ctx.evict("memoryEvict", [])
+        return []
+"""
+
+BROKEN_IMPORT = "raise ImportError('a dependency is missing')\n"
+EXITS = "import sys\nsys.exit(3)\n"
+NOT_BUILT = """
+from qosmanager.plugin import Strategy
+
+class NotBuilt(Strategy):
+    name = "testNotBuilt"
+    gates = ("TestNotBuilt",)
+
+    def __init__(self, cfg, gates):
+        raise ValueError("bad configuration")
+
+    def tick(self, ctx):
+        return []
+"""
+BAD_CLASSES = """
+from qosmanager.plugin import Strategy
+
+class Clash(Strategy):
+    name = "cpuSuppress"
+    gates = ("TestClash",)
+    def tick(self, ctx):
+        return []
+
+class TwoGates(Strategy):
+    name = "testTwoGates"
+    gates = ("TestTwoGates", "CPUBurst")
+    def tick(self, ctx):
+        return []
+
+class Abstract(Strategy):
+    name = "testAbstract"
+    gates = ("TestAbstract",)
+
+class Future(Strategy):
+    name = "testFuture"
+    gates = ("TestFuture",)
+    api = "2.0"
+    def tick(self, ctx):
+        return []
+
+class OnBuiltinGate(Strategy):
+    name = "testOnBuiltinGate"
+    gates = ("CPUBurst",)
+    def tick(self, ctx):
+        return []
+
+not_a_class = 42
+"""
+
+
+@pytest.fixture
+def dists(tmp_path: Any) -> Any:
+    good = make_dist(str(tmp_path / "good"), "good-plugin", "1.2.3", {"TestShares": "good_mod:Shares"},
+                     {"good_mod": GOOD})
+    knobs = make_dist(str(tmp_path / "knobs"), "knobs-plugin", "0.1", {"TestKnobs": "knobs_mod:Knobs"},
+                      {"knobs_mod": KNOBS})
+    bad = make_dist(str(tmp_path / "bad"), "bad-plugins", "9.9", {
+        "TestBroken": "broken_mod:Whatever", "TestExits": "exits_mod:Whatever",
+        "TestNotBuilt": "notbuilt_mod:NotBuilt", "TestClash": "bad_mod:Clash", "TestTwoGates": "bad_mod:TwoGates",
+        "TestAbstract": "bad_mod:Abstract", "TestFuture": "bad_mod:Future", "CPUBurst": "bad_mod:OnBuiltinGate",
+        "TestNotAClass": "bad_mod:not_a_class", "lowercase": "bad_mod:Clash",
+    }, {"broken_mod": BROKEN_IMPORT, "exits_mod": EXITS, "notbuilt_mod": NOT_BUILT, "bad_mod": BAD_CLASSES})
+    return good, knobs, bad
+
+
+def by_gate(d: plugins.Discovery) -> dict[str, plugins.PluginInfo]:
+    return {p.gate: p for p in d.plugins}
+
+
+def test_discovery_names_every_plugin_with_its_package_and_loads_only_the_sound_ones(dists: Any) -> None:
+    with on_path(*dists) as d:
+        found = by_gate(d)
+        good = found["TestShares"]
+        assert (good.status, good.strategy, good.package, good.version) == ("loaded", "testShares", "good-plugin",
+                                                                             "1.2.3")
+        assert set(d.strategies()) == {"testShares", "testKnobs", "testNotBuilt"}
+        why = {g: p.error for g, p in found.items() if p.status == "failed"}
+        assert "ImportError: a dependency is missing" in why["TestBroken"]
+        assert "SystemExit" in why["TestExits"]
+        assert "already taken by a built-in strategy" in why["TestClash"]
+        assert "exactly its own gate" in why["TestTwoGates"]
+        assert "does not implement tick()" in why["TestAbstract"]
+        assert "needs strategy API 2.0" in why["TestFuture"]
+        assert "already a built-in gate" in why["CPUBurst"]
+        assert "not a subclass" in why["TestNotAClass"]
+        assert "not a feature gate name" in why["lowercase"]
+        # NotBuilt loads; it fails when the manager builds it
+        assert found["TestNotBuilt"].status == "loaded"
+        # every plugin's gate is known and off: naming a broken plugin's gate does not stop the agent
+        gates = plugins.feature_gates({"TestBroken": True, "TestShares": True})
+        assert gates.enabled("TestShares") and not gates.enabled("TestKnobs")
+        assert not plugins.feature_gates({"AllAlpha": True}).enabled("TestShares")
+        text = "\n".join(plugins.lines(d, gates))
+        assert "TestShares: testShares from good-plugin 1.2.3 (good_mod:Shares): on" in text
+        assert "TestBroken: - from bad-plugins 9.9 (broken_mod:Whatever): failed: import failed" in text
+    # gone again: the gate is unknown, the built-ins are what they were
+    with pytest.raises(UnknownGateError):
+        plugins.feature_gates({"TestShares": True})
+    assert "testShares" not in builtin_strategies()
+
+
+def test_a_broken_plugin_is_named_and_the_built_ins_keep_running(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestShares": True, "TestNotBuilt": True, "TestBroken": True})
+        try:
+            conds = h.store.conditions.snapshot()
+            assert "ImportError" in conds["plugin/TestBroken"].message
+            assert "raised when built: ValueError: bad configuration" in conds["plugin/TestNotBuilt"].message
+            assert "bad-plugins 9.9" in conds["plugin/TestNotBuilt"].message
+            assert "testNotBuilt" not in h.manager.strategies
+            status = {p.gate: p.status for p in h.manager.plugins}
+            assert status["TestNotBuilt"] == "failed" and status["TestShares"] == "loaded"
+            names = [s.name for s in h.manager.enabled()]
+            assert "cpuSuppress" in names and "cpuBurst" in names and "testShares" in names
+            assert "testKnobs" not in names  # its gate is off
+            h.tick("testShares", NOW)
+            assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")) == "1234"
+        finally:
+            h.close()
+
+
+def knobs(mode: str, value: str = "1234") -> None:
+    sys.modules["knobs_mod"].ACT.update(mode=mode, value=value)
+
+
+def test_a_plugin_whose_tick_keeps_raising_is_stopped_and_what_it_changed_restored(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
+            before = (h.read_file(shares) or "").strip()
+            knobs("shares", "1234")
+            h.tick("testKnobs", NOW)
+            assert h.read_file(shares) == "1234"
+            knobs("raise")
+            for i in range(1, plugins.MAX_FAILED_TICKS):
+                h.tick("testKnobs", NOW + i)
+                cond = h.store.conditions.get("plugin/TestKnobs")
+                assert cond is not None and f"{i} in a row" in cond.message and "the plugin broke" in cond.message
+            assert h.read_file(shares) == "1234"  # still running: nothing restored yet
+            h.tick("testKnobs", NOW + plugins.MAX_FAILED_TICKS)
+            cond = h.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and "is stopped" in cond.message and "1 file(s)" in cond.message
+            assert (h.read_file(shares) or "").strip() == before
+            assert {p.gate: p.status for p in h.manager.plugins}["TestKnobs"] == "stopped"
+            assert "testKnobs" not in [s.name for s in h.manager.enabled()]
+            knobs("shares", "1234")
+            h.tick("testKnobs", NOW + 10)  # stopped: not run again
+            assert (h.read_file(shares) or "").strip() == before
+            errors = [r for r in h.audit.recent if r["action"] == "error" and r["strategy"] == "testKnobs"]
+            assert len(errors) == plugins.MAX_FAILED_TICKS
+        finally:
+            h.close()
+
+
+def test_a_tick_that_works_again_clears_the_condition(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            knobs("raise")
+            h.tick("testKnobs", NOW)
+            assert h.store.conditions.get("plugin/TestKnobs") is not None
+            knobs("shares", "1300")
+            h.tick("testKnobs", NOW + 1)
+            assert h.store.conditions.get("plugin/TestKnobs") is None
+            assert h.manager.stats["testKnobs"].streak == 0
+        finally:
+            h.close()
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("spoof", "a write in the name of 'cpuSuppress'"),
+    ("raw", "raw or restore content"),
+    ("lease", "an ownership lease of 1000000000.0 s"),
+    ("restore-other", "a Restore in the name of 'cpuSuppress'"),
+    ("plan-spoof", "a write in the name of 'cpuSuppress'"),
+])
+def test_a_plugin_acts_only_in_its_own_name_and_through_validation(dists: Any, mode: str, reason: str) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            quota = h.cgroup_file("cpu", h.layout.qos_dir("BestEffort"), "cpu.cfs_quota_us")
+            h.write_file(quota, "400000\n")
+            knobs(mode, "100000")
+            h.tick("testKnobs", NOW)
+            assert h.read_file(quota) == "400000\n"  # nothing in cpuSuppress's name, no restore of its files
+            refused = [r for r in h.audit.recent if r["reason"].startswith("refused:")]
+            assert refused and reason in refused[0]["reason"] and refused[0]["strategy"] == "testKnobs"
+            assert not refused[0]["executed"]
+            cond = h.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and reason in cond.message
+            if mode == "spoof":  # its own write in the same tick still goes through
+                assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")) == "1500"
+            if mode == "plan-spoof":
+                assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("BestEffort"), "cpu.shares")) == "3"
+        finally:
+            h.close()
+
+
+def test_a_plugin_cannot_evict_in_another_strategys_name(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            knobs("evict-as")
+            h.tick("testKnobs", NOW)
+            errors = [r for r in h.audit.recent if r["action"] == "error"]
+            assert errors and "may evict only in its own name" in errors[0]["error"]
+        finally:
+            h.close()
+
+
+def test_invalid_values_and_dry_run_hold_for_a_plugin(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
+            before = h.read_file(shares)
+            knobs("shares", "-5")
+            res = h.tick("testKnobs", NOW)
+            assert [r.status for r in res] == ["invalid"] and h.read_file(shares) == before
+        finally:
+            h.close()
+        h = Harness(gates={"TestKnobs": True}, dry_run=True)
+        try:
+            knobs("shares", "1234")
+            res = h.tick("testKnobs", NOW)
+            assert [r.status for r in res] == ["dry-run"] and h.read_file(shares) == before
+            rec = [r for r in h.audit.recent if r["action"] == "write"]
+            assert rec and rec[-1]["strategy"] == "testKnobs" and rec[-1]["executed"] is False
+        finally:
+            h.close()
+
+
+LS = FakePod("ls-1", "default", "ls", KubeQoS.BURSTABLE, [FakeContainer("c", "containerd://" + "b" * 64)])
+BE = FakePod("be-1", "default", "be", KubeQoS.BESTEFFORT, [FakeContainer("c", "containerd://" + "a" * 64)])
+
+
+def suppressing(version: int = 1) -> Harness:
+    """cpuSuppress on cfsQuota over an LS and a BE pod, and the test plugin beside it."""
+    h = Harness(version=version, gates={"TestKnobs": True})
+    h.set_node(node_object(h.host))
+    h.set_pods([pod_object(LS), pod_object(BE)])
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 65,
+                                                   "cpuSuppressPolicy": "cfsQuota"}})
+    return h
+
+
+def usage(h: Harness, t: float) -> None:
+    h.add_samples("node_cpu_usage", [(t, 3.0)])
+    h.add_samples("pod_cpu_usage", [(t, 2.0)], pod="ls-1")
+    h.add_samples("pod_cpu_usage", [(t, 0.5)], pod="be-1")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_plugin_cannot_quietly_fight_a_built_in_over_a_file(dists: Any, version: int) -> None:
+    """cpuSuppress owns BE's quota; the file's merge rule (the lower quota wins) decides against the
+    plugin and for it, audited both ways and named in the plugin's ownership condition."""
+    with on_path(*dists):
+        h = suppressing(version)
+        try:
+            be = h.layout.qos_dir("BestEffort")
+            usage(h, NOW - 1)
+            h.tick("cpuSuppress", NOW)
+            assert h.executor.owner("cpu.cfs_quota_us", be) == "cpuSuppress"
+            quota = h.strategy("cpuSuppress").policy_status  # the policy in use
+            assert quota["cfsQuota"] == "using"
+            written = [w for w in h.recorded.writes if w["strategy"] == "cpuSuppress"][-1]["value"]
+            assert written.split()[0] == "270000"  # 8 CPUs x 65 % - LS 2.0 - system 0.5 (cpu_suppress's test by hand)
+            # a higher quota from the plugin loses: the file keeps cpuSuppress's value
+            knobs("quota", "500000")
+            res = h.tick("testKnobs", NOW + 0.5)
+            assert [r.status for r in res] == ["lost"]
+            assert h.executor.owner("cpu.cfs_quota_us", be) == "cpuSuppress"
+            lost = [r for r in h.audit.recent if r["strategy"] == "testKnobs" and r["action"] == "write"]
+            assert lost and "owned by cpuSuppress: the lower CFS quota wins" in lost[-1]["reason"]
+            cond = h.store.conditions.get("plugin/TestKnobs/ownership")
+            assert cond is not None and "cpuSuppress keeps it" in cond.message
+            # a lower one wins, and cpuSuppress's next write is the one not written, named just the same
+            knobs("quota", "100000")
+            res = h.tick("testKnobs", NOW + 0.7)
+            assert [r.status for r in res] == ["written"]
+            usage(h, NOW)
+            res = h.tick("cpuSuppress", NOW + 1)
+            assert [r.status for r in res] == ["lost"]
+            assert h.executor.owner("cpu.cfs_quota_us", be) == "testKnobs"
+            cond = h.store.conditions.get("plugin/TestKnobs/ownership")
+            assert cond is not None and "testKnobs keeps it" in cond.message
+            lost = [r for r in h.audit.recent if r["strategy"] == "cpuSuppress" and not r["executed"]]
+            assert lost and "owned by testKnobs" in lost[-1]["reason"]
+            # no contest for a while: the condition clears on the plugin's next tick
+            knobs("shares", "1234")
+            h.tick("testKnobs", NOW + 1 + plugins.CONTEST_QUIET + 1)
+            assert h.store.conditions.get("plugin/TestKnobs/ownership") is None
+        finally:
+            h.close()
+
+
+def test_the_plugin_module_lists_what_it_finds(dists: Any) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*dists, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "qosmanager.plugin"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr  # some of them do not load
+    assert "strategy API 1.0" in out.stdout
+    assert "TestShares: testShares from good-plugin 1.2.3 (good_mod:Shares): loaded" in out.stdout
+    assert "TestBroken: - from bad-plugins 9.9" in out.stdout
+    good_only = {**os.environ, "PYTHONPATH": os.pathsep.join([dists[0], os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "qosmanager.plugin"], capture_output=True, text=True,
+                         env=good_only, timeout=120)
+    assert out.returncode == 0 and "1 plugin(s)" in out.stdout
