@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from plugindist import make_dist, on_path
+from promtext import parse
+from qosmanager.exporter.agent_metrics import AgentMetrics
 from qosmanager.framework import plugins
 from qosmanager.framework.builtins import builtin_strategies
 from qosmanager.framework.gates import UnknownGateError
@@ -195,6 +197,18 @@ def test_a_broken_plugin_is_named_and_the_built_ins_keep_running(dists: Any) -> 
             assert "testKnobs" not in names  # its gate is off
             h.tick("testShares", NOW)
             assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")) == "1234"
+            # /metrics: one qosmanager_plugin_info series per plugin, and the conditions
+            fams = parse(AgentMetrics(store=h.store, manager=h.manager, process=False).registry.render())
+            info = fams["qosmanager_plugin_info"]
+            assert info.value(gate="TestShares", strategy="testShares", package="good-plugin", version="1.2.3",
+                              state="on") == 1.0
+            assert info.value(gate="TestKnobs", strategy="testKnobs", package="knobs-plugin", version="0.1",
+                              state="off") == 1.0
+            assert info.value(gate="TestNotBuilt", strategy="testNotBuilt", package="bad-plugins", version="9.9",
+                              state="failed") == 1.0
+            assert info.value(gate="TestBroken", strategy="", package="bad-plugins", version="9.9",
+                              state="failed") == 1.0
+            assert fams["qosmanager_degraded"].value(condition="plugin/TestBroken") == 1.0
         finally:
             h.close()
 

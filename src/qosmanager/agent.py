@@ -376,7 +376,7 @@ class Agent:
                    for n in self.strategy_names}
         off = strategies_off(cfg, self.gates)
         metrics = cfg.metrics_addr or "off"
-        plugs = plugin_summary(self.manager, self.gates)
+        plugs = plugin_summary(self.manager)
         fields: dict[str, object] = {
             "mode": mode, "node_name": cfg.node_name, "state_sources": sources,
             "cgroup_version": lay.version, "cgroup_driver": lay.driver, "kubepods": kubepods,
@@ -444,14 +444,12 @@ def check_cgroup_root(layout: CgroupLayout) -> None:
     raise StartupError("--cgroup-root", message)
 
 
-def plugin_summary(manager: QoSManager, gates: FeatureGates) -> list[dict[str, str]]:
+def plugin_summary(manager: QoSManager) -> list[dict[str, str]]:
     """Every plugin found at start: gate, strategy, package, version and its state (on: it runs; off:
     its gate is off; failed, with the error)."""
     out = []
     for p in manager.plugins:
-        state = p.status
-        if state == plugins.LOADED:
-            state = "on" if p.strategy in manager.strategies and gates.enabled(p.gate) else "off"
+        state = manager.plugin_state(p)
         out.append({"gate": p.gate, "strategy": p.strategy, "package": p.package, "version": p.version,
                     "state": state if not p.error else f"{state} ({p.error})"})
     return out

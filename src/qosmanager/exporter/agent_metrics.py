@@ -201,6 +201,11 @@ class AgentMetrics:
                 "with one write of a pod's cgroup.kill (cgroup_kill)", ("how",), r).pull(self._kills)
         Counter("qosmanager_strategy_errors_total", "Strategy ticks that raised",
                 ("strategy",), r).pull(self._strategy_errors)
+        Gauge("qosmanager_plugin_info",
+              "Strategy plugins found at start (1 each): their gate, strategy, package, version and state: on "
+              "(it runs), off (its gate is off), failed (did not import, failed a check or raised when built) or "
+              "stopped (its ticks kept raising; what it changed was restored)",
+              ("gate", "strategy", "package", "version", "state"), r).pull(self._plugins)
         Counter("qosmanager_watch_restarts_total", "Kubernetes watches restarted, by resource",
                 ("resource",), r).pull(self._watch_restarts)
         Gauge("qosmanager_source_connected", "Whether a state source is connected (1) or not (0)",
@@ -429,6 +434,12 @@ class AgentMetrics:
             return None
         stats = self.manager.stats
         return {(name,): stats[name].errors for name in self._strategies if name in stats}
+
+    def _plugins(self) -> Mapping[LabelValues, float] | None:
+        if self.manager is None:
+            return None
+        m = self.manager
+        return {(p.gate, p.strategy, p.package, p.version, m.plugin_state(p)): 1.0 for p in m.plugins}
 
     def _degraded(self) -> Mapping[LabelValues, float] | None:
         if self.store is None:

@@ -107,6 +107,12 @@ class QoSManager:
     def is_plugin(self, name: str) -> bool:
         return name in self._plugin_of
 
+    def plugin_state(self, p: plugins.PluginInfo) -> str:
+        """``on`` (it runs), ``off`` (its gate is off), ``failed`` or ``stopped``."""
+        if p.status != plugins.LOADED:
+            return p.status
+        return "on" if self._plugin_enabled.get(p.strategy) else "off"
+
     def _is_enabled(self, s: Strategy) -> bool:
         on = self._plugin_enabled.get(s.name)
         if on is None:
