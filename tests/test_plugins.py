@@ -20,6 +20,7 @@ import pytest
 
 from plugindist import make_dist, on_path
 from promtext import parse
+from qosmanager.agent import Agent, AgentConfig
 from qosmanager.exporter.agent_metrics import AgentMetrics
 from qosmanager.framework import plugins
 from qosmanager.framework.builtins import builtin_strategies
@@ -245,6 +246,30 @@ def test_a_plugin_whose_tick_keeps_raising_is_stopped_and_what_it_changed_restor
             assert len(errors) == plugins.MAX_FAILED_TICKS
         finally:
             h.close()
+
+
+def test_a_failing_plugin_leaves_the_agent_healthy_and_degraded(dists: Any, tmp_path: Path) -> None:
+    """/healthz: a plugin's failed ticks are a degraded condition (200), never the failed strategies check
+    that would have the agent restarted over a plugin."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
+    host.add_pods([LS, BE])
+    (tmp_path / "pods.json").write_text(json.dumps({"items": [pod_object(LS), pod_object(BE)]}))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    with on_path(*dists):
+        agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
+                                  node_file=str(tmp_path / "node.json"), metrics_addr="127.0.0.1:0",
+                                  feature_gates={"TestKnobs": True}))
+        try:
+            assert "testKnobs" in agent.strategy_names and agent.exporter is not None
+            knobs("raise")
+            job = next(j for j in agent.scheduler.jobs if j.name == "testKnobs")
+            for _ in range(plugins.MAX_FAILED_TICKS):  # the job's failure streak at the check's bound
+                agent.scheduler.run_job(job)
+            ok, body = agent.exporter.health.check(liveness=True)
+            assert ok and body["checks"]["strategies"]["ok"], body
+            assert "is stopped" in body["degraded"]["plugin/TestKnobs"]["detail"]
+        finally:
+            agent.close()
 
 
 def test_a_tick_that_works_again_clears_the_condition(dists: Any) -> None:

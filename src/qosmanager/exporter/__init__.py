@@ -54,9 +54,12 @@ class Exporter:
                                scheduler=agent.scheduler, file_source=agent.source, kube_source=kube_source)
         files = [(kind, path) for kind, path in (("node", cfg.node_file), ("pods", cfg.pods_file),
                                                  ("nodeslo", cfg.node_slo_file)) if path]
+        # a plugin strategy that keeps failing is stopped and named in its plugin/<gate> condition
+        # (degraded, 200): it must not fail the check and have the agent restarted over it
+        builtins = [n for n in agent.strategy_names if not agent.manager.is_plugin(n)]
         health = Health(metrics, bounds or HealthBounds.for_interval(cfg.collect_interval),
                         clock=agent.clock, store=agent.store, manager=agent.manager, files=files,
-                        strategies=agent.strategy_names, kube_source=kube_source)
+                        strategies=builtins, kube_source=kube_source)
         return cls(cfg.metrics_addr if addr is None else addr, metrics, health, **kw)
 
     @property
