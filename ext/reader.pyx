@@ -989,8 +989,8 @@ cdef class NodeReader:
     """Keeps ``/proc/stat`` and ``/proc/meminfo`` open and parses them natively.
 
     :meth:`read_stat` returns the node's busy ticks (user + nice + system + irq +
-    softirq) and fills ``cpu_ticks`` (int64, per CPU id, -1 where absent) in the same
-    pass.  :meth:`read_meminfo` returns ``(MemTotal, MemFree, MemAvailable)`` in KiB.
+    softirq) and fills ``cpu_ticks`` (int64, per CPU id, -1 where absent) and
+    ``total_ticks`` (every field of the ``cpu`` line) in the same pass.  :meth:`read_meminfo` returns ``(MemTotal, MemFree, MemAvailable)`` in KiB.
 
     Each file stands alone: one that cannot be opened at construction is opened again
     on its next read, and only that read fails (OSError naming the file).
@@ -1001,11 +1001,15 @@ cdef class NodeReader:
     cdef char *buf
     cdef size_t bufsize
     cdef readonly object cpu_ticks
+    # every field of the ``cpu `` line summed (idle and iowait too) at the last read_stat, -1 before
+    # the first: it grows on a live node whatever the load, so a value that stands still is frozen
+    cdef readonly int64_t total_ticks
     cdef int64_t[:] v_ticks
 
     def __cinit__(self, stat_path, meminfo_path, int max_cpus=4096):
         self.stat_fd = -1
         self.meminfo_fd = -1
+        self.total_ticks = -1
         self.bufsize = 262144
         self.buf = <char *>malloc(self.bufsize)
         if self.buf == NULL:
@@ -1061,7 +1065,7 @@ cdef class NodeReader:
         cdef const char *p = self.buf
         cdef const char *end = self.buf + n
         cdef const char *eol
-        cdef int64_t total = -1, v, busy, cpu_id
+        cdef int64_t total = -1, v, busy, cpu_id, every, all_ticks = -1
         cdef int field, k
         cdef bint is_total
         cdef int maxc = self.v_ticks.shape[0]
@@ -1082,6 +1086,7 @@ cdef class NodeReader:
                 p += k
             field = 0
             busy = 0
+            every = 0
             while p < eol:
                 while p < eol and p[0] == b' ':
                     p += 1
@@ -1092,6 +1097,9 @@ cdef class NodeReader:
                     raise ValueError("garbled /proc/stat value")
                 p += k
                 field += 1
+                if v > INT64_MAX_C - every or v < 0:
+                    raise ValueError("garbled /proc/stat value")  # ticks beyond int64: not a real count
+                every += v
                 # user nice system idle iowait irq softirq ...
                 if field == 1 or field == 2 or field == 3 or field == 6 or field == 7:
                     if v > INT64_MAX_C - busy:
@@ -1101,11 +1109,13 @@ cdef class NodeReader:
                 raise ValueError("/proc/stat cpu line has too few fields")
             if is_total:
                 total = busy
+                all_ticks = every
             elif 0 <= cpu_id < maxc:
                 self.v_ticks[cpu_id] = busy
             p = eol + 1
         if total < 0:
             raise ValueError("/proc/stat has no total cpu line")
+        self.total_ticks = all_ticks
         return total
 
     def read_meminfo(self):

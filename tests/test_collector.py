@@ -18,7 +18,16 @@ import kernelcg
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.roots import HostRoots
 from qosmanager.metrics.cache import MetricCache
-from qosmanager.metrics.collector import COND_PROC_MEMINFO, COND_PROC_STAT, COND_QOS, QOS_GRACE_PASSES, Collector
+from qosmanager.metrics.collector import (
+    COND_PROC_MEMINFO,
+    COND_PROC_STAT,
+    COND_PROC_STAT_BACKWARDS,
+    COND_PROC_STAT_FROZEN,
+    COND_QOS,
+    PROC_STAT_BACKWARDS_RESET,
+    QOS_GRACE_PASSES,
+    Collector,
+)
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import pod_object
 from qosmanager.states.store import StateStore
@@ -483,3 +492,56 @@ def test_real_kernel_cgroup_without_memory_cgroup_yields_cpu_usage() -> None:
             assert pod_cpu is not None and pod_cpu >= ctr_cpu * 0.9
             assert cache.query("container_memory_usage", now - 1, now, "last", container=cid) is None
         assert np.count_nonzero(col.ctr_reader.errors[: col.ctr_reader.high_water]) == 0
+
+
+def test_a_proc_stat_sample_that_goes_backwards_is_not_the_new_baseline(tmp_path) -> None:
+    """Taken as the baseline, a backwards sample made the next good one a burst that pinned BE at the
+    floor: it is skipped and the sample before stays the baseline; a run of them is a reset."""
+    host, _pods, store, cache, clk, col = setup(tmp_path, 1, n_containers=2)
+    tck = os.sysconf("SC_CLK_TCK")
+    busy, idle = 10_000, 100_000
+
+    def sample(b: int, i: int) -> float | None:
+        host.set_proc_stat([b] * 4, [i] * 4)
+        clk.advance(1.0)
+        col.collect(clk.wall)
+        return cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last")
+
+    host.set_proc_stat([busy] * 4, [idle] * 4)
+    col.collect(clk.wall)
+    assert sample(busy + tck, idle) == pytest.approx(4.0)  # 4 CPUs busy for the second
+    assert sample(busy - 5 * tck, idle - tck) is None  # backwards: skipped, not a baseline
+    cond = store.conditions.get(COND_PROC_STAT_BACKWARDS)
+    assert cond is not None and "skipped, the earlier sample stays the baseline" in cond.message
+    # the next good sample: 2 s since the baseline, half a CPU each -> 2 cores, not a burst
+    assert sample(busy + tck + tck, idle + 2 * tck) == pytest.approx(2.0)
+    assert store.conditions.get(COND_PROC_STAT_BACKWARDS) is None
+    # a counter that restarted: after a run of backwards samples the latest is the baseline
+    base = busy + 2 * tck
+    for k in range(PROC_STAT_BACKWARDS_RESET):
+        assert sample(100 + k * tck, 1000 + k * tck) is None
+    cond = store.conditions.get(COND_PROC_STAT_BACKWARDS)
+    assert cond is not None and "taken as a counter reset" in cond.message
+    last = 100 + (PROC_STAT_BACKWARDS_RESET - 1) * tck
+    assert last < base
+    assert sample(last + tck, 1000 + PROC_STAT_BACKWARDS_RESET * tck) == pytest.approx(4.0)
+
+
+def test_frozen_proc_stat_counters_raise_a_condition(tmp_path) -> None:
+    host, _pods, store, cache, clk, col = setup(tmp_path, 2, n_containers=2)
+    host.set_proc_stat([100] * 4, [1000] * 4)
+    col.collect(clk.wall)
+    for _ in range(4):  # standing still for 4 s: a quiet moment is not frozen yet
+        clk.advance(1.0)
+        col.collect(clk.wall)
+        assert store.conditions.get(COND_PROC_STAT_FROZEN) is None
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    cond = store.conditions.get(COND_PROC_STAT_FROZEN)
+    assert cond is not None and "have not moved for 5 s" in cond.message
+    assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is None
+    host.set_proc_stat([150] * 4, [1050] * 4)
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    assert store.conditions.get(COND_PROC_STAT_FROZEN) is None
+    assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None

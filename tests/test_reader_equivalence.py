@@ -509,3 +509,16 @@ def test_partial_reads_agree(tmp_path_factory, version: int, seed: int) -> None:
         for i in range(tree.n):
             usage[i] += rng.randrange(0, 2_000_000_000)
             tree.write_valid(i, rng, usage[i], 100, 10)
+
+
+def test_both_node_readers_give_every_tick_of_the_cpu_line(tmp_path) -> None:
+    (tmp_path / "stat").write_text("cpu  100 5 50 9000 20 3 7 1 2 3\ncpu0 60 5 20 4500 10 1 4 0 0 0\n")
+    (tmp_path / "meminfo").write_text("MemTotal: 1 kB\n")
+    readers = [impl.NodeReader(str(tmp_path / "stat"), str(tmp_path / "meminfo")) for impl in (native, pure_reader)]
+    assert [r.total_ticks for r in readers] == [-1, -1]
+    assert [r.read_stat() for r in readers] == [165, 165]
+    assert [r.total_ticks for r in readers] == [100 + 5 + 50 + 9000 + 20 + 3 + 7 + 1 + 2 + 3] * 2
+    (tmp_path / "stat").write_text(f"cpu  1 2 3 4 5 6 {2**63 - 10} 0\n")  # all ticks beyond int64
+    for r in readers:
+        with pytest.raises(ValueError, match="garbled /proc/stat value"):
+            r.read_stat()

@@ -516,6 +516,7 @@ class NodeReader:
             with contextlib.suppress(OSError):
                 self._fds[k] = os.open(self._paths[k], os.O_RDONLY | os.O_CLOEXEC)
         self.cpu_ticks = np.full(max_cpus, -1, dtype=np.int64)
+        self.total_ticks = -1  # every field of the "cpu" line at the last read_stat
 
     def _read_all(self, k: int) -> bytes:
         if self._fds[k] < 0:
@@ -536,7 +537,7 @@ class NodeReader:
 
     def read_stat(self) -> int:
         data = self._read_all(0)
-        total = -1
+        total = all_ticks = -1
         self.cpu_ticks[:] = -1
         for line in data.split(b"\n"):
             if len(line) < 4 or not line.startswith(b"cpu"):
@@ -551,11 +552,17 @@ class NodeReader:
                 vals.append(v)
             if len(vals) < 7:
                 raise ValueError("/proc/stat cpu line has too few fields")
+            every = 0
+            for v in vals:  # natively the sum is checked as it grows: the first field to overflow fails
+                if v < 0 or v > INT64_MAX - every:
+                    raise ValueError("garbled /proc/stat value")
+                every += v
             busy = vals[0] + vals[1] + vals[2] + vals[5] + vals[6]
             if busy > INT64_MAX:
                 raise ValueError("garbled /proc/stat value")  # ticks beyond int64: not a real count
             if name == b"cpu":
                 total = busy
+                all_ticks = every
             else:
                 cpu_id = _parse_int(name[3:])
                 if cpu_id is None:
@@ -564,6 +571,7 @@ class NodeReader:
                     self.cpu_ticks[cpu_id] = busy
         if total < 0:
             raise ValueError("/proc/stat has no total cpu line")
+        self.total_ticks = all_ticks
         return total
 
     def read_meminfo(self) -> tuple[int, int, int]:

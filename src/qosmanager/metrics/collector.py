@@ -25,7 +25,10 @@ the missing files are retried with the same backoff.  The kube QoS cgroups are r
 every pass; those still missing after :data:`QOS_GRACE_PASSES` passes are named in the
 ``collector/qos-cgroups`` degraded condition.  ``/proc/stat`` and ``/proc/meminfo``
 stand alone too: a file or field that cannot be read drops only the series it feeds
-(``collector/proc-stat``, ``collector/proc-meminfo``).
+(``collector/proc-stat``, ``collector/proc-meminfo``).  A ``/proc/stat`` sample that went
+backwards is skipped, the one before staying the baseline (``collector/proc-stat-backwards``), and
+CPU counters that stand still are frozen (``collector/proc-stat-frozen``): no node CPU usage from
+them.
 """
 
 from __future__ import annotations
@@ -63,6 +66,14 @@ FILE_KEYS = ("usage", "cpu_stat", "memory_stat", "cpuset")
 FILE_HIERARCHY = {"usage": "cpuacct", "cpu_stat": "cpu", "memory_stat": "memory", "cpuset": "cpuset"}
 COND_QOS = "collector/qos-cgroups"
 COND_PROC_STAT = "collector/proc-stat"
+COND_PROC_STAT_BACKWARDS = "collector/proc-stat-backwards"  # a sample below the one before: skipped
+COND_PROC_STAT_FROZEN = "collector/proc-stat-frozen"  # the CPU counters stand still
+# A /proc/stat sample below the baseline is skipped (it would make the next good one a burst that
+# pins BE at the floor); this many in a row are a reset (a counter that restarted): the new baseline.
+PROC_STAT_BACKWARDS_RESET = 5
+# The cpu line's ticks (idle included) grow by USER_HZ x CPUs each second on a live node: standing
+# still this long, they are frozen, and node CPU usage is not sampled from them.
+PROC_STAT_FROZEN_SECONDS = 5.0
 COND_PROC_MEMINFO = "collector/proc-meminfo"
 COLLECT_ALL, COLLECT_DEMAND = "all", "demand"
 COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
@@ -156,7 +167,9 @@ class Collector:
         budget.add_holder(self._held_fds)
         self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
         self._clk_tck = clock_ticks()
-        self._prev_node: tuple[int, int] | None = None  # (busy ticks, monotonic ns)
+        self._prev_node: tuple[int, int, int] | None = None  # (busy ticks, all ticks, monotonic ns)
+        self._stat_backwards = 0  # samples in a row below the baseline
+        self._stat_moved_ns = 0  # monotonic ns when the cpu line's ticks last grew
         self._node_errors = RepeatLimiter(300.0, clock=clock)  # a bad /proc/stat: said once, then counted
         self._pods: dict[str, TrackedPod] = {}
         self._failed: dict[str, str] = {}  # pods that could not be tracked: uid -> why (logged once)
@@ -752,13 +765,7 @@ class Collector:
         node_cpu = float("nan")
         busy = self._read_proc_stat() if plan is None or plan.node_cpu else None
         if busy is not None:
-            t = self.mono()
-            if self._prev_node is not None:
-                pb, pt = self._prev_node
-                dt = (t - pt) / 1e9
-                if busy >= pb and dt > 0:
-                    node_cpu = (busy - pb) / (dt * self._clk_tck)
-            self._prev_node = (busy, t)
+            node_cpu = self._node_cpu(busy, int(self.node_reader.total_ticks), self.mono())
             put("node_cpu_usage", node_cpu)
         node_mem = float("nan")
         total_kb, free_kb, avail_kb = (self._read_proc_meminfo() if plan is None or plan.node_memory
@@ -813,6 +820,45 @@ class Collector:
         rep = self._node_errors.hit(key, (type(error).__name__, getattr(error, "errno", None)))
         if rep is not None:
             log.warning("%s%s", message, "" if rep.first else f" (failed {rep.times()})")
+
+    def _node_cpu(self, busy: int, every: int, t: int) -> float:
+        """Node CPU cores from busy ticks since the baseline sample, NaN when there is none.
+
+        A sample below the baseline (busy or all ticks) is skipped and the baseline stays: taken as
+        the baseline, it made the next good sample a burst of usage that pinned BE at the floor.
+        :data:`PROC_STAT_BACKWARDS_RESET` such samples in a row are a counter that restarted: the
+        latest becomes the baseline.  Ticks that stand still for :data:`PROC_STAT_FROZEN_SECONDS`
+        are frozen counters: NaN (what reads node CPU holds its last decision) and a condition."""
+        prev = self._prev_node
+        if prev is None:
+            self._prev_node, self._stat_moved_ns = (busy, every, t), t
+            return float("nan")
+        pb, pe, pt = prev
+        if busy < pb or every < pe:
+            self._stat_backwards += 1
+            reset = self._stat_backwards >= PROC_STAT_BACKWARDS_RESET
+            self._node_problem(COND_PROC_STAT_BACKWARDS, (
+                f"/proc/stat went backwards (busy ticks {busy} after {pb}, all ticks {every} after {pe}), "
+                f"{self._stat_backwards} sample(s) in a row: "
+                + ("taken as a counter reset, the new baseline" if reset else
+                   "skipped, the earlier sample stays the baseline; node_cpu_usage is not sampled")))
+            if reset:
+                self._prev_node, self._stat_moved_ns, self._stat_backwards = (busy, every, t), t, 0
+            return float("nan")
+        if self._stat_backwards:
+            self._stat_backwards = 0
+            self._node_problem(COND_PROC_STAT_BACKWARDS, None)
+        if every > pe:
+            self._stat_moved_ns = t
+            self._node_problem(COND_PROC_STAT_FROZEN, None)
+        elif (t - self._stat_moved_ns) / 1e9 >= PROC_STAT_FROZEN_SECONDS:
+            self._node_problem(COND_PROC_STAT_FROZEN, (
+                f"the CPU counters of /proc/stat have not moved for {(t - self._stat_moved_ns) / 1e9:.0f} s "
+                f"(all ticks {every}): frozen; node_cpu_usage and sys_cpu_usage are not sampled"))
+            return float("nan")
+        self._prev_node = (busy, every, t)
+        dt = (t - pt) / 1e9
+        return (busy - pb) / (dt * self._clk_tck) if dt > 0 else float("nan")
 
     def _read_proc_stat(self) -> int | None:
         path = self.layout.roots.proc_path("stat")
