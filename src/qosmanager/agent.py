@@ -44,6 +44,7 @@ from qosmanager.exporter import Exporter
 from qosmanager.framework import plugins
 from qosmanager.framework.context import Shared
 from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, Need, Planner
+from qosmanager.framework.fastpath import REACT_FAST, FastPath
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.manager import QoSManager, load_strategies
 from qosmanager.framework.scheduler import Scheduler
@@ -59,6 +60,7 @@ from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
 from qosmanager.steadyclock import SteadyClock
+from qosmanager.strategies.cpu_suppress import CPUSuppress
 
 if TYPE_CHECKING:
     from qosmanager.states.kube.client import KubeClient
@@ -96,6 +98,7 @@ class AgentConfig:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     collect_interval: float = 1.0
     collect_mode: str = "demand"  # "demand" (what the strategies need) | "all" (every file, each tick)
+    react_mode: str = REACT_FAST  # "fast": the fast path lowers BE's CPU limit within 100 ms; "tick": koordlet's pace
     force_update_seconds: float = 60.0
     max_fds: int = -1
     qos: QoSConfig = field(default_factory=QoSConfig)
@@ -207,8 +210,16 @@ class Agent:
         # strategies start after the first samples exist (koordlet waits for the collectors too)
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
         self.stop_event = threading.Event()
+        # the fast path (its own thread, started by run()): BE's quota lowered within 100 ms of a rise
+        # in LS demand (qosmanager.framework.fastpath); off in tick mode or without cpuSuppress
+        self.fastpath: FastPath | None = None
+        suppress = self.manager.strategies.get("cpuSuppress")
+        if cfg.react_mode == REACT_FAST and isinstance(suppress, CPUSuppress) and suppress.name in self.strategy_names:
+            self.fastpath = FastPath(self.layout, self.store, self.executor, suppress, clock=clock)
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
+        if self.exporter is not None and self.fastpath is not None:
+            self.fastpath.observe = self.exporter.metrics.be_limit_reaction.observe
 
     # ------------------------------------------------------------------ Kubernetes mode
     def _kube_source(self, cfg: AgentConfig, clock: Callable[[], float]) -> KubeSource:
@@ -338,6 +349,8 @@ class Agent:
             if self.wait_for_state(duration if duration > 0 else None):
                 left = duration - (time.monotonic() - t0) if duration > 0 else 0.0
                 if duration <= 0 or left > 0:  # --duration counts the wait for the API server too
+                    if self.fastpath is not None:
+                        self.fastpath.start()
                     self.scheduler.run(self.stop_event, left)
         finally:
             self.close()
@@ -384,6 +397,7 @@ class Agent:
             "evict_mode": self.evict_mode, "dry_run": cfg.dry_run, "metrics_addr": metrics,
             "collect_interval": cfg.collect_interval, "audit_log": cfg.audit_log,
             "plugins": plugs,
+            "react_mode": cfg.react_mode if self.fastpath is not None else "tick",
         }
         run = ", ".join(f"{n} ({'+'.join(g)})" for n, g in running.items()) or "none"
         by_reason: dict[str, list[str]] = {}
@@ -398,10 +412,14 @@ class Agent:
                           f"{p['state']}" for p in plugs)
                 + f"; evict mode {self.evict_mode}; dry-run "
                 + ("ON (nothing is written or evicted)" if cfg.dry_run else "off") + f"; metrics {metrics}; "
-                f"collect every {cfg.collect_interval:g} s; audit log {cfg.audit_log or 'off'}")
+                f"collect every {cfg.collect_interval:g} s; react "
+                + ("fast (BE's CPU limit lowered within 100 ms)" if self.fastpath is not None else "at the tick")
+                + f"; audit log {cfg.audit_log or 'off'}")
         return text, fields
 
     def close(self) -> None:
+        if self.fastpath is not None:
+            self.fastpath.stop()
         if self.exporter is not None:
             self.exporter.stop()
         if self._kube is not None:
@@ -487,6 +505,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         feature_gates=args.feature_gates,
         collect_interval=args.collect_interval,
         collect_mode=args.collect_mode,
+        react_mode=args.react_mode,
         force_update_seconds=args.force_update_seconds,
         qos=QoSConfig(
             reconcile_interval=args.reconcile_interval_seconds,

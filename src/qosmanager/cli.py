@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
                      help="demand: read what the enabled strategies and exported metrics need; "
                           "all: every stat file of every pod and container each tick")
+    run.add_argument("--react-mode", default="fast", choices=["fast", "tick"],
+                     help="fast: BE's CPU limit lowered within 100 ms of a rise in LS demand (a 50 ms sampler "
+                          "thread); tick: only at cpuSuppress's interval, koordlet's pace")
     run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
     run.add_argument("--force-update-seconds", type=seconds, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")

@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 # koordlet: prometheus.ExponentialBuckets(0.01, 4, 8), in milliseconds (a cgroup write is ~40 us)
 UPDATE_BUCKETS_MS = exponential_buckets(0.01, 4, 8)
+# the fast path samples every 50 ms: its reactions range from ~50 ms to a few samples
+REACTION_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 # agent ticks range from ~100 us (an idle strategy) to ~100 ms (a 1,000-pod reconcile)
 TICK_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -155,6 +157,11 @@ class AgentMetrics:
             "qosmanager_tick_duration_seconds",
             "Duration of one run of a scheduled job: the collector pass (collect) or a strategy tick",
             ("job",), buckets=TICK_BUCKETS_S, registry=r)
+        self.be_limit_reaction = Histogram(
+            "qosmanager_be_limit_reaction_seconds",
+            "The fast path's BE CPU limit writes: seconds from the start of the sample window that showed a "
+            "rise in non-BE load to the lowered limit in the kernel (none in --react-mode tick)",
+            buckets=REACTION_BUCKETS_S, registry=r)
         Gauge("qosmanager_job_last_success_timestamp_seconds",
               "Wall time of the last run of a job that did not fail", ("job",), r).pull(self._last_success)
         Gauge("qosmanager_job_consecutive_failures", "Runs of a job that failed in a row",

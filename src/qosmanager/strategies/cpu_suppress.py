@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qosmanager.api.node import NodeMeta
@@ -159,6 +159,18 @@ class CPUSuppress(Strategy):
         self.child_own: dict[str, int] = {}
         self.child_lowered: dict[str, int] = {}
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
+        # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
+        self.quota_cap: Callable[[], int | None] | None = None
+
+    @property
+    def last_split(self) -> ClassSplit | None:
+        """The BE split of the last tick (None before the first)."""
+        return self._split[1] if self._split is not None else None
+
+    @property
+    def holding(self) -> bool:
+        """Whether the last tick held the BE limit (node CPU usage could not be read)."""
+        return self._holding
 
     # ------------------------------------------------------------------ what it reads
     def be_split(self, ctx: Context) -> ClassSplit:
@@ -250,6 +262,9 @@ class CPUSuppress(Strategy):
         """``adjustByCfsQuota``: the BE QoS dir's quota, with the bypass and the step limit."""
         be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
         new_quota = max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+        cap = self.quota_cap() if self.quota_cap is not None else None
+        if cap is not None and cap < new_quota:
+            new_quota = cap  # the fast path saw more non-BE load in the last 100 ms than this window shows
         current = _int_or_none(ctx.read(QUOTA, be_dir))
         if current is None:
             return []  # unreadable: koordlet gives up for this tick

@@ -1,0 +1,259 @@
+"""The fast path: BE's CPU limit lowered within a tenth of a second of a rise in LS demand.
+
+koordlet reacts at its tick: cpuSuppress sees a new LS load only in the next collector window (1 s),
+and a window that began before the load sees a fraction of it, so BE's quota reaches the level that
+leaves LS its CPU one to three seconds after the load started.  The fast path watches the few counters
+that tell LS demand -- the node's busy time (``/proc/stat``) and the kube QoS dirs' usage (kubepods and
+BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (50 ms) on its own thread,
+from descriptors it keeps open (one ``pread`` each).  From the last two samples (100 ms) it recomputes
+BE's budget with cpuSuppress's own formula (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`:
+capacity x threshold - non-BE pods - host applications - system) and, when that is lower than the BE
+quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores: a
+clock tick of ``/proc/stat`` in a 100 ms window is 0.1 core), writes it at once through the executor
+(as cpuSuppress, audited, honouring ``--dry-run``).
+
+It only ever **lowers** the limit.  Raising stays with the tick, in koordlet's bounded steps (10 % of the
+node per tick): the strategy's tick takes the lower of its own budget and the fast path's latest one
+(:attr:`FastPath.cap`), so the tick's one-second averages, which still hold the quiet time before a
+burst, do not raise BE again while LS's load lasts.
+
+The fast path acts only where the tick's decision is exact from the QoS dirs alone: the cfsQuota
+policy in use, a decision from data (not the fail-safe hold), and no pod whose class differs from its
+kube QoS dir (those are read one by one at the tick); on cgroup v1, no BE pod or container whose own
+quota is above the new BE quota (the kernel refuses a parent's quota below a child's: the tick lowers the
+children first, and the cap brings it there at its next run).  The host applications' term comes from the tick's
+last decision; with host applications configured the system term does too.  Otherwise it watches and
+does nothing; cpuSuppress alone decides, at its pace.
+
+Nothing the scheduler's thread does blocks it: a pods-file decode, a relist, a slow strategy, or an
+audit log on a full disk run elsewhere; its only shared step is the executor's lock for its one write.
+``--react-mode tick`` turns it off (koordlet's pace, for comparison).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA
+from qosmanager.api.pod import KUBE_QOS_BESTEFFORT
+from qosmanager.executor.executor import Executor, Write
+from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.procfs import clock_ticks, parse_proc_stat
+from qosmanager.host.resources import CFS_PERIOD_US
+from qosmanager.states.store import StateStore
+from qosmanager.strategies._helpers import FilteredUsage, go_div
+from qosmanager.strategies.cpu_suppress import (
+    BE_MIN_QUOTA,
+    POLICY_USING,
+    QUOTA,
+    REASON,
+    SUPPRESS_BYPASS_QUOTA_DELTA_RATIO,
+    CPUSuppress,
+    calculate_be_suppress_cpu,
+)
+
+log = logging.getLogger(__name__)
+
+REACT_FAST, REACT_TICK = "fast", "tick"
+REACT_MODES = (REACT_FAST, REACT_TICK)
+INTERVAL = 0.05  # seconds between samples
+HYSTERESIS_CORES = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    mono: float  # seconds (monotonic)
+    node: float  # busy CPU seconds of the node
+    kubepods: float  # CPU seconds of the kubepods dir
+    be: float  # CPU seconds of the BestEffort dir
+
+
+class _Counter:
+    """One counter file kept open and read with one ``pread``; ``parse`` turns its text into seconds."""
+
+    def __init__(self, path: str, parse: Callable[[bytes], float], size: int = 4096) -> None:
+        self.path, self.parse, self.size = path, parse, size
+        self.fd: int | None = None
+
+    def read(self) -> float:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return self.parse(os.pread(self.fd, self.size, 0))
+        except (OSError, ValueError):
+            self.close()  # the dir was recreated, or the file replaced: open it again next time
+            raise
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+def _usage_usec(raw: bytes) -> float:
+    """v2 ``cpu.stat``: ``usage_usec`` in seconds."""
+    for line in raw.split(b"\n"):
+        if line.startswith(b"usage_usec "):
+            return int(line[11:]) / 1e6
+    raise ValueError("cpu.stat has no usage_usec")
+
+
+class FastPath:
+    """The sampler thread and its decisions (see the module docstring)."""
+
+    def __init__(self, layout: CgroupLayout, store: StateStore, executor: Executor, strategy: CPUSuppress, *,
+                 interval: float = INTERVAL, monotonic: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = time.time,
+                 observe: Callable[[float], object] | None = None) -> None:
+        self.layout, self.store, self.executor, self.strategy = layout, store, executor, strategy
+        self.interval = interval
+        self.monotonic, self.clock = monotonic, clock
+        self.observe = observe  # the reaction time of each write (the /metrics histogram)
+        self.be_dir = layout.qos_dir(KUBE_QOS_BESTEFFORT)
+        hz = clock_ticks()
+        self._node = _Counter(os.path.join(layout.roots.proc, "stat"),
+                              lambda raw: parse_proc_stat(raw.decode(errors="replace"))[0] / hz, 8192)
+        if layout.version == 1:
+            ns: Callable[[bytes], float] = lambda raw: int(raw) / 1e9  # noqa: E731
+            self._kubepods = _Counter(layout.file("cpuacct", layout.kubepods_dir(), "cpuacct.usage"), ns)
+            self._be = _Counter(layout.file("cpuacct", self.be_dir, "cpuacct.usage"), ns)
+        else:
+            self._kubepods = _Counter(layout.file("cpu", layout.kubepods_dir(), "cpu.stat"), _usage_usec)
+            self._be = _Counter(layout.file("cpu", self.be_dir, "cpu.stat"), _usage_usec)
+        self._samples: list[Sample] = []  # the last three
+        # the fast path's latest budget (µs per period) and when: the tick never goes above it
+        self._cap: tuple[float, int] | None = None
+        self.writes = 0
+        self.samples = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        strategy.quota_cap = self.cap
+
+    # ------------------------------------------------------------------ the thread
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fastpath", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for c in (self._node, self._kubepods, self._be):
+            c.close()
+
+    def _run(self) -> None:
+        next_at = self.monotonic()
+        while True:
+            next_at += self.interval
+            wait = next_at - self.monotonic()
+            if wait < 0:  # fell behind (a stopped process, a starved CPU): no catch-up burst
+                next_at, wait = self.monotonic(), 0.0
+            if self._stop.wait(wait):
+                return
+            try:
+                self.step()
+            except Exception:  # the thread must outlive any one sample; the tick still protects
+                self.errors += 1
+                log.exception("fast path: a sample failed")
+
+    # ------------------------------------------------------------------ one sample
+    def cap(self) -> int | None:
+        """The fast path's latest BE quota (µs per period), if it is recent (two samples' time)."""
+        cap = self._cap
+        if cap is None or self.monotonic() - cap[0] > 4 * self.interval:
+            return None
+        return cap[1]
+
+    def sample(self) -> Sample | None:
+        try:
+            s = Sample(self.monotonic(), self._node.read(), self._kubepods.read(), self._be.read())
+        except (OSError, ValueError) as e:
+            self.errors += 1
+            log.debug("fast path: counters unreadable: %s", e)
+            self._samples.clear()
+            self._cap = None
+            return None
+        self.samples += 1
+        self._samples.append(s)
+        del self._samples[:-3]
+        return s
+
+    def step(self) -> Write | None:
+        """Read the counters; lower BE's quota when LS demand rose.  Returns the write, if any."""
+        now = self.sample()
+        if now is None or len(self._samples) < 3:
+            return None
+        first = self._samples[0]  # two intervals back: rates over the last ~100 ms
+        dt = now.mono - first.mono
+        if dt <= 0:
+            return None
+        quota = self.budget((now.node - first.node) / dt, (now.kubepods - first.kubepods) / dt,
+                            (now.be - first.be) / dt)
+        if quota is None:
+            self._cap = None
+            return None
+        self._cap = (now.mono, quota)
+        s = self.strategy
+        held = s.held_quota
+        node = self.store.node
+        if held is None or node is None:
+            return None
+        hysteresis = max(node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO,
+                         HYSTERESIS_CORES * CFS_PERIOD_US)
+        if held != -1 and quota > held - hysteresis:
+            return None
+        if self.layout.version == 1 and self._child_above(quota):
+            return None  # v1 refuses a parent quota below a child's: the tick lowers the children first
+        w = Write(s.name, QUOTA, str(quota), self.be_dir, cacheable=False,
+                  reason=f"{REASON} (fast path): BE quota {quota}: the non-BE load rose within "
+                         f"{dt * 1e3:.0f} ms")
+        results = self.executor.apply([w])
+        s.held_quota = quota
+        self.writes += 1
+        if self.observe is not None and results:
+            # from the start of the window that showed the rise to the limit in the kernel
+            self.observe(self.monotonic() - first.mono)
+        return w
+
+    def _child_above(self, quota: int) -> bool:
+        """Whether a BE pod or container has its own quota above ``quota`` (as the tick last saw them)."""
+        try:
+            own = tuple(self.strategy.child_own.values())
+        except RuntimeError:  # the tick changed them meanwhile: take the safe answer
+            return True
+        return any(q > quota for q in own if q >= 0)
+
+    def budget(self, node_used: float, kubepods: float, be: float) -> int | None:
+        """BE's quota by cpuSuppress's formula from these rates (cores), or None where the fast path
+        does not decide (see the module docstring)."""
+        s = self.strategy
+        last = s.last_suppress
+        node = self.store.node
+        slo = self.store.nodeslo
+        split = s.last_split
+        if (last is None or node is None or split is None or split.corrections
+                or s.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) != POLICY_USING or s.holding):
+            return None
+        thr = slo.resource_used_threshold_with_be
+        if thr.cpu_suppress_policy != CPU_SUPPRESS_POLICY_CFS_QUOTA or thr.cpu_suppress_threshold_percent is None:
+            return None
+        pods = max(kubepods - be, 0.0)
+        if slo.host_applications:
+            system = last.used.system
+        else:
+            system = max(node_used - kubepods, 0.0, node.reserved_cpu_milli / 1000)
+        used = FilteredUsage(pods, last.used.host_apps, system)
+        q = calculate_be_suppress_cpu(node, node_used, {}, {}, (), {}, thr.cpu_suppress_threshold_percent,
+                                      thr.cpu_suppress_min_percent, used)
+        return max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+
+
+__all__ = ["INTERVAL", "REACT_FAST", "REACT_MODES", "REACT_TICK", "FastPath", "Sample"]

@@ -1,0 +1,174 @@
+"""The fast path (``qosmanager.framework.fastpath``): BE's CPU quota lowered at the first samples that show
+a rise in LS demand, with cpuSuppress's formula; never raised; the tick kept below its budget.
+
+The node's counters are files of a fake host, advanced here by hand between samples; the fast path's
+clock is the test's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from qosmanager.framework.fastpath import INTERVAL, FastPath
+from qosmanager.sim.harness import Harness
+from test_strategy_cpu_suppress import BE_POD, LS, make, read_quota, slo, with_pods
+
+NOW = 1000.0
+CPUS = 8
+HZ = 100
+
+
+class Counters:
+    """The node's busy time and the QoS dirs' usage, advanced at given rates (cores)."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.t = 0.0
+        self.node = self.kubepods = self.be = 0.0  # CPU seconds
+        self.write()
+
+    def advance(self, seconds: float, ls: float, be: float, system: float = 0.0) -> None:
+        self.t += seconds
+        self.kubepods += (ls + be) * seconds
+        self.be += be * seconds
+        self.node += (ls + be + system) * seconds
+        self.write()
+
+    def write(self) -> None:
+        h, lay = self.h, self.h.layout
+        busy = int(self.node * HZ)
+        idle = int(self.t * CPUS * HZ) - busy
+        h.write_file("proc/stat", f"cpu  {busy} 0 0 {max(idle, 0)} 0 0 0 0 0 0\n")
+        for rel, used in ((lay.kubepods_dir(), self.kubepods), (lay.qos_dir("BestEffort"), self.be)):
+            if lay.version == 1:
+                h.write_file(h.cgroup_file("cpuacct", rel, "cpuacct.usage"), f"{int(used * 1e9)}\n")
+            else:
+                h.write_file(h.cgroup_file("cpu", rel, "cpu.stat"),
+                             f"usage_usec {int(used * 1e6)}\nuser_usec 0\nsystem_usec 0\n")
+
+
+def setup(version: int = 1, policy: str = "cfsQuota") -> tuple[Harness, Counters, FastPath, list[float]]:
+    """A cfsQuota decision by the tick (LS 1 core, BE 1 core, 65 % of 8 CPUs: BE quota 420000), then a
+    fast path on the same strategy, its clock the counters' time."""
+    h = make(version, n_cpus=CPUS)
+    with_pods(h)
+    slo(h, policy=policy)
+    t = NOW - 1
+    h.add_samples("node_cpu_usage", [(t, 2.0)])
+    h.add_samples("kubepods_cpu_usage", [(t, 2.0)])
+    h.add_samples("besteffort_cpu_usage", [(t, 1.0)])
+    for uid, v in ((LS.uid, 1.0), (BE_POD.uid, 1.0)):
+        h.add_samples("pod_cpu_usage", [(t, v)], pod=uid)
+    h.tick("cpuSuppress", NOW)
+    counters = Counters(h)
+    observed: list[float] = []
+    fp = FastPath(h.layout, h.store, h.executor, h.strategy("cpuSuppress"),  # type: ignore[arg-type]
+                  monotonic=lambda: counters.t, observe=observed.append)
+    return h, counters, fp, observed
+
+
+def steps(fp: FastPath, c: Counters, n: int, ls: float, be: float = 1.0, system: float = 0.0) -> list[Any]:
+    out = []
+    for _ in range(n):
+        c.advance(INTERVAL, ls, be, system)
+        out.append(fp.step())
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_rise_in_ls_demand_lowers_the_be_quota_within_two_samples(version: int) -> None:
+    h, c, fp, observed = setup(version)
+    assert read_quota(h) == 420000  # 5200m - LS 1000m
+    fp.step()
+    assert steps(fp, c, 4, ls=1.0) == [None] * 4, "a steady load writes nothing"
+    assert read_quota(h) == 420000
+    # LS goes from 1 to 4 cores: within two samples (100 ms) the quota is 5200 - 4000 = 1200m
+    writes = steps(fp, c, 2, ls=4.0)
+    assert any(writes)
+    assert read_quota(h) == 120000
+    assert h.strategy("cpuSuppress").held_quota == 120000  # type: ignore[attr-defined]
+    rec = [r for r in h.recorded.writes if r["file"].endswith(("cpu.cfs_quota_us", "cpu.max"))][-1]
+    assert rec["strategy"] == "cpuSuppress"
+    assert observed and all(0 < x <= 2 * INTERVAL + 1e-9 for x in observed)
+    # the load stays: nothing more to write
+    assert steps(fp, c, 4, ls=4.0) == [None] * 4
+
+
+def test_it_never_raises_the_quota_and_ignores_noise_below_the_hysteresis() -> None:
+    h, c, fp, _ = setup()
+    fp.step()
+    assert steps(fp, c, 4, ls=0.0) == [None] * 4, "LS fell: raising is the tick's, in bounded steps"
+    assert steps(fp, c, 4, ls=1.15) == [None] * 4, "0.15 cores more is within the hysteresis (0.2 cores)"
+    assert read_quota(h) == 420000
+
+
+def test_the_system_term_counts_from_proc_stat() -> None:
+    h, c, fp, _ = setup()
+    fp.step()
+    steps(fp, c, 3, ls=1.0, system=2.0)  # something outside kubepods takes two cores
+    assert read_quota(h) == 220000  # 5200 - 1000 - 2000
+
+
+def test_the_tick_stays_below_the_fast_paths_budget_then_raises_in_steps() -> None:
+    h, c, fp, _ = setup()
+    fp.step()
+    steps(fp, c, 2, ls=4.0)
+    assert read_quota(h) == 120000
+    # the tick's one-second window still holds the quiet time: LS 2 cores on average
+    t = NOW + 0.5
+    h.add_samples("node_cpu_usage", [(t, 3.0)])
+    h.add_samples("kubepods_cpu_usage", [(t, 3.0)])
+    h.add_samples("besteffort_cpu_usage", [(t, 1.0)])
+    h.tick("cpuSuppress", NOW + 1)
+    assert read_quota(h) == 120000, "the tick does not raise BE while the fast path sees the load"
+    # the fast path stops sampling (its cap expires): the tick raises in koordlet's step (10 % of 8 CPUs)
+    c.t += 1.0
+    h.add_samples("node_cpu_usage", [(NOW + 1.5, 3.0)])
+    h.add_samples("kubepods_cpu_usage", [(NOW + 1.5, 3.0)])
+    h.add_samples("besteffort_cpu_usage", [(NOW + 1.5, 1.0)])
+    h.tick("cpuSuppress", NOW + 2)
+    assert read_quota(h) == 200000
+
+
+def test_it_stays_out_where_the_tick_alone_decides() -> None:
+    """The cpuset policy, and a tick that has not decided yet: the fast path watches, writes nothing."""
+    _h, c, fp, _ = setup(policy="cpuset")
+    fp.step()
+    assert steps(fp, c, 3, ls=6.0) == [None] * 3
+    h2 = make(1, n_cpus=CPUS)
+    with_pods(h2)
+    slo(h2, policy="cfsQuota")
+    c2 = Counters(h2)
+    fp2 = FastPath(h2.layout, h2.store, h2.executor, h2.strategy("cpuSuppress"),  # type: ignore[arg-type]
+                   monotonic=lambda: c2.t)
+    fp2.step()
+    assert steps(fp2, c2, 3, ls=6.0) == [None] * 3
+    assert read_quota(h2) == -1
+
+
+def test_unreadable_counters_are_skipped_and_read_again() -> None:
+    h, c, fp, _ = setup()
+    fp.step()
+    h.write_file("proc/stat", "garbled\n")  # the same file, read through the descriptor kept open
+    c.t += INTERVAL
+    assert fp.step() is None and fp.errors == 1
+    os.unlink(h.path("proc/stat"))  # replaced: the next read is from the old one, then from the new
+    c.write()
+    c.t += INTERVAL
+    fp.step()
+    steps(fp, c, 3, ls=4.0)
+    assert read_quota(h) == 120000
+
+
+def test_v1_a_be_child_with_its_own_quota_above_the_budget_is_left_to_the_tick() -> None:
+    """cgroup v1 refuses a BE dir quota below a child's: the fast path does not try; the tick, capped by
+    the fast path's budget, lowers the child first and then the BE dir."""
+    h, c, fp, _ = setup()
+    s = h.strategy("cpuSuppress")
+    s.child_own["kubepods/besteffort/podbe-1"] = 300000  # type: ignore[attr-defined]
+    fp.step()
+    assert steps(fp, c, 3, ls=4.0) == [None] * 3
+    assert read_quota(h) == 420000
+    assert fp.cap() == 120000
