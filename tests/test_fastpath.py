@@ -171,4 +171,5 @@ def test_v1_a_be_child_with_its_own_quota_above_the_budget_is_left_to_the_tick()
     fp.step()
     assert steps(fp, c, 3, ls=4.0) == [None] * 3
     assert read_quota(h) == 420000
-    assert fp.cap() == 120000
+    cap = fp.cap()
+    assert cap is not None and abs(cap - 120000) <= 1000  # the budget from the last 100 ms
