@@ -42,6 +42,8 @@ from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor
 from qosmanager.exporter import Exporter
 from qosmanager.framework import plugins
+from qosmanager.framework.beidle import GATE as BE_IDLE_GATE
+from qosmanager.framework.beidle import BEIdle
 from qosmanager.framework.context import Shared
 from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, Need, Planner
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
@@ -209,6 +211,10 @@ class Agent:
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
         # strategies start after the first samples exist (koordlet waits for the collectors too)
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
+        if self.gates.enabled(BE_IDLE_GATE):  # BE as SCHED_IDLE (qosmanager.framework.beidle)
+            idle = BEIdle(self.layout, self.executor)
+            self.scheduler.add(idle.name, cfg.qos.reconcile_interval, idle.tick,
+                               first_delay=min(cfg.collect_interval, 1.0))
         self.stop_event = threading.Event()
         # the fast path (its own thread, started by run()): BE's quota lowered within 100 ms of a rise
         # in LS demand (qosmanager.framework.fastpath); off in tick mode or without cpuSuppress

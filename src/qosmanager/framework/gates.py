@@ -21,6 +21,7 @@ KNOWN: dict[str, tuple[bool, str]] = {
     "AuditEvents": (False, ALPHA),
     "AuditEventsHTTPHandler": (False, ALPHA),
     "BECPUSuppress": (True, BETA),
+    "BECPUIdle": (False, ALPHA),  # qosmanager's own: the BE QoS dir in cpu.idle (framework.beidle)
     "BECPUManager": (False, ALPHA),
     "BECPUEvict": (False, ALPHA),
     "BEMemoryEvict": (False, ALPHA),
