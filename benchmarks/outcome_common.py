@@ -1,8 +1,8 @@
 """The outcome benchmark: what an LS pod feels beside BE, with and without the agent, on real cgroups.
 
 A :class:`realnode.RealNode` holds an LS pod (container 0: the latency probe ``outcome/probe.c``, a
-request every 5 ms, each a fixed piece of work -- random reads over 64 MB, or arithmetic in the compute
-variant; container 1: a burst of LS demand, one busy core) and a BE pod (a busy loop and a memory-bandwidth
+request every 10 ms, each a fixed piece of work -- 5,000 random reads over 64 MB, or arithmetic in the
+compute variant; container 1: a burst of LS demand, one busy core) and a BE pod (a busy loop and a memory-bandwidth
 streamer, ``outcome/stream.c``).  The node's ``/proc/stat`` (``--proc-root``) is the node's own: busy
 exactly as much as kubepods uses (other sessions on a shared machine would otherwise move the BE budget).
 
@@ -12,7 +12,7 @@ koordlet's pace, ``--react-mode tick``), ``fast`` (the fast path) and, in the lo
 neighbours.  A round: the agent starts and settles with LS idle (BE's quota high), the probe runs, then LS
 demand starts (the burst: one busy loop) and the round measures the **reaction**: the time until BE's quota
 in the kernel is at the safe level, ``capacity x threshold - 0.9 x`` the LS pod's use during the burst as the
-kernel measured it (the level that leaves LS what it took).  The node's tree gets the weight of about four
+kernel measured it (the level that leaves LS what it took).  The node's tree gets the weight of about eight
 busy tasks against the rest of this shared machine (``TREE_SHARES``), so that its pods get CPU at all; a
 burst that still got less than 0.4 cores has no reaction to time.  It reports
 per round the probe's p50/p99/p99.9, BE's CPU seconds (its work) and a timeline (BE quota, LS and BE usage).
@@ -42,14 +42,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = os.path.join(HERE, "outcome")
 THRESHOLD = 80  # cpuSuppressThresholdPercent
 SAFE_MARGIN = 0.9  # BE is safe once its quota leaves LS this much of the burst's core
-PROBE_PERIOD_US = 5000
-PROBE_WORK = {"memory": (20000, 64), "compute": (20000, 0)}  # iterations, buffer MB
+PROBE_PERIOD_US = 10000
+PROBE_WORK = {"memory": (5000, 64), "compute": (5000, 0)}  # iterations, buffer MB: LS nearly idle between bursts
 SETTLE = 0.5  # seconds with LS idle before the probe starts (BE's quota rises meanwhile)
 LEAD = 0.8  # probe seconds before the burst
 BURST = 3.0  # seconds of LS demand: a reaction later than that counts as the burst's length (tick mode)
 MIN_BURST_CORES = 0.4  # a round whose burst got less (a starved machine) has no reaction to time
 TAIL = 0.5  # probe seconds after the burst
-TREE_SHARES = 4096  # the node's whole tree against the machine's other work (about four busy tasks)
+TREE_SHARES = 8192  # the node's whole tree against the machine's other work (about eight busy tasks)
 SAMPLE = 0.02  # timeline sampling interval
 MODE_FLAGS: dict[str, tuple[str, ...]] = {
     "tick": ("--react-mode", "tick"),
@@ -172,6 +172,8 @@ class Outcome:
         flags = ("--strategies", "cpuSuppress", "--proc-root", self.view.root, *MODE_FLAGS[mode])
         with self.node.agent(*flags) as agent:
             agent.wait_for("the agent's first BE quota", lambda: self.node.quota(self.be_dir) != -1, 60)
+            if mode.endswith("-idle"):
+                agent.wait_for("cpu.idle on the BE dir", lambda: self.node.read(self.be_dir, "cpu.idle") == "1", 30)
             yield
 
     def _reset(self) -> None:

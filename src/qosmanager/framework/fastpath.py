@@ -8,8 +8,8 @@ BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (
 from descriptors it keeps open (one ``pread`` each).  From the last two samples (100 ms) it recomputes
 BE's budget with cpuSuppress's own formula (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`:
 capacity x threshold - non-BE pods - host applications - system) and, when that is lower than the BE
-quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores: a
-clock tick of ``/proc/stat`` in a 100 ms window is 0.1 core), writes it at once through the executor
+quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores),
+writes it at once through the executor
 (as cpuSuppress, audited, honouring ``--dry-run``).
 
 It only ever **lowers** the limit.  Raising stays with the tick, in koordlet's bounded steps (10 % of the
@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 REACT_FAST, REACT_TICK = "fast", "tick"
 REACT_MODES = (REACT_FAST, REACT_TICK)
 INTERVAL = 0.05  # seconds between samples
+SYSTEM_SAMPLES = 21  # the system term over the last second: /proc/stat moves in clock ticks (10 ms)
 HYSTERESIS_CORES = 0.2
 
 
@@ -127,7 +128,7 @@ class FastPath:
         else:
             self._kubepods = _Counter(layout.file("cpu", layout.kubepods_dir(), "cpu.stat"), _usage_usec)
             self._be = _Counter(layout.file("cpu", self.be_dir, "cpu.stat"), _usage_usec)
-        self._samples: list[Sample] = []  # the last three
+        self._samples: list[Sample] = []  # the last SYSTEM_SAMPLES
         # the fast path's latest budget (µs per period) and when: the tick never goes above it
         self._cap: tuple[float, int] | None = None
         self.writes = 0
@@ -183,7 +184,7 @@ class FastPath:
             return None
         self.samples += 1
         self._samples.append(s)
-        del self._samples[:-3]
+        del self._samples[:-SYSTEM_SAMPLES]
         return s
 
     def step(self) -> Write | None:
@@ -191,12 +192,13 @@ class FastPath:
         now = self.sample()
         if now is None or len(self._samples) < 3:
             return None
-        first = self._samples[0]  # two intervals back: rates over the last ~100 ms
-        dt = now.mono - first.mono
-        if dt <= 0:
+        first = self._samples[-3]  # two intervals back: the pods' rates over the last ~100 ms
+        oldest = self._samples[0]  # the node's over up to a second
+        dt, span = now.mono - first.mono, now.mono - oldest.mono
+        if dt <= 0 or span <= 0:
             return None
-        quota = self.budget((now.node - first.node) / dt, (now.kubepods - first.kubepods) / dt,
-                            (now.be - first.be) / dt)
+        system = (now.node - oldest.node - (now.kubepods - oldest.kubepods)) / span
+        quota = self.budget(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt)
         if quota is None:
             self._cap = None
             return None
@@ -231,9 +233,9 @@ class FastPath:
             return True
         return any(q > quota for q in own if q >= 0)
 
-    def budget(self, node_used: float, kubepods: float, be: float) -> int | None:
-        """BE's quota by cpuSuppress's formula from these rates (cores), or None where the fast path
-        does not decide (see the module docstring)."""
+    def budget(self, system: float, kubepods: float, be: float) -> int | None:
+        """BE's quota by cpuSuppress's formula from these rates (cores: node less kubepods, kubepods, the
+        BE dir), or None where the fast path does not decide (see the module docstring)."""
         s = self.strategy
         last = s.last_suppress
         node = self.store.node
@@ -249,9 +251,9 @@ class FastPath:
         if slo.host_applications:
             system = last.used.system
         else:
-            system = max(node_used - kubepods, 0.0, node.reserved_cpu_milli / 1000)
+            system = max(system, 0.0, node.reserved_cpu_milli / 1000)
         used = FilteredUsage(pods, last.used.host_apps, system)
-        q = calculate_be_suppress_cpu(node, node_used, {}, {}, (), {}, thr.cpu_suppress_threshold_percent,
+        q = calculate_be_suppress_cpu(node, kubepods + system, {}, {}, (), {}, thr.cpu_suppress_threshold_percent,
                                       thr.cpu_suppress_min_percent, used)
         return max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
 

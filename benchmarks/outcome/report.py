@@ -1,0 +1,124 @@
+"""The README's outcome table and timeline plot, made from the outcome benchmark's figures.
+
+    QOSM_OUTCOME=1 pytest benchmarks/test_bench_outcome.py -s     # writes benchmarks/outcome/results.json
+    python benchmarks/outcome/report.py [--readme README.md] [--plot docs/outcome-timeline.png]
+
+Without options it prints the table.  ``--readme`` replaces the text between the README's
+``<!-- outcome:begin -->`` and ``<!-- outcome:end -->`` markers; ``--plot`` draws one round of each agent
+mode around its LS burst (LS request latency, BE's quota and both classes' CPU use) with matplotlib, the
+tool ``qosmanager simulate --plot`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results.json")
+BEGIN, END = "<!-- outcome:begin -->", "<!-- outcome:end -->"
+MODE_TEXT = {"none": "no agent (BE at cpu.shares 2)", "tick": "agent, `--react-mode tick` (koordlet's pace)",
+             "fast": "agent, fast path (default)", "fast-idle": "fast path + `BECPUIdle`"}
+
+
+def _cell(d: dict[str, float] | None, scale: float = 1.0, digits: int = 0) -> str:
+    if d is None:
+        return "-"
+    f = f"{{:.{digits}f}}"
+    return f"{f.format(d['median'] * scale)} ({f.format(d['min'] * scale)}-{f.format(d['max'] * scale)})"
+
+
+def table(data: dict[str, Any]) -> str:
+    meta = data["meta"]
+    rows = [
+        "| mode | LS p50 ms | LS p99 ms | LS p99.9 ms | BE CPU s per round | reaction ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for mode, row in data["summary"].items():
+        rows.append(f"| {MODE_TEXT.get(mode, mode)} | {_cell(row['p50'], 1e-3, 2)} | {_cell(row['p99'], 1e-3, 1)} "
+                    f"| {_cell(row['p999'], 1e-3, 1)} | {_cell(row['be_cpu_seconds'], 1, 2)} "
+                    f"| {_cell(row['reaction'], 1e3)} |")
+    load = meta.get("load") or [math.nan]
+    rows.append("")
+    rows.append(f"Medians of {meta.get('rounds_per_mode')} interleaved rounds per mode (min-max across rounds), "
+                f"{meta.get('variant')} probe, {meta.get('cpus')} CPUs, cpuSuppress threshold "
+                f"{meta.get('threshold')} %, load average {load[0]:.1f} at the end of the run. "
+                "Made by `benchmarks/outcome/report.py` from `benchmarks/outcome/results.json`.")
+    return "\n".join(rows)
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    from qosmanager.sim.plot import check_available
+
+    check_available()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in ("tick", "fast", "fast-idle") if any(r["mode"] == m for r in data["rounds"])]
+    fig, axes = plt.subplots(2, len(modes), sharex=True, figsize=(5 * len(modes), 6), squeeze=False)
+    cap = data["meta"].get("cpus", 1)
+    for i, mode in enumerate(modes):
+        r = next(r for r in data["rounds"] if r["mode"] == mode and r["reaction"] is not None)
+        b = r["burst_at"]
+        lat, ax_u = axes[0][i], axes[1][i]
+        lat.scatter([t - b for t, _ in r["latencies"]], [v / 1e3 for _, v in r["latencies"]], s=2,
+                    color="tab:blue")
+        lat.set_yscale("log")
+        lat.set_ylabel("LS request latency, ms")
+        reaction = r["reaction"]
+        title = f"{mode}: reaction {reaction * 1e3:.0f} ms" if math.isfinite(reaction) else f"{mode}: no reaction"
+        lat.set_title(title)
+        t = [s["t"] - b for s in r["timeline"]]
+        ax_u.plot(t, [s["ls_used"] for s in r["timeline"]], label="LS used", color="tab:blue")
+        ax_u.plot(t, [s["be_used"] for s in r["timeline"]], label="BE used", color="tab:orange")
+        ax_u.step(t, [cap if s["be_quota"] < 0 else s["be_quota"] / 100_000 for s in r["timeline"]], where="post",
+                  label="BE limit (quota)", color="tab:red", linestyle="--")
+        ax_u.axhline(r["safe_quota"] / 100_000, color="grey", linestyle=":", label="safe level")
+        ax_u.set_ylabel("cores")
+        ax_u.set_xlabel("seconds since LS demand started")
+        ax_u.set_ylim(0, cap * 1.05)
+        for ax in (lat, ax_u):
+            ax.axvline(0, color="black", linewidth=0.8)
+            ax.axvline(r["burst_end"] - b, color="black", linewidth=0.8, linestyle="--")
+        if i == 0:
+            ax_u.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def write_readme(path: str, text: str) -> None:
+    with open(path) as f:
+        readme = f.read()
+    a, b = readme.find(BEGIN), readme.find(END)
+    if a < 0 or b < a:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
+    with open(path, "w") as f:
+        f.write(readme[:a + len(BEGIN)] + "\n" + text + "\n" + readme[b:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=RESULTS)
+    p.add_argument("--readme", default=None, help="rewrite the outcome section of this README")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw the timeline plot")
+    args = p.parse_args(argv)
+    with open(args.results) as f:
+        data = json.load(f)
+    text = table(data)
+    if args.plot:
+        plot(data, args.plot)
+    if args.readme:
+        write_readme(args.readme, text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
