@@ -98,6 +98,15 @@ class _Counter:
             self.fd = None
 
 
+def _node_busy(raw: bytes) -> int:
+    """Busy ticks of ``/proc/stat``'s first line (the ``cpu`` total) alone: the per-CPU lines of a large
+    node would cost more to parse than everything else the fast path does."""
+    line = raw.split(b"\n", 1)[0]
+    if not line.startswith(b"cpu "):
+        raise ValueError("/proc/stat does not start with the cpu total line")
+    return parse_proc_stat(line.decode(errors="replace"))[0]
+
+
 def _usage_usec(raw: bytes) -> float:
     """v2 ``cpu.stat``: ``usage_usec`` in seconds."""
     for line in raw.split(b"\n"):
@@ -119,8 +128,7 @@ class FastPath:
         self.observe = observe  # the reaction time of each write (the /metrics histogram)
         self.be_dir = layout.qos_dir(KUBE_QOS_BESTEFFORT)
         hz = clock_ticks()
-        self._node = _Counter(os.path.join(layout.roots.proc, "stat"),
-                              lambda raw: parse_proc_stat(raw.decode(errors="replace"))[0] / hz, 8192)
+        self._node = _Counter(os.path.join(layout.roots.proc, "stat"), lambda raw: _node_busy(raw) / hz, 1024)
         if layout.version == 1:
             ns: Callable[[bytes], float] = lambda raw: int(raw) / 1e9  # noqa: E731
             self._kubepods = _Counter(layout.file("cpuacct", layout.kubepods_dir(), "cpuacct.usage"), ns)
