@@ -13,8 +13,10 @@ import errno
 import glob
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from faultinject import IOFaults
 from promtext import parse
@@ -354,3 +356,70 @@ def test_simulate_runs_on_a_koordinator_node(tmp_path: Path) -> None:
     assert any(d != BE_DIR for d, _ in writes), "no BE pod quota was lowered under the budget"
     assert [v for d, v in writes if d == BE_DIR], "no BE budget was written"
     assert not v1_violations(before, writes)
+
+
+# ---------------------------------------------------------------------------------------------
+# every hierarchical v1 limit the agent writes
+
+
+def _examples(name: str) -> Any:
+    text = (Path(__file__).resolve().parent.parent / "examples" / "standalone" / name).read_text()
+    return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("policy", ["cfsQuota", "cpuset"])
+def test_no_strategy_leaves_a_v1_parent_below_a_child(policy: str) -> None:
+    """Every strategy on a koordinator v1 node (the examples' pods: a BE pod whose batch-cpu limit is 4
+    cores; LS busy enough to push BE's budget below it; blkio for BE): replayed write by write, no
+    parent quota is ever below a child's (EINVAL) and no child cpuset leaves its parent's (the kernel
+    refuses that too).  The other hierarchical v1 limits need no step: no strategy writes
+    ``memory.limit_in_bytes``, and v1 blk-throttle files are flat (the kernel compares no level with
+    another)."""
+    gates = {g: True for g in ("BlkIOReconcile", "CgroupReconcile", "CPUBurst", "BECPUEvict", "BECPUSuppress",
+                               "BEMemoryEvict", "SystemConfig")}
+    h = Harness(version=1, koordinator=True, gates=gates, n_cpus=8, memory_bytes=32 << 30, now=NOW)
+    h.write_file("sys/block/sdb/dev", "8:16\n")
+    h.set_node(_examples("node.yaml"))
+    h.set_pods(_examples("pods.json")["items"])
+    spec = _examples("nodeslo.yaml")["spec"]
+    spec["resourceUsedThresholdWithBE"]["cpuSuppressPolicy"] = policy
+    spec["resourceQOSStrategy"]["beClass"]["blkioQOS"] = {
+        "enable": True, "blocks": [{"name": "sdb", "type": "device", "ioCfg": {"readIOPS": 1000}}]}
+    h.set_nodeslo(spec)
+    web, spark = "0b6c2a9e-3f7d-4c1a-9a57-2d8e6f1b4c01", "7e3d9c1b-5a2f-4e8d-b6c4-1f0a9e8d7c02"
+    be_pod = h.layout.pod_dir("BestEffort", spark)
+    quotas = {d: quota(h, d) for d in h.layout.dirs_up_to_depth("cpu", "kubepods", 3)}
+    assert quotas[be_pod] == 400_000, "koordlet's hook: 4 cores of batch-cpu"
+    cpusets = {d: set(range(8)) for d in h.layout.dirs_up_to_depth("cpuset", "kubepods", 3)}
+    for k in range(6):
+        t = NOW + k
+        h.add_samples("node_cpu_usage", [(t, 7.0)])
+        h.add_samples("pod_cpu_usage", [(t, 4.0)], pod=web)  # budget 5200 - 4000 - 0.5 system = 700m
+        h.add_samples("pod_cpu_usage", [(t, 2.5)], pod=spark)
+    n = len(h.recorded.writes)
+    h.run(ticks=5)
+    written = h.recorded.writes[n:]
+    kinds = {w["file"].rsplit("/", 1)[1] for w in written}
+    assert "memory.limit_in_bytes" not in kinds
+    assert "blkio.throttle.read_iops_device" in kinds  # on the BE QoS dir only: flat on v1
+    assert ("cpu.cfs_quota_us" if policy == "cfsQuota" else "cpuset.cpus") in kinds
+    bad = []
+    for w in written:
+        d, name = w["file"].split("/", 1)[1].rsplit("/", 1)
+        if name == "cpu.cfs_quota_us":
+            bad += v1_violations(quotas, [(d, int(w["value"]))])
+            quotas[d] = int(w["value"])
+        elif name == "cpuset.cpus":
+            cpusets[d] = {int(c) for part in w["value"].split(",") for c in _expand(part)}
+            for child, cpus in cpusets.items():
+                parent = child.rpartition("/")[0]
+                if parent in cpusets and not cpus <= cpusets[parent]:
+                    bad.append(f"after {d} = {w['value']}: {child} outside {parent}")
+    assert not bad, bad
+    if policy == "cfsQuota":
+        assert 0 < quota(h, BE_DIR) < 400_000 and quota(h, be_pod) <= quota(h, BE_DIR)
+
+
+def _expand(part: str) -> range:
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
