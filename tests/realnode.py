@@ -112,9 +112,11 @@ class RealNode:
                 memory: int = 1 << 30, cpu_limit: bool = False, memory_limit: bool = False,
                 annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
                 priority: int | None = None) -> Pod:
-        """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources).
+        """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources,
+        its cgroups holding what koordlet's batch-resource hook writes: shares from the batch-cpu request).
         ``cpu_limit`` / ``memory_limit``: set the limits of ``pod_object`` in the pod's and containers'
-        cgroups, as the kubelet does (LS pods: requests are half the limits)."""
+        cgroups, as the kubelet does (LS pods: requests are half the limits; BE pods: the batch limits, as
+        koordlet's hook writes them)."""
         uid = str(uuid.uuid4())
         fake = FakePod(uid, "default", name, KUBE_QOS_OF[qos],
                        [FakeContainer(f"c{i}", "containerd://" + uuid.uuid4().hex * 2) for i in range(containers)])
@@ -140,11 +142,16 @@ class RealNode:
 
     def _kubelet_shares(self) -> None:
         """CPU weights as the kubelet keeps them: pods and containers by their CPU request, the
-        Burstable dir by the sum over its pods, BestEffort the least (2 shares, weight 1)."""
+        Burstable dir by the sum over its pods, BestEffort the least (2 shares, weight 1); a BE pod's
+        by its batch-cpu request, as koordlet's batch-resource hook writes them (``sim.koordnode``)."""
         burstable = 0
         for pod in self.pods:
-            requests = [int(c["resources"].get("requests", {}).get("cpu", "0m").rstrip("m"))
-                        for c in pod.obj["spec"]["containers"]]
+            if pod.qos == "BE":
+                requests = [int(c["resources"].get("requests", {}).get("kubernetes.io/batch-cpu", "0"))
+                            for c in pod.obj["spec"]["containers"]]
+            else:
+                requests = [int(c["resources"].get("requests", {}).get("cpu", "0m").rstrip("m"))
+                            for c in pod.obj["spec"]["containers"]]
             for d, milli in zip(pod.containers, requests):
                 self.set_shares(d, milli)
             self.set_shares(pod.dir, sum(requests))
