@@ -54,6 +54,11 @@ class Knobs(Strategy):
     name = "testKnobs"
     gates = ("TestKnobs",)
 
+    def needs(self, ctx: Context):
+        if ACT["mode"] == "needs-raise":
+            raise RuntimeError("no needs today")
+        return ()
+
     def tick(self, ctx: Context):
         mode, value = ACT["mode"], ACT["value"]
         be = ctx.qos_dir("BestEffort")
@@ -248,7 +253,8 @@ def test_a_plugin_whose_tick_keeps_raising_is_stopped_and_what_it_changed_restor
             h.close()
 
 
-def test_a_failing_plugin_leaves_the_agent_healthy_and_degraded(dists: Any, tmp_path: Path) -> None:
+def test_a_failing_plugin_leaves_the_agent_healthy_and_degraded(dists: Any, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     """/healthz: a plugin's failed ticks are a degraded condition (200), never the failed strategies check
     that would have the agent restarted over a plugin."""
     host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
@@ -261,6 +267,12 @@ def test_a_failing_plugin_leaves_the_agent_healthy_and_degraded(dists: Any, tmp_
                                   feature_gates={"TestKnobs": True}))
         try:
             assert "testKnobs" in agent.strategy_names and agent.exporter is not None
+            # a plugin whose needs() raises is named and costs no read-everything collection
+            knobs("needs-raise")
+            agent.plan(agent.clock())
+            cond = agent.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and "needs() raised (RuntimeError: no needs today)" in cond.message
+            assert "collecting everything" not in caplog.text
             knobs("raise")
             job = next(j for j in agent.scheduler.jobs if j.name == "testKnobs")
             for _ in range(plugins.MAX_FAILED_TICKS):  # the job's failure streak at the check's bound

@@ -337,7 +337,10 @@ class Agent:
         for s in self.manager.enabled():
             try:
                 sources.append((s.name, s.needs(ctx)))
-            except Exception:  # one strategy's declaration must not stop collection: read everything
+            except Exception as e:  # one strategy's declaration must not stop collection: read everything
+                if self.manager.is_plugin(s.name):  # named in its condition; its metrics may be missing
+                    self.manager.plugin_needs_failed(s, e)
+                    continue
                 log.exception("strategy %s: its needs could not be listed; collecting everything", s.name)
                 sources.append((s.name, (Need("pod_cpu_usage", POD), Need("pod_memory_usage", POD),
                                          Need("container_cpu_throttled", CONTAINER),

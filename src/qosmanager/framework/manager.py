@@ -175,6 +175,13 @@ class QoSManager:
             del self._contested[strategy.name]
             self.shared.store.conditions.clear(info.condition + "/ownership")
 
+    def plugin_needs_failed(self, strategy: Strategy, e: Exception) -> None:
+        """A plugin's ``needs()`` raised: named in its condition (logged once), and nothing collected for
+        it (a built-in's failure has everything collected instead; a plugin's would cost every tick)."""
+        info = self._plugin_of[strategy.name]
+        self._plugin_condition(info, f"plugin {info.describe()}: needs() raised ({type(e).__name__}: {e}); "
+                                     "nothing is collected for it, so its metrics may be missing")
+
     def _plugin_tick_failed(self, strategy: Strategy, st: StrategyStats, now: float) -> None:
         info = self._plugin_of[strategy.name]
         st.streak += 1
