@@ -423,3 +423,31 @@ def test_no_strategy_leaves_a_v1_parent_below_a_child(policy: str) -> None:
 def _expand(part: str) -> range:
     lo, _, hi = part.partition("-")
     return range(int(lo), int(hi or lo) + 1)
+
+
+def test_a_steady_budget_reads_only_the_children_it_lowered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v1 keeps every child at or below a limited parent, so only a falling budget (or the first tick)
+    reads every BE pod's quota; otherwise only the children lowered earlier are read (a dense node
+    pays no per-pod read every tick)."""
+    faults = IOFaults(monkeypatch)
+    h = make()
+    small = FakePod("be-2", "default", "be-small", KubeQoS.BESTEFFORT, [FakeContainer("c", cid("c"))])
+    h.set_pods([pod_object(LS, cpu_milli=1000), pod_object(BE, cpu_milli=1500),
+                pod_object(small, cpu_milli=200)])  # 20000: under every budget here
+    slo(h)
+    small_file = f"{h.host.pod_dir('be-2')}/cpu.cfs_quota_us"
+    pod, ctr = dirs(h)
+
+    def read_in(t: float, ls_used: float) -> set[str]:
+        faults.reads.clear()
+        tick(h, t, ls_used)
+        return {p for p in faults.reads if p.endswith("cpu.cfs_quota_us")}
+
+    first = read_in(NOW, ls_used=4.2)  # 500m: falling from unlimited, every child read
+    assert any(p.endswith(small_file) for p in first)
+    steady = read_in(NOW + 1, ls_used=1.0)  # rising: the lowered pod and container only
+    assert not any(p.endswith(small_file) for p in steady), steady
+    assert any(p.endswith(f"{pod}/cpu.cfs_quota_us") for p in steady)
+    falling = read_in(NOW + 2, ls_used=4.3)  # 400m
+    assert any(p.endswith(small_file) for p in falling)
+    assert snapshot(h) == {BE_DIR: 40_000, pod: 40_000, ctr: 40_000}

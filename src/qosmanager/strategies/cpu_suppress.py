@@ -158,6 +158,7 @@ class CPUSuppress(Strategy):
         # the quotas this strategy lowered some of them to (see the module docstring)
         self.child_own: dict[str, int] = {}
         self.child_lowered: dict[str, int] = {}
+        self._children_scanned = False  # every BE child read once (a restart finds lowered ones)
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
         self.quota_cap: Callable[[], int | None] | None = None
@@ -300,15 +301,36 @@ class CPUSuppress(Strategy):
         """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
         (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
         ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
-        dir's quota sends these writes in the same executor batch (the executor orders them)."""
+        dir's quota sends these writes in the same executor batch (the executor orders them).
+
+        Every BE child is read only when the budget falls (or the BE dir was unlimited) and once
+        after start; when it rises only the children lowered earlier are read, and when it stays
+        none: the kernel keeps every other one at or below the limited BE dir (a dense node pays no
+        per-pod read per tick)."""
         if ctx.cgroup_version != 1:
             return []  # v2 takes a parent cpu.max below its children's
-        dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
         own, lowered = self.child_own, self.child_lowered
-        if not dirs:
-            own.clear()
-            lowered.clear()
-            return []
+        falling = be_now is None or be_now < 0 or 0 <= budget < be_now
+        full = budget >= 0 and (falling or not self._children_scanned)
+        if full:  # every BE pod and container
+            dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
+            self._children_scanned = True
+            if not dirs:
+                own.clear()
+                lowered.clear()
+                return []
+        else:
+            # the BE dir's quota stays or rises, and v1 keeps every child at or below a limited
+            # parent: only the children lowered earlier (and their parents) can change
+            if not lowered or budget == be_now:
+                return []  # a steady budget: a child's owner's re-write is found when it next rises
+            wanted = set(lowered)
+            for d in lowered:
+                parent = d.rpartition("/")[0]
+                while parent and parent != be_dir and parent.startswith(be_dir):
+                    wanted.add(parent)
+                    parent = parent.rpartition("/")[0]
+            dirs = sorted(wanted, key=lambda d: (d.count("/"), d))
         values = ctx.read_many(QUOTA, dirs)
         rule = self._rule_quotas_of(ctx)
         ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
@@ -320,6 +342,9 @@ class CPUSuppress(Strategy):
             above = ceiling.get(parent, _limit(budget))
             if cur is None:
                 ceiling[d] = above
+                if not full:  # gone
+                    own.pop(d, None)
+                    lowered.pop(d, None)
                 continue
             seen.add(d)
             mine = own.get(d)
@@ -346,9 +371,10 @@ class CPUSuppress(Strategy):
                            "refuses a parent quota below a child's)")
                 writes.append(self.write(QUOTA, d, want, why, cacheable=False))
             ceiling[d] = above if want < 0 else want
-        for gone in [d for d in own if d not in seen]:
-            del own[gone]
-            lowered.pop(gone, None)
+        if full:
+            for gone in [d for d in own if d not in seen]:
+                del own[gone]
+                lowered.pop(gone, None)
         return writes
 
     def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:
