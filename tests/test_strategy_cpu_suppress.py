@@ -695,6 +695,10 @@ def test_pods_without_memory_cgroups_count_as_pods_not_system() -> None:
     col.collect()
     h.host.set_cpu_usage(h.host.pod_dir("ls-1"), 2 * S)
     h.host.set_cpu_usage(h.host.pod_dir("be-1"), S)
+    # the kube QoS dirs sum their pods, as the kernel's counters do (both collect modes read them)
+    h.host.set_cpu_usage(h.layout.kubepods_dir(), 3 * S)
+    h.host.set_cpu_usage(h.layout.qos_dir("BestEffort"), S)
+    h.host.set_cpu_usage(h.layout.qos_dir("Burstable"), 2 * S)
     h.host.set_proc_stat(busy_ticks(3.5), [100] * 8)  # node 3.5 = ls 2.0 + be 1.0 + system 0.5
     h.now = NOW
     col.collect()

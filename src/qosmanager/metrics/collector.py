@@ -784,11 +784,14 @@ class Collector:
             pods_mem = np.nansum(pr.memory_usage[: pr.high_water])
         else:  # the kubepods cgroup's own counters sum every pod beneath it
             pods_cpu, pods_mem = float(qr.cpu_cores[0]), float(qr.memory_usage[0])
-            if plan.qos:
-                names = ("kubepods_cpu_usage", "burstable_cpu_usage", "besteffort_cpu_usage")
-                for slot, name in enumerate(names):
-                    if not np.isnan(qr.cpu_cores[slot]):
-                        put(name, float(qr.cpu_cores[slot]))
+        if plan is None or plan.qos:
+            # the kube QoS dirs' sums in both modes: a cgroup under besteffort that the pods list does
+            # not hold (a pod during churn) is BE usage, under the BE limit, in both, not "system" in
+            # one of them (read-everything decided 137,700 us where demand decided 297,200)
+            names = ("kubepods_cpu_usage", "burstable_cpu_usage", "besteffort_cpu_usage")
+            for slot, name in enumerate(names):
+                if not np.isnan(qr.cpu_cores[slot]):
+                    put(name, float(qr.cpu_cores[slot]))
         if not np.isnan(node_cpu) and not np.isnan(pods_cpu):
             put("sys_cpu_usage", max(node_cpu - pods_cpu - apps_cpu, 0.0))
         if not np.isnan(node_mem) and not np.isnan(pods_mem):
