@@ -184,40 +184,46 @@ class Outcome:
             self.node.write(self.be_dir, "cpu.idle", "0")
 
     def round(self, mode: str, index: int) -> Round:
+        """The probe starts first (its 64 MB first touch is LS demand of its own, over before the agent
+        starts); the figures count from the agent's first decision (the round's start with no agent)."""
         node = self.node
         self._reset()
-        with self._agent(mode):
+        work, mb = PROBE_WORK[self.variant]
+        probe = node.start(self.ls, [self.exes["probe"], str(PROBE_PERIOD_US), str(work), str(mb), "600"], 0,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        started = time.monotonic()
+        output: list[bytes] = []
+        reader = threading.Thread(target=lambda: output.append(probe.communicate()[0]), daemon=True)
+        reader.start()
+        try:
             time.sleep(SETTLE)
-            work, mb = PROBE_WORK[self.variant]
-            seconds = LEAD + BURST + TAIL + 5.0  # stopped by SIGTERM after the tail
-            probe = node.start(self.ls, [self.exes["probe"], str(PROBE_PERIOD_US), str(work), str(mb),
-                                         str(seconds)], 0, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            t0 = time.monotonic()
-            be0 = node.usage_us(self.be_dir)
-            timeline: list[Sample] = []
-            stop = threading.Event()
-            sampler = threading.Thread(target=self._sample, args=(t0, timeline, stop), daemon=True)
-            sampler.start()
-            output: list[bytes] = []
-            reader = threading.Thread(target=lambda: output.append(probe.communicate()[0]), daemon=True)
-            reader.start()
-            time.sleep(LEAD)
-            burst = node.start(self.ls, BUSY, 1)
-            burst_at = time.monotonic()
-            changes, ls_used = self._watch_quota(burst_at + BURST)  # (seconds since the burst, quota)
-            burst.kill()
-            burst.wait()
-            self.ls.procs.remove(burst)
-            burst_end = time.monotonic()
-            time.sleep(TAIL)
+            with self._agent(mode):
+                time.sleep(SETTLE)
+                t0 = time.monotonic()
+                be0 = node.usage_us(self.be_dir)
+                timeline: list[Sample] = []
+                stop = threading.Event()
+                sampler = threading.Thread(target=self._sample, args=(t0, timeline, stop), daemon=True)
+                sampler.start()
+                time.sleep(LEAD)
+                burst = node.start(self.ls, BUSY, 1)
+                burst_at = time.monotonic()
+                changes, ls_used = self._watch_quota(burst_at + BURST)  # (seconds since the burst, quota)
+                burst.kill()
+                burst.wait()
+                self.ls.procs.remove(burst)
+                burst_end = time.monotonic()
+                time.sleep(TAIL)
+                probe_seconds = time.monotonic() - t0
+                be_seconds = (node.usage_us(self.be_dir) - be0) / 1e6
+                stop.set()
+                sampler.join(5)
+        finally:
             probe.send_signal(signal.SIGTERM)
             reader.join(30)
-            probe_seconds = time.monotonic() - t0
-            be_seconds = (node.usage_us(self.be_dir) - be0) / 1e6
-            stop.set()
-            sampler.join(5)
             self.ls.procs.remove(probe)
-        lat = _parse(output[0] if output else b"")
+        skip = t0 - started  # the probe's arrivals count from its own start
+        lat = [(t - skip, v) for t, v in _parse(output[0] if output else b"") if t >= skip]
         values = sorted(v for _, v in lat)
         safe = int((self.node.cpus * THRESHOLD / 100 - SAFE_MARGIN * ls_used) * PERIOD_US)
         reaction = None

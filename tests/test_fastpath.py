@@ -173,3 +173,25 @@ def test_v1_a_be_child_with_its_own_quota_above_the_budget_is_left_to_the_tick()
     assert read_quota(h) == 420000
     cap = fp.cap()
     assert cap is not None and abs(cap - 120000) <= 1000  # the budget from the last 100 ms
+
+
+def test_a_rise_seen_in_part_is_followed_to_its_level() -> None:
+    """The first window holds half the rise: the quota falls at once, then follows to the load's level
+    in steps smaller than the hysteresis while the rise unfolds (half a second after a write)."""
+    h, c, fp, _ = setup()
+    fp.step()
+    steps(fp, c, 2, ls=1.0)
+    c.advance(INTERVAL, 1.0, 1.0)
+    fp.step()
+    c.advance(INTERVAL, 3.0, 1.0)  # the burst starts: the 100 ms window sees 2 cores on average
+    assert fp.step() is not None
+    first = read_quota(h)
+    assert 220000 <= first < 420000 - 20000
+    # 3.2 cores: the steps after the first write are 0.1 core (the 1 % bypass of 8 CPUs is 0.08), under
+    # the 0.2-core hysteresis, and still taken
+    steps(fp, c, 3, ls=3.2)
+    followed = read_quota(h)
+    assert abs(followed - 200000) <= 1000  # (the counters' rounding)
+    steps(fp, c, 12, ls=3.2)  # settled: nothing more
+    steps(fp, c, 3, ls=3.35)  # 0.15 more, over half a second after the last write: within the hysteresis
+    assert read_quota(h) == followed

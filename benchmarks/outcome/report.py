@@ -21,6 +21,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results.json")
 BEGIN, END = "<!-- outcome:begin -->", "<!-- outcome:end -->"
+MIN_BURST = 0.4  # outcome_common.MIN_BURST_CORES
 MODE_TEXT = {"none": "no agent (BE at cpu.shares 2)", "tick": "agent, `--react-mode tick` (koordlet's pace)",
              "fast": "agent, fast path (default)", "fast-idle": "fast path + `BECPUIdle`"}
 
@@ -35,18 +36,25 @@ def _cell(d: dict[str, float] | None, scale: float = 1.0, digits: int = 0) -> st
 def table(data: dict[str, Any]) -> str:
     meta = data["meta"]
     rows = [
-        "| mode | LS p50 ms | LS p99 ms | LS p99.9 ms | BE CPU s per round | reaction ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| mode | LS p50 ms | LS p99 ms | LS p99.9 ms | BE CPU s per round | reaction ms | rounds timed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    starved = 0
     for mode, row in data["summary"].items():
+        timed = sum(1 for x in row["reactions"] if x is not None)
+        if mode != "none":
+            starved += row["rounds"] - timed
+        count = "-" if mode == "none" else f"{timed} of {row['rounds']}"
         rows.append(f"| {MODE_TEXT.get(mode, mode)} | {_cell(row['p50'], 1e-3, 2)} | {_cell(row['p99'], 1e-3, 1)} "
                     f"| {_cell(row['p999'], 1e-3, 1)} | {_cell(row['be_cpu_seconds'], 1, 2)} "
-                    f"| {_cell(row['reaction'], 1e3)} |")
+                    f"| {_cell(row['reaction'], 1e3)} | {count} |")
     load = meta.get("load") or [math.nan]
     rows.append("")
     rows.append(f"Medians of {meta.get('rounds_per_mode')} interleaved rounds per mode (min-max across rounds), "
                 f"{meta.get('variant')} probe, {meta.get('cpus')} CPUs, cpuSuppress threshold "
-                f"{meta.get('threshold')} %, load average {load[0]:.1f} at the end of the run. "
+                f"{meta.get('threshold')} %, load average {load[0]:.1f} at the end of the run. A round's reaction "
+                f"is timed only when its LS burst got at least {MIN_BURST} cores from this shared machine "
+                f"({starved} agent rounds did not). "
                 "Made by `benchmarks/outcome/report.py` from `benchmarks/outcome/results.json`.")
     return "\n".join(rows)
 

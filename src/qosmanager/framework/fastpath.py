@@ -8,7 +8,8 @@ BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (
 from descriptors it keeps open (one ``pread`` each).  From the last two samples (100 ms) it recomputes
 BE's budget with cpuSuppress's own formula (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`:
 capacity x threshold - non-BE pods - host applications - system) and, when that is lower than the BE
-quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores),
+quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores; for
+half a second after a write only the bypass, since a rise that began mid-window shows in part first),
 writes it at once through the executor
 (as cpuSuppress, audited, honouring ``--dry-run``).
 
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 REACT_FAST, REACT_TICK = "fast", "tick"
 REACT_MODES = (REACT_FAST, REACT_TICK)
 INTERVAL = 0.05  # seconds between samples
+FOLLOW = 0.5  # seconds after a write in which the load's further rise is followed at the 1 % bypass
 SYSTEM_SAMPLES = 21  # the system term over the last second: /proc/stat moves in clock ticks (10 ms)
 HYSTERESIS_CORES = 0.2
 
@@ -139,6 +141,7 @@ class FastPath:
         self._samples: list[Sample] = []  # the last SYSTEM_SAMPLES
         # the fast path's latest budget (µs per period) and when: the tick never goes above it
         self._cap: tuple[float, int] | None = None
+        self._follow_until = float("-inf")
         self.writes = 0
         self.samples = 0
         self.errors = 0
@@ -216,8 +219,9 @@ class FastPath:
         node = self.store.node
         if held is None or node is None:
             return None
-        hysteresis = max(node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO,
-                         HYSTERESIS_CORES * CFS_PERIOD_US)
+        bypass = node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
+        # a rise seen mid-window shows in part first: right after a write it is followed to its level
+        hysteresis = bypass if now.mono < self._follow_until else max(bypass, HYSTERESIS_CORES * CFS_PERIOD_US)
         if held != -1 and quota > held - hysteresis:
             return None
         if self.layout.version == 1 and self._child_above(quota):
@@ -228,6 +232,7 @@ class FastPath:
         results = self.executor.apply([w])
         s.held_quota = quota
         self.writes += 1
+        self._follow_until = now.mono + FOLLOW
         if self.observe is not None and results:
             # from the start of the window that showed the rise to the limit in the kernel
             self.observe(self.monotonic() - first.mono)
