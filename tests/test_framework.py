@@ -106,11 +106,11 @@ def test_a_failing_strategy_is_audited_and_the_others_keep_running(monkeypatch) 
     h.tick("testBoom", 1000.0)
     h.tick("testEcho", 1000.0)
     shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
-    assert h.read_file(shares) == "1040"
+    assert h.read_file(shares) == "1040\n"
     err = [r for r in h.audit.recent if r["action"] == "error"]
     assert len(err) == 1 and err[0]["strategy"] == "testBoom" and "boom" in err[0]["error"]
     assert h.manager.stats["testBoom"].errors == 1
     # a NodeSLO change reaches the strategy on its next tick
     h.set_nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 55}})
     h.tick("testEcho", 1001.0)
-    assert h.read_file(shares) == "1055"
+    assert h.read_file(shares) == "1055\n"

@@ -91,6 +91,8 @@ def dirs(h: Harness) -> dict[str, str]:
 
 
 def mem(h: Harness, d: str, name: str) -> str | None:
+    """A memory file as the kernel shows it: byte values rounded down to whole pages (4096), so the
+    numbers below are the computed ones (in the comments) rounded down."""
     v = h.read_file(h.cgroup_file("memory", d, name))
     return None if v is None else v.strip()
 
@@ -171,23 +173,23 @@ def test_v2_qos_pod_and_container_values() -> None:
     # app: min = 1Gi*40//100 = 429496729, low = 1Gi*50//100 = 536870912,
     #      high = (1Gi + (2Gi-1Gi)*80//100 = 1932735283) // 4096 * 4096 = 1932734464
     assert (mem(h, d["app"], "memory.min"), mem(h, d["app"], "memory.low"), mem(h, d["app"], "memory.high")) == (
-        "429496729", "536870912", "1932734464")
+        "429494272", "536870912", "1932734464")
     # side (no limit -> allocatable 60Gi = 64424509440): min 268435456*40//100 = 107374182, low 134217728,
     #      high = (268435456 + (64424509440-268435456)*80//100 = 51593294643) // 4096 * 4096 = 51593293824
     assert (mem(h, d["side"], "memory.min"), mem(h, d["side"], "memory.low"), mem(h, d["side"], "memory.high")) == (
-        "107374182", "134217728", "51593293824")
+        "107372544", "134217728", "51593293824")
     # BE pod (raw label BE -> batch-memory): memReq 2Gi; min 10% = 214748364, low 0 (class default)
-    assert (mem(h, d["be-b"], "memory.min"), mem(h, d["be-b"], "memory.low")) == ("214748364", "0")
+    assert (mem(h, d["be-b"], "memory.min"), mem(h, d["be-b"], "memory.low")) == ("214745088", "0")
     # job: high = 2Gi + (4Gi-2Gi)*50//100 = 3Gi = 3221225472
-    assert (mem(h, d["job"], "memory.min"), mem(h, d["job"], "memory.high")) == ("214748364", "3221225472")
+    assert (mem(h, d["job"], "memory.min"), mem(h, d["job"], "memory.high")) == ("214745088", "3221225472")
     # LSR pod: min 100% of 1Gi; throttling 0 (class default) -> high unlimited
     assert mem(h, d["lsr-c"], "memory.min") == str(GiB)
     assert (mem(h, d["main"], "memory.min"), mem(h, d["main"], "memory.high")) == (str(GiB), "max")
     # QoS sums: Burstable = the LS pod; BestEffort = the BE pod; Guaranteed (the pods root) = all three:
     #   min 1073741824 + 536870912 + 214748364 = 1825361100, low 0 + 671088640 + 0 = 671088640
     assert (mem(h, d["Bu"], "memory.min"), mem(h, d["Bu"], "memory.low")) == ("536870912", "671088640")
-    assert (mem(h, d["BE"], "memory.min"), mem(h, d["BE"], "memory.low")) == ("214748364", "0")
-    assert (mem(h, d["G"], "memory.min"), mem(h, d["G"], "memory.low")) == ("1825361100", "671088640")
+    assert (mem(h, d["BE"], "memory.min"), mem(h, d["BE"], "memory.low")) == ("214745088", "0")
+    assert (mem(h, d["G"], "memory.min"), mem(h, d["G"], "memory.low")) == ("1825357824", "671088640")
     # per-directory support: the LS QoS dir got priority 5, use_priority_oom 1, oom.group 1
     assert [mem(h, d["Bu"], f) for f in ("memory.priority", "memory.use_priority_oom", "memory.oom.group")] == [
         "5", "1", "1"]
@@ -213,7 +215,7 @@ def test_v2_protection_rises_parents_first_and_falls_children_first() -> None:
         h.cgroup_file("memory", d["ls-a"], "memory.min")) < order.index(h.cgroup_file("memory", d["G"], "memory.min"))
     # LS pod min 10% of 1342177280 = 134217728; Guaranteed = 1073741824 + 134217728 + 214748364 = 1422707916
     assert mem(h, d["ls-a"], "memory.min") == "134217728"
-    assert mem(h, d["G"], "memory.min") == "1422707916"
+    assert mem(h, d["G"], "memory.min") == "1422704640"
 
 
 def test_v2_page_cache_limit_at_pod_level_only() -> None:
@@ -272,6 +274,7 @@ def test_v1_anolis_kernel_gets_every_knob_but_page_cache() -> None:
     anolis(h, list(dirs(h)))
     h.tick(NAME, 1000.0)
     d = dirs(h)
+    # (the fake kernel has no rules for Anolis's v1 memory.min/high: plain files, the numbers as written)
     assert mem(h, d["G"], "memory.min") == "1825361100"
     assert mem(h, d["app"], "memory.high") == "1932734464"
     assert mem(h, d["main"], "memory.high") == MAX  # v1 takes the number itself
@@ -328,7 +331,7 @@ def test_disabling_memory_qos_writes_koordlets_none_values() -> None:
         "0", "0", "max")
     assert (mem(h, d["ls-a"], "memory.min"), mem(h, d["Bu"], "memory.min")) == ("0", "0")
     # Guaranteed = 1Gi (LSR) + 0 (LS) + 214748364 (BE) = 1288490188
-    assert mem(h, d["G"], "memory.min") == "1288490188"
+    assert mem(h, d["G"], "memory.min") == "1288486912"
 
 
 def test_pod_annotation_policy_none_and_auto() -> None:
@@ -360,7 +363,7 @@ def test_pod_annotation_policy_none_and_auto() -> None:
     assert [(r["strategy"], r["target"], r["uid"]) for r in skips] == [(NAME, "default/ls-bad", "ls-bad")]
     # ... and it counts in its class's sum by the class config: Burstable QoS min = 0 + 0 + 429496729
     # (pod memReq 1Gi at 40% each: the none/auto pods add 0)
-    assert mem(h, L.qos_dir("Burstable"), "memory.min") == "429496729"
+    assert mem(h, L.qos_dir("Burstable"), "memory.min") == "429494272"
 
 
 def test_a_garbled_annotation_leaves_the_pods_memory_files_as_they_are() -> None:
@@ -400,7 +403,7 @@ def test_nil_class_config_is_skipped_instead_of_panicking() -> None:
     assert h.manager.stats[NAME].errors == 0
     # the Burstable QoS dir (configured by the missing lsClass) is skipped too; Guaranteed sums LSR + BE
     assert mem(h, d["Bu"], "memory.min") == "0"
-    assert mem(h, d["G"], "memory.min") == str(GiB + 214748364)
+    assert mem(h, d["G"], "memory.min") == str((GiB + 214748364) // 4096 * 4096)
 
 
 def test_no_nodeslo_means_nothing_and_only_active_pods_count() -> None:
@@ -414,8 +417,8 @@ def test_no_nodeslo_means_nothing_and_only_active_pods_count() -> None:
     h.tick(NAME, 1001.0)
     L = h.layout
     # the Pending pod counts (2Gi*40//100 = 858993459) and its pod dir is written; its container has no ID yet
-    assert mem(h, L.qos_dir("Burstable"), "memory.min") == "858993459"
-    assert mem(h, L.pod_dir("Burstable", "pend"), "memory.min") == "858993459"
+    assert mem(h, L.qos_dir("Burstable"), "memory.min") == "858992640"
+    assert mem(h, L.pod_dir("Burstable", "pend"), "memory.min") == "858992640"
     assert mem(h, L.pod_dir("Burstable", "done"), "memory.min") == "0"
 
 
@@ -435,7 +438,7 @@ def test_steady_state_sends_little_and_reasserts_every_force_period() -> None:
     h.write_file(h.cgroup_file("memory", d["app"], "memory.min"), "1\n")
     for t in range(1002, 1002 + 121):
         h.tick(NAME, float(t))
-    assert mem(h, d["app"], "memory.min") == "429496729"
+    assert mem(h, d["app"], "memory.min") == "429494272"
     # every knob was sent at least once in that window
     assert h.manager.stats[NAME].errors == 0
 
@@ -457,7 +460,7 @@ def test_a_pod_change_sends_only_what_changed() -> None:
     # one knob of this tick's re-assertion share (about 25 knobs / 60 ticks)
     assert len(res) <= 10
     # app: min = 1610612736*40//100 = 644245094
-    assert mem(h, d["app"], "memory.min") == "644245094"
+    assert mem(h, d["app"], "memory.min") == "644243456"
 
 
 def test_missing_file_in_existing_dir_is_not_retried_but_new_cgroups_are() -> None:
@@ -484,7 +487,7 @@ def test_a_pod_that_leaves_is_forgotten_and_the_sums_shrink() -> None:
     # koordlet fix: Burstable has no active pod left; koordlet would leave its 536870912 in place (the sum is
     # undefined), we write the empty sum 0.  Guaranteed = 0 (no LSR pod) + 0 + 214748364 (BE)
     assert (mem(h, d["Bu"], "memory.min"), mem(h, d["Bu"], "memory.low")) == ("0", "0")
-    assert mem(h, d["G"], "memory.min") == "214748364"
+    assert mem(h, d["G"], "memory.min") == "214745088"
     for t in range(1002, 1065):
         assert not any(r.write.cgroup.startswith((d["ls-a"], d["lsr-c"])) for r in h.tick(NAME, float(t)))
     assert not (h.strategy(NAME)._desired.keys() & {("memory.min", d["ls-a"]), ("memory.min", d["app"])})

@@ -495,7 +495,9 @@ def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> Non
     with_pods(h, pod_object(hooked, annotations={
         "scheduling.koordinator.sh/resource-status": json.dumps({"numaNodeResources": [{"node": 0}]})}))
     hooked_ctr = h.host.container_dir("be-3", "c")
-    set_cpuset(h, hooked_ctr, "5")
+    # a state a v1 kernel allows: every cpuset within its parent's
+    set_cpuset(h, hooked_ctr, "2")
+    set_cpuset(h, h.host.pod_dir("be-3"), "1-2")
     for d in be_dirs(h):
         set_cpuset(h, d, "1-2")
     set_quota(h, 90000)
@@ -506,7 +508,7 @@ def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> Non
     # every CPU but the reserved 0
     assert {read_cpuset(h, d) for d in be_dirs(h)} == {"1-7"}
     assert read_cpuset(h, h.host.pod_dir("be-3")) == "1-7"
-    assert read_cpuset(h, hooked_ctr) == "5"
+    assert read_cpuset(h, hooked_ctr) == "2"
 
 
 @pytest.mark.parametrize(("threshold", "static", "expected"), [
@@ -515,8 +517,11 @@ def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> Non
     (90, False, {"qos": "1,5", "pod": "1,5", "ctr": "1,5"}),
     # 100%: 8000 - 2500 = 5500m -> 6 CPUs; nLSR = 3 > 2 and 3 > 2: nothing at all, nothing written
     (100, False, {"qos": "0-7", "pod": "0-7", "ctr": "0-7"}),
-    # the same with a static CPU manager: QoS and pod dirs still get the whole BE set, containers nothing
-    (100, True, {"qos": "1-2,5-6", "pod": "1-2,5-6", "ctr": "0-7"}),
+    # the same with a static CPU manager: QoS and pod dirs still get the whole BE set, containers nothing.
+    # A v1 kernel refuses that (EBUSY: a parent cpuset may not shrink below a child's, and the containers
+    # keep 0-7): koordlet's order, kept here, fails on v1 with a static CPU manager.
+    pytest.param(100, True, {"qos": "1-2,5-6", "pod": "1-2,5-6", "ctr": "0-7"}, marks=pytest.mark.xfail(
+        strict=True, reason="v1 cpusets: shrinking the QoS and pod dirs below their containers' is EBUSY")),
 ])
 def test_pool_too_small_for_the_wanted_cpus(threshold: int, static: bool, expected: dict[str, str]) -> None:
     h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static" if static else None))
@@ -617,8 +622,15 @@ def test_cpuset_is_held_and_an_outside_reset_undone_within_the_write_cache_windo
     assert condition(h) is None and {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
 
 
-def test_static_cpu_manager_holds_only_the_containers() -> None:
-    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static"))
+@pytest.mark.parametrize("version", [
+    # on v1 the kernel refuses a container cpuset outside its pod dir's (EINVAL): the held 1-2,6 cannot
+    # go below a pod dir of 1-2,5, which this strategy does not hold under a static CPU manager
+    pytest.param(1, marks=pytest.mark.xfail(strict=True, reason="v1 cpusets: a child outside its parent "
+                                                                 "is EINVAL")),
+    2,
+])
+def test_static_cpu_manager_holds_only_the_containers(version: int) -> None:
+    h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4", policy="static"))
     h.tick("cpuSuppress", NOW)
     _, pod_dir, ctr, sandbox = be_dirs(h)
     set_cpuset(h, ctr, "1-2,5-6")

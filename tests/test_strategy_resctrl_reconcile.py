@@ -81,8 +81,8 @@ def test_policy_per_class_intel(version: int) -> None:
     h.set_nodeslo(SLO)
     h.tick(NAME, 1000.0)
     # LS: 0x7c / 60; BE: 0xf / 100; LSR: resctrl QoS disabled -> None values (0-100 %, 100) = the full mask
-    assert schemata(h, "LS") == "L3:0=7c;1=7c;\nMB:0=60;1=60;\n"
-    assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=100;1=100;\n"
+    assert schemata(h, "LS") == "L3:0=7c;1=7c\nMB:0=60;1=60\n"
+    assert schemata(h, "BE") == "L3:0=f;1=f\nMB:0=100;1=100\n"
     assert schemata(h, "LSR") == "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"  # equal already: not written
     assert [w["file"] for w in h.recorded.writes] == ["sys/fs/resctrl/LS/schemata", "sys/fs/resctrl/BE/schemata"]
     # steady state: nothing rewritten
@@ -95,12 +95,12 @@ def test_policy_amd_and_restore_when_disabled() -> None:
     h = harness(vendor="AuthenticAMD")
     h.set_nodeslo(SLO)
     h.tick(NAME, 1000.0)
-    assert schemata(h, "LS") == "L3:0=7c;1=7c;\nMB:0=88;1=88;\n"  # int(160*55/100) = 88
-    assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=2048;1=2048;\n"
+    assert schemata(h, "LS") == "L3:0=7c;1=7c\nMB:0=88;1=88\n"  # int(160*55/100) = 88
+    assert schemata(h, "BE") == "L3:0=f;1=f\nMB:0=2048;1=2048\n"
     # switching LS off: koordlet's None values (whole cache, unlimited bandwidth) are written back
     h.set_nodeslo({"resourceQOSStrategy": {"beClass": {"resctrlQOS": {"enable": True}}}})
     h.tick(NAME, 1001.0)
-    assert schemata(h, "LS") == "L3:0=7ff;1=7ff;\nMB:0=2048;1=2048;\n"
+    assert schemata(h, "LS") == "L3:0=7ff;1=7ff\nMB:0=2048;1=2048\n"
 
 
 def mkdirs(h: Harness) -> list[tuple[str, str, bool, str | None]]:
@@ -117,9 +117,9 @@ def test_missing_groups_are_created_and_unmounted_resctrl_does_nothing() -> None
     # through the executor: one audit record per group created, with the directory's mode
     assert mkdirs(h) == [(f"sys/fs/resctrl/{g}", "0755", True, None) for g in GROUPS]
     assert all(r["strategy"] == NAME for r in h.audit.recent if r["action"] == "mkdir")
-    # (the kernel fills a new group with schemata and tasks; a plain directory stays empty, so the writes
-    # into it are skipped as missing, not created)
-    assert schemata(h, "LS") is None and h.manager.stats[NAME].errors == 0
+    # the kernel fills a new group with schemata (the root's lines) and tasks: the first tick writes them
+    assert schemata(h, "LS") == "L3:0=7c;1=7c\nMB:0=60;1=60\n" and h.manager.stats[NAME].errors == 0
+    assert schemata(h, "BE") == "L3:0=f;1=f\nMB:0=100;1=100\n"
     assert ensure_resctrl_groups(h.context(1001.0), NAME) == list(GROUPS)  # already there
     h.tick(NAME, 1001.0)
     assert len(mkdirs(h)) == 3  # nothing new to make, nothing new audited
@@ -165,7 +165,7 @@ def test_a_group_the_kernel_refuses_is_audited_once_and_its_files_left_alone() -
     h.tick(NAME, 1100.0)
     [(target, _, executed, error)] = mkdirs(h)
     assert target == "sys/fs/resctrl/LS" and executed is False and error is not None and "EEXIST" in error
-    assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=100;1=100;\n"  # the other groups are handled
+    assert schemata(h, "BE") == "L3:0=f;1=f\nMB:0=100;1=100\n"  # the other groups are handled
     assert not [r for r in h.audit.recent if r["action"] == "write" and "/LS/" in r["target"]]
     assert h.manager.stats[NAME].errors == 0
 
@@ -188,7 +188,7 @@ def test_nil_class_and_no_nodeslo() -> None:
         spec, resource_qos_strategy=dataclasses.replace(spec.resource_qos_strategy, ls_class=None))
     h.tick(NAME, 1001.0)
     assert schemata(h, "LS") == "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"  # skipped, not a crash
-    assert schemata(h, "BE") == "L3:0=f;1=f;\nMB:0=100;1=100;\n"
+    assert schemata(h, "BE") == "L3:0=f;1=f\nMB:0=100;1=100\n"
     assert h.manager.stats[NAME].errors == 0
 
 

@@ -126,3 +126,9 @@ def close_batch(fds: np.ndarray) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def mkdir(path: str, mode: int = 0o777) -> None:
+    """``mkdir(2)``: the agent makes directories through here (the executor's MakeDir), so a fake host's
+    kernel (:mod:`qosmanager.sim.fakekernel`) can create the files the real kernel puts in a new group."""
+    os.mkdir(path, mode)

@@ -6,6 +6,7 @@ in Python to talk to the kernel.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -100,3 +101,9 @@ def close_batch(fds: np.ndarray) -> None:
     if len(fds):
         arr = np.ascontiguousarray(fds, dtype=np.int32)
         lib.qm_close_batch(len(arr), ffi.from_buffer("int32_t[]", arr))
+
+
+def mkdir(path: str, mode: int = 0o777) -> None:
+    """``mkdir(2)``: the agent makes directories through here (the executor's MakeDir), so a fake host's
+    kernel (:mod:`qosmanager.sim.fakekernel`) can create the files the real kernel puts in a new group."""
+    os.mkdir(path, mode)

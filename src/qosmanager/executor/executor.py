@@ -450,7 +450,7 @@ class Executor:
                     self.audit.flush()
                 return "dry-run"
             try:
-                os.mkdir(path, d.mode)
+                sysio.mkdir(path, d.mode)  # through sysio: a fake host's kernel populates the new dir
             except FileExistsError:
                 return "exists" if os.path.isdir(path) else self._mkdir_error(d, path, target, value, now,
                                                                                errno.EEXIST)

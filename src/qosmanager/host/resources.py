@@ -285,13 +285,18 @@ def _render_v1_memory_limit(value: str, current: str | None) -> str:
     return "-1" if value.strip() in UNLIMITED_TOKENS else value.strip()
 
 
+PAGE_SIZE = 4096
+
+
 def _memory_limit_same(current: str, rendered: str) -> bool:
+    """Byte counts compare in whole pages: the kernel rounds a memory value down to a page, so
+    1000000 written reads back as 999424 and is the value asked for (not a change to undo or redo)."""
     def norm(t: str) -> int:
         t = t.strip()
         if t in UNLIMITED_TOKENS:
             return INT64_MAX
         v = int(t)
-        return INT64_MAX if v >= V1_MEMORY_UNLIMITED else v
+        return INT64_MAX if v >= V1_MEMORY_UNLIMITED else v // PAGE_SIZE
 
     try:
         return norm(current) == norm(rendered)
@@ -526,7 +531,7 @@ _RESOURCES: list[Resource] = [
     *[
         _cg(f"memory.{k}", "memory", f"memory.{k}", f"memory.{k}",
             validate=range_validator(0, INT64_MAX, allow_max=True), render_v2=_render_v2_unlimited,
-            order="larger", if_exists=True)
+            same=_memory_limit_same, order="larger", if_exists=True)
         for k in ("min", "low", "high")
     ],
     *[

@@ -63,46 +63,23 @@ from qosmanager.host.cpuset import format_cpu_list
 from qosmanager.host.resources import shares_to_weight
 from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import Processor
+from qosmanager.sim.fakekernel import (
+    BLKIO_THROTTLE_FILES,
+    CFS_PERIOD_US,
+    PSI_ZERO,
+    V1_CPU_STAT_KEYS,
+    V1_HIERARCHIES,
+    V1_MEMORY_STAT_KEYS,
+    V1_MEMORY_UNLIMITED,
+    V2_CONTROLLERS,
+    V2_CPU_STAT_KEYS,
+    V2_MEMORY_STAT_KEYS,
+    V2_ROOT_CPU_STAT_KEYS,
+    FakeKernel,
+    register,
+)
 
-V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
-V2_CONTROLLERS = "cpuset cpu io memory pids"
-V1_MEMORY_UNLIMITED = 9223372036854771712  # PAGE_COUNTER_MAX * 4096, what v1 prints for "no limit"
-CFS_PERIOD_US = 100_000
 USER_HZ = 100
-
-# memory.stat of a cgroup v1 memcg on a 6.x kernel, in kernel order.
-V1_MEMORY_STAT_KEYS = (
-    "cache", "rss", "rss_huge", "shmem", "mapped_file", "dirty", "writeback", "workingset_refault_anon",
-    "workingset_refault_file", "swap", "swapcached", "pgpgin", "pgpgout", "pgfault", "pgmajfault",
-    "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
-    "hierarchical_memory_limit", "hierarchical_memsw_limit",
-    "total_cache", "total_rss", "total_rss_huge", "total_shmem", "total_mapped_file", "total_dirty",
-    "total_writeback", "total_workingset_refault_anon", "total_workingset_refault_file", "total_swap",
-    "total_swapcached", "total_pgpgin", "total_pgpgout", "total_pgfault", "total_pgmajfault",
-    "total_inactive_anon", "total_active_anon", "total_inactive_file", "total_active_file",
-    "total_unevictable",
-)
-# memory.stat of a cgroup v2 memcg on a 6.x kernel, in kernel order.
-V2_MEMORY_STAT_KEYS = (
-    "anon", "file", "kernel", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "sock", "vmalloc",
-    "shmem", "zswap", "zswapped", "file_mapped", "file_dirty", "file_writeback", "swapcached", "anon_thp",
-    "file_thp", "shmem_thp", "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
-    "slab_reclaimable", "slab_unreclaimable", "slab", "workingset_refault_anon", "workingset_refault_file",
-    "workingset_activate_anon", "workingset_activate_file", "workingset_restore_anon",
-    "workingset_restore_file", "workingset_nodereclaim", "pgscan", "pgsteal", "pgscan_kswapd",
-    "pgscan_direct", "pgscan_khugepaged", "pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged",
-    "pgfault", "pgmajfault", "pgrefill", "pgactivate", "pgdeactivate", "pglazyfree", "pglazyfreed",
-    "zswpin", "zswpout", "zswpwb", "thp_fault_alloc", "thp_collapse_alloc", "thp_swpout",
-    "thp_swpout_fallback",
-)
-V1_CPU_STAT_KEYS = ("nr_periods", "nr_throttled", "throttled_time", "nr_bursts", "burst_time")
-V2_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec", "nr_periods", "nr_throttled", "throttled_usec",
-                    "nr_bursts", "burst_usec")
-V2_ROOT_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec")
-BLKIO_THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
-                        "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
-_PSI_ZERO = (b"some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-             b"full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 
 _CPU_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
               "sse2 ht syscall nx lm constant_tsc rep_good nopl xtopology cpuid pni ssse3 fma cx16 sse4_1 "
@@ -164,7 +141,7 @@ class FakeHost:
     def __init__(self, root: str, version: int = 1, driver: str = "cgroupfs", kubelet_cgroup_root: str = "/",
                  n_cpus: int = 8, memory_bytes: int = 64 << 30, seed: int = 0, *, sockets: int = 1,
                  numa_nodes: int = 1, threads_per_core: int = 2, vendor: str = "GenuineIntel",
-                 resctrl: bool = False) -> None:
+                 resctrl: bool = False, kernel: bool = True) -> None:
         if n_cpus < 1 or threads_per_core < 1 or sockets < 1 or numa_nodes < 1:
             raise ValueError("n_cpus, threads_per_core, sockets and numa_nodes must be positive")
         if n_cpus % threads_per_core:
@@ -184,6 +161,8 @@ class FakeHost:
         self.threads_per_core = threads_per_core
         self.vendor = vendor
         self.resctrl = resctrl
+        amd = vendor == "AuthenticAMD"
+        self._mb_max = 2048 if amd else 100  # resctrl's unlimited MB value: 1/8 GBps units on AMD, % on Intel
         self.roots = HostRoots(cgroup=self.root + "/cgroup", proc=self.root + "/proc", sys=self.root + "/sys",
                                kubelet_cgroup_root=kubelet_cgroup_root)
         self.layout = CgroupLayout(self.roots, version, driver)
@@ -195,6 +174,13 @@ class FakeHost:
         self.processors = self._topology()
         for d in (self.roots.cgroup, self.roots.proc, self.roots.sys):
             os.makedirs(d, exist_ok=True)
+        # The kernel of this host: the agent's mkdir and writes below its roots follow the kernel's rules.
+        # Benchmarks build hosts without one (kernel=False): their figures measure the agent, not the fake.
+        self.kernel: FakeKernel | None = None
+        if kernel:
+            self.kernel = FakeKernel(self.roots, version, n_cpus=n_cpus, n_mems=numa_nodes,
+                                     mb_max=self._mb_max)
+            register(self.kernel)
         self._build_cgroup_skeleton()
         self._build_proc()
         self._build_sys()
@@ -259,7 +245,8 @@ class FakeHost:
                 ("cpuset.cpus.effective", self._all_cpus + b"\n"),
                 ("cpuset.mems.effective", self._all_mems + b"\n"),
                 ("memory.stat", self._v2_memory_stat().encode()),
-                ("cpu.pressure", _PSI_ZERO), ("memory.pressure", _PSI_ZERO), ("io.pressure", _PSI_ZERO),
+                ("cpu.pressure", PSI_ZERO.encode()), ("memory.pressure", PSI_ZERO.encode()),
+                ("io.pressure", PSI_ZERO.encode()),
             ]
             if kind == "root":
                 files = [*common, ("cpu.stat", _kv(V2_ROOT_CPU_STAT_KEYS, {}).encode())]
@@ -278,14 +265,22 @@ class FakeHost:
         return tmpl
 
     def _make_cgroup(self, rel: str, kind: str, qos: str = "", pids: list[int] | None = None) -> None:
+        if pids and self.kernel is not None:
+            self.kernel.spawn(pids)
         for hierarchy, files in self._template(kind, qos):
             path = self.layout.abs_dir(hierarchy, rel)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path)
+            if self.kernel is not None and rel:
+                with contextlib.suppress(FileExistsError):
+                    self.kernel.mkdir(path)  # the kernel's files and initial values
+            else:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(path)
             if pids:
                 body = "".join(f"{p}\n" for p in pids).encode()
                 names = ("tasks", "cgroup.procs", "cgroup.threads")
                 files = [(n, body if n in names else b) for n, b in files]
+            # then what the kubelet and the runtime write (shares, cpusets, subtree_control, pids) and the
+            # statistics a running host would show
             dfd = os.open(path, _DIR_FLAGS)
             try:
                 _write_files(dfd, files)
@@ -360,13 +355,17 @@ class FakeHost:
         """Remove the pod's dirs (containers included) from every hierarchy."""
         rel = self.pod_dir(uid)
         self._rmtree(rel)
-        del self.pods[uid]
+        pod = self.pods.pop(uid)
+        if self.kernel is not None:
+            self.kernel.exit([p for c in pod.containers for p in c.pids])
 
     def remove_container(self, uid: str, name: str) -> None:
         """Remove one container's dirs; the pod stays."""
         rel = self.container_dir(uid, name)
         self._rmtree(rel)
         pod = self.pods[uid]
+        if self.kernel is not None:
+            self.kernel.exit([p for c in pod.containers if c.name == name for p in c.pids])
         pod.containers = [c for c in pod.containers if c.name != name]
 
     # ------------------------------------------------------------------
@@ -443,6 +442,8 @@ class FakeHost:
         """The processes of a cgroup: v1 ``tasks``/``cgroup.procs`` of every hierarchy,
         v2 ``cgroup.procs``/``cgroup.threads``."""
         body = "".join(f"{p}\n" for p in pids)
+        if self.kernel is not None:
+            self.kernel.spawn(pids)
         if self.version == 1:
             for h in V1_HIERARCHIES:
                 for name in ("tasks", "cgroup.procs"):
@@ -629,11 +630,12 @@ class FakeHost:
             l3_ids = sorted({p.l3 for p in self.processors})
             self._write_tree(self.roots.sys_path("fs/resctrl"), {
                 "info/L3/cbm_mask": "7ff\n",
+                "info/L3/min_cbm_bits": "1\n",
                 "info/L3/num_closids": "16\n",
-                "info/MB/min_bandwidth": "10\n",
-                "info/MB/bandwidth_gran": "10\n",
-                "schemata": ("    L3:" + ";".join(f"{i}=7ff" for i in l3_ids) + "\n"
-                             "    MB:" + ";".join(f"{i}=100" for i in l3_ids) + "\n"),
+                "info/MB/min_bandwidth": "10\n" if self._mb_max == 100 else "0\n",
+                "info/MB/bandwidth_gran": "10\n" if self._mb_max == 100 else "1\n",
+                "schemata": ("L3:" + ";".join(f"{i}=7ff" for i in l3_ids) + "\n"
+                             "MB:" + ";".join(f"{i}={self._mb_max}" for i in l3_ids) + "\n"),
                 "tasks": "",
             })
 
@@ -677,6 +679,9 @@ class FakeHost:
         path = self.path(rel_path_under_root)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._put(path, content)
+        if self.kernel is not None and os.path.basename(path) in ("tasks", "cgroup.procs", "cgroup.threads"):
+            # a tasks file laid out by hand names processes of this host
+            self.kernel.spawn([int(t) for t in content.split() if t.isascii() and t.isdigit()])
 
     def read(self, rel_path_under_root: str) -> str:
         return self._get(self.path(rel_path_under_root))

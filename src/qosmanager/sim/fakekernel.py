@@ -1,0 +1,1027 @@
+"""The fake kernel: the rules of cgroup v1, cgroup v2 and resctrl for the files the agent touches,
+applied to a fake host's plain directory tree.
+
+A :class:`FakeKernel` owns the cgroup root and the resctrl directory of one fake host.  It is the
+kernel side of the host: the agent's executor makes directories and writes files through the
+sysio layer (:mod:`qosmanager._native`), and :func:`install` puts this module in front of that layer
+for every path below a live fake kernel's root, so the agent's very own write path meets these rules.
+Paths elsewhere (a real ``/sys/fs/cgroup``) reach the real functions untouched, and with no fake
+kernel alive the wrappers cost one dictionary test per call.
+
+What it models (each rule is the kernel's, the errno too):
+
+* **mkdir** in a cgroup hierarchy creates that controller's files with the kernel's initial values:
+  on v1 the files of the hierarchy's subsystem (a new cpuset starts empty, as without
+  ``cgroup.clone_children``), on v2 the core files plus those of each controller the parent's
+  ``cgroup.subtree_control`` enables, and ``cgroup.controllers`` lists them.  **mkdir in resctrl**
+  creates ``schemata`` (the root group's lines), ``tasks``, ``cpus``, ``cpus_list``, ``mode`` and
+  ``size``; a group beyond the CLOSIDs (``info/L3/num_closids``) is ENOSPC.
+* **writes** are parsed as the kernel parses them and refused with its errno: CFS quota below 1 ms,
+  a period outside [1 ms, 1 s], a burst above the quota (EINVAL); on v1 a quota above the parent's or
+  below a child's (EINVAL, the hierarchical bandwidth check; v2 clamps instead); ``cpu.shares`` clamped
+  to [2, 262144]; ``cpu.weight`` outside [1, 10000] (ERANGE); a cpuset outside the parent's or outside
+  the online CPUs, a v1 parent shrunk below a child (EBUSY), a malformed list (EINVAL); a memory value
+  that is not a number or "max" (EINVAL), numbers rounded down to whole pages; ``tasks`` and
+  ``cgroup.procs`` naming a pid that does not exist (ESRCH), v1 cpusets without CPUs (ENOSPC), v2
+  cgroups with controllers enabled for their children (EBUSY); a malformed ``io.max`` or blkio
+  throttle line (EINVAL), a device that is not a whole disk (ENODEV), a zero io.max value (ERANGE);
+  ``cgroup.subtree_control`` naming an unknown controller (EINVAL), one the cgroup does not have
+  (ENOENT), enabling below processes or disabling what a child uses (EBUSY); resctrl ``schemata``
+  lines with an unknown resource or domain, a mask that is empty, too wide or not contiguous, a
+  bandwidth outside [min_bandwidth, 100], or no final newline (EINVAL; nothing of a refused write
+  applies).
+* **reads** come back in the kernel's format: ``cpu.max`` "max 100000", ``memory.high`` "max",
+  page-rounded byte counts, canonical CPU lists, schemata with every resource and every cache id,
+  ``tasks`` with the threads moved in (and moved out of their previous group).
+
+What it does not model is listed in :data:`KNOWN_LIMITS` (the proof-by-difference test in
+``tests/test_fake_vs_kernel.py`` exempts exactly those).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+from qosmanager.host.roots import HostRoots
+
+PAGE_SIZE = 4096
+PAGE_COUNTER_MAX = (2**63 - 1) // PAGE_SIZE
+V1_MEMORY_UNLIMITED = PAGE_COUNTER_MAX * PAGE_SIZE  # 9223372036854771712: what v1 prints for "no limit"
+CFS_PERIOD_US = 100_000
+CFS_MIN_US = 1_000  # min_cfs_quota_period: 1 ms
+CFS_MAX_PERIOD_US = 1_000_000  # max_cfs_quota_period: 1 s
+MAX_CFS_RUNTIME_US = ((1 << 44) - 1) // 1000  # max_cfs_runtime (MAX_BW * NSEC_PER_USEC) in us
+SHARES_MIN, SHARES_MAX = 2, 262_144
+WEIGHT_MIN, WEIGHT_MAX = 1, 10_000
+U64_MAX = 2**64 - 1
+BW_SHIFT = 20
+RUNTIME_INF = -1
+INT32_MAX = 2**31 - 1
+
+V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+# v2 controllers in the kernel's subsystem order (how cgroup.controllers and subtree_control print)
+V2_ORDER = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc")
+V2_CONTROLLERS = "cpuset cpu io memory pids"
+
+# memory.stat of a cgroup v1 memcg on a 6.x kernel, in kernel order.
+V1_MEMORY_STAT_KEYS = (
+    "cache", "rss", "rss_huge", "shmem", "mapped_file", "dirty", "writeback", "workingset_refault_anon",
+    "workingset_refault_file", "swap", "swapcached", "pgpgin", "pgpgout", "pgfault", "pgmajfault",
+    "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
+    "hierarchical_memory_limit", "hierarchical_memsw_limit",
+    "total_cache", "total_rss", "total_rss_huge", "total_shmem", "total_mapped_file", "total_dirty",
+    "total_writeback", "total_workingset_refault_anon", "total_workingset_refault_file", "total_swap",
+    "total_swapcached", "total_pgpgin", "total_pgpgout", "total_pgfault", "total_pgmajfault",
+    "total_inactive_anon", "total_active_anon", "total_inactive_file", "total_active_file",
+    "total_unevictable",
+)
+# memory.stat of a cgroup v2 memcg on a 6.x kernel, in kernel order.
+V2_MEMORY_STAT_KEYS = (
+    "anon", "file", "kernel", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "sock", "vmalloc",
+    "shmem", "zswap", "zswapped", "file_mapped", "file_dirty", "file_writeback", "swapcached", "anon_thp",
+    "file_thp", "shmem_thp", "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
+    "slab_reclaimable", "slab_unreclaimable", "slab", "workingset_refault_anon", "workingset_refault_file",
+    "workingset_activate_anon", "workingset_activate_file", "workingset_restore_anon",
+    "workingset_restore_file", "workingset_nodereclaim", "pgscan", "pgsteal", "pgscan_kswapd",
+    "pgscan_direct", "pgscan_khugepaged", "pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged",
+    "pgfault", "pgmajfault", "pgrefill", "pgactivate", "pgdeactivate", "pglazyfree", "pglazyfreed",
+    "zswpin", "zswpout", "zswpwb", "thp_fault_alloc", "thp_collapse_alloc", "thp_swpout",
+    "thp_swpout_fallback",
+)
+V1_CPU_STAT_KEYS = ("nr_periods", "nr_throttled", "throttled_time", "nr_bursts", "burst_time")
+V2_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec", "nr_periods", "nr_throttled", "throttled_usec",
+                    "nr_bursts", "burst_usec")
+V2_ROOT_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec")
+BLKIO_THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                        "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
+PSI_ZERO = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+# What the fake does not model, each a documented difference the proof-by-difference test exempts.
+KNOWN_LIMITS = {
+    "memory-usage": "no memory is charged: a limit below usage is not refused (the kernel reclaims, then "
+                    "EBUSY on v1) and memory.max never OOM-kills",
+    "threads": "a pid is a process with one thread: tasks and cgroup.procs hold the same ids, and v2 "
+               "cgroup.threads takes any pid the way cgroup.procs does",
+    "io.weight": "io.weight (iocost/BFQ) is stored as written, without the scheduler's checks",
+    "exclusive": "cpuset exclusivity, partitions and resctrl exclusive/pseudo-locked modes are not modelled",
+    "bypass": "only the sysio layer is interposed: a one-shot write (FileTable.write_once, used when the "
+              "descriptor budget is spent), cgroup.kill and writes by other processes reach the plain files",
+    "rmdir": "rmdir is not interposed: removing a cgroup with children or processes is not refused",
+    "unknown-files": "files without a rule (statistics, pressure) take any write as plain files, so the "
+                     "fake host's load generator can set them",
+}
+
+class KernelError(Exception):
+    """A write or mkdir the kernel refuses; ``errno`` is what the system call returns."""
+
+    def __init__(self, err: int, why: str = "") -> None:
+        super().__init__(f"{errno.errorcode.get(err, str(err))}: {why or os.strerror(err)}")
+        self.errno = err
+
+
+def _kv(keys: Sequence[str], values: dict[str, int] | None = None) -> str:
+    values = values or {}
+    return "".join(f"{k} {values.get(k, 0)}\n" for k in keys)
+
+
+# ----------------------------------------------------------------------------------------------
+# the kernel's parsers
+# ----------------------------------------------------------------------------------------------
+def _strip_newline(text: str) -> str:
+    """kstrto*() accept one trailing newline and nothing else around the number."""
+    return text[:-1] if text.endswith("\n") else text
+
+
+def kstrtoull(text: str, base: int = 0) -> int:
+    """The kernel's kstrtoull: a leading '+', base 0 (0x hex, 0 octal), one trailing newline."""
+    s = _strip_newline(text)
+    if s.startswith("+"):
+        s = s[1:]
+    if not s or not s[0].isalnum():
+        raise KernelError(errno.EINVAL)
+    try:
+        if base == 0:
+            if s[:2].lower() == "0x":
+                v = int(s[2:], 16) if s[2:] and re.fullmatch(r"[0-9a-fA-F]+", s[2:]) else -1
+            elif s.startswith("0") and len(s) > 1:
+                v = int(s[1:], 8) if re.fullmatch(r"[0-7]+", s[1:]) else -1
+            else:
+                v = int(s, 10) if s.isascii() and s.isdigit() else -1
+        else:
+            v = int(s, base) if re.fullmatch(r"[0-9a-fA-F]+" if base == 16 else r"[0-9]+", s) else -1
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise KernelError(errno.EINVAL)
+    if v > U64_MAX:
+        raise KernelError(errno.ERANGE)
+    return v
+
+
+def kstrtoll(text: str, base: int = 0) -> int:
+    s = _strip_newline(text)
+    if s.startswith("-"):
+        v = -kstrtoull(s[1:], base)
+        if v < -(2**63):
+            raise KernelError(errno.ERANGE)
+        return v
+    v = kstrtoull(s, base)
+    if v > 2**63 - 1:
+        raise KernelError(errno.ERANGE)
+    return v
+
+
+def kstrtoint(text: str, base: int = 0) -> int:
+    v = kstrtoll(text, base)
+    if not -(2**31) <= v <= INT32_MAX:
+        raise KernelError(errno.ERANGE)
+    return v
+
+
+_MEMPARSE = re.compile(r"(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?([kKmMgGtTpPeE]?)")
+
+
+def memparse_pages(text: str, max_token: str) -> int:
+    """page_counter_memparse on a stripped buffer: ``max_token`` or bytes with an optional K/M/G/T/P/E
+    suffix, in pages (rounded down); anything after the number is EINVAL.  An empty buffer is 0, as
+    simple_strtoull makes it."""
+    s = text.strip()
+    if s == max_token:
+        return PAGE_COUNTER_MAX
+    m = _MEMPARSE.fullmatch(s)
+    if m is None:
+        raise KernelError(errno.EINVAL)
+    num, suffix = m.group(1) or "0", m.group(2).lower()
+    v = int(num, 16) if num[:2].lower() == "0x" else int(num, 8) if num.startswith("0") else int(num)
+    v = min(v, U64_MAX)  # simple_strtoull does not report overflow
+    v <<= {"": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50, "e": 60}[suffix]
+    return min((v & U64_MAX) // PAGE_SIZE, PAGE_COUNTER_MAX)
+
+
+def cpulist_parse(text: str, nbits: int) -> set[int]:
+    """bitmap_parselist: "0-3,8,10-15:2/4", empty means none; a CPU beyond ``nbits`` is ERANGE."""
+    s = text.strip()
+    out: set[int] = set()
+    if not s:
+        return out
+    for part in s.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?", part.strip())
+        if m is None:
+            raise KernelError(errno.EINVAL)
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise KernelError(errno.EINVAL)
+        used, grp = (int(m.group(3)), int(m.group(4))) if m.group(3) is not None else (1, 1)
+        if used == 0 or grp == 0 or used > grp:
+            raise KernelError(errno.EINVAL)
+        if hi >= nbits:
+            raise KernelError(errno.ERANGE)
+        out.update(c for c in range(lo, hi + 1) if (c - lo) % grp < used)
+    return out
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _put(path: str, body: str) -> None:
+    with open(path, "w") as f:
+        f.write(body)
+
+
+def _read_or(path: str, default: str) -> str:
+    try:
+        return _read(path)
+    except OSError:
+        return default
+
+
+# ----------------------------------------------------------------------------------------------
+# the kernel
+# ----------------------------------------------------------------------------------------------
+class FakeKernel:
+    """The kernel of one fake host (see the module docstring).
+
+    ``roots``: the fake host's roots (``roots.cgroup`` is the cgroup mount: v1 one dir per hierarchy
+    below it, v2 the unified tree); ``n_cpus`` and ``n_mems``: the online CPUs and memory nodes.
+    Processes exist when :meth:`spawn` named them (the fake host does, for its containers' pids).
+    ``mb_max``: resctrl's MB value for "unlimited" (100 on Intel, 2048 on AMD).
+    """
+
+    def __init__(self, roots: HostRoots, version: int, *, n_cpus: int, n_mems: int = 1,
+                 mb_max: int = 100) -> None:
+        if version not in (1, 2):
+            raise ValueError(f"cgroup version must be 1 or 2, got {version}")
+        self.roots = roots
+        self.version = version
+        self.n_cpus = n_cpus
+        self.n_mems = n_mems
+        self.mb_max = mb_max  # resctrl's unlimited bandwidth: 100 (percent, Intel) or 2048 (1/8 GBps, AMD)
+        self.cgroup_root = os.path.normpath(roots.cgroup)
+        self.resctrl_root = os.path.normpath(roots.sys_path("fs/resctrl"))
+        self.sys_root = os.path.normpath(roots.sys)
+        self.pids: set[int] = set()
+        self._lock = threading.Lock()
+        self._files: dict[str, Callable[[str, str, str, str], str]] = self._rules()
+
+    # ---------------------------------------------------------------- processes
+    def spawn(self, pids: Sequence[int]) -> None:
+        """These processes exist from now on (the fake host's containers' pids)."""
+        self.pids.update(int(p) for p in pids)
+
+    def exit(self, pids: Sequence[int]) -> None:
+        self.pids.difference_update(int(p) for p in pids)
+
+    # ---------------------------------------------------------------- where a path is
+    def owns(self, path: str) -> bool:
+        return path.startswith(self.cgroup_root + "/") or path.startswith(self.resctrl_root + "/") \
+            or path == self.resctrl_root
+
+    def _where(self, path: str) -> tuple[str, str, str] | None:
+        """(mount, dir, file name) of a path in a cgroup hierarchy or in resctrl; mount is the
+        hierarchy's root dir (v1 ``cgroup/<h>``, v2 ``cgroup``) or the resctrl root."""
+        path = os.path.normpath(path)
+        d, name = os.path.split(path)
+        if d == self.resctrl_root or d.startswith(self.resctrl_root + "/"):
+            return self.resctrl_root, d, name
+        if not d.startswith(self.cgroup_root):
+            return None
+        if self.version == 2:
+            return self.cgroup_root, d, name
+        rest = d[len(self.cgroup_root):].lstrip("/")
+        if not rest:
+            return None
+        h = rest.split("/", 1)[0]
+        return os.path.join(self.cgroup_root, h), d, name
+
+    @staticmethod
+    def _hierarchy(mount: str) -> str:
+        return os.path.basename(mount)
+
+    # ---------------------------------------------------------------- mkdir
+    def mkdir(self, path: str, mode: int = 0o777) -> None:
+        """``mkdir(2)`` in the fake tree: the directory and, in a cgroup hierarchy or resctrl, the files the
+        kernel creates in it.  Raises OSError as ``os.mkdir`` does."""
+        path = os.path.normpath(path)
+        where = self._where(os.path.join(path, "x"))
+        with self._lock:
+            if where is not None and where[0] == self.resctrl_root:
+                self._resctrl_mkdir_check(path)
+            os.mkdir(path, mode)
+            if where is None:
+                return
+            mount = where[0]
+            if mount == self.resctrl_root:
+                self._populate_resctrl(path)
+            elif self.version == 1:
+                self._populate_v1(self._hierarchy(mount), path)
+            else:
+                self._populate_v2(path)
+
+    def _populate_v1(self, hierarchy: str, path: str) -> None:
+        files: dict[str, str] = {"tasks": "", "cgroup.procs": "", "notify_on_release": "0\n",
+                                 "cgroup.clone_children": "0\n"}
+        if hierarchy == "cpu":
+            files.update({"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": f"{CFS_PERIOD_US}\n",
+                          "cpu.cfs_burst_us": "0\n", "cpu.shares": "1024\n", "cpu.idle": "0\n",
+                          "cpu.stat": _kv(V1_CPU_STAT_KEYS)})
+        elif hierarchy == "cpuacct":
+            files.update({"cpuacct.usage": "0\n", "cpuacct.stat": "user 0\nsystem 0\n"})
+        elif hierarchy == "cpuset":
+            files.update({"cpuset.cpus": "\n", "cpuset.mems": "\n", "cpuset.cpu_exclusive": "0\n",
+                          "cpuset.mem_exclusive": "0\n"})
+        elif hierarchy == "memory":
+            stat = {"hierarchical_memory_limit": V1_MEMORY_UNLIMITED,
+                    "hierarchical_memsw_limit": V1_MEMORY_UNLIMITED}
+            files.update({"memory.limit_in_bytes": f"{V1_MEMORY_UNLIMITED}\n",
+                          "memory.soft_limit_in_bytes": f"{V1_MEMORY_UNLIMITED}\n",
+                          "memory.usage_in_bytes": "0\n", "memory.max_usage_in_bytes": "0\n",
+                          "memory.stat": _kv(V1_MEMORY_STAT_KEYS, stat)})
+        elif hierarchy == "blkio":
+            files.update(dict.fromkeys(BLKIO_THROTTLE_FILES, ""))
+        for name, body in files.items():
+            _put(os.path.join(path, name), body)
+
+    def _v2_files(self, controllers: Sequence[str], parent: str) -> dict[str, str]:
+        files = {
+            "cgroup.controllers": " ".join(controllers) + "\n" if controllers else "\n",
+            "cgroup.subtree_control": "\n", "cgroup.procs": "", "cgroup.threads": "",
+            "cgroup.type": "domain\n", "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.freeze": "0\n",
+            "cgroup.max.depth": "max\n", "cgroup.max.descendants": "max\n",
+            "cgroup.stat": "nr_descendants 0\nnr_dying_descendants 0\n",
+            "cpu.stat": _kv(V2_ROOT_CPU_STAT_KEYS),
+            "cpu.pressure": PSI_ZERO, "memory.pressure": PSI_ZERO, "io.pressure": PSI_ZERO,
+        }
+        if "cpu" in controllers:
+            files.update({"cpu.max": f"max {CFS_PERIOD_US}\n", "cpu.max.burst": "0\n", "cpu.weight": "100\n",
+                          "cpu.weight.nice": "0\n", "cpu.idle": "0\n", "cpu.stat": _kv(V2_CPU_STAT_KEYS)})
+        if "cpuset" in controllers:
+            files.update({"cpuset.cpus": "\n", "cpuset.mems": "\n",
+                          "cpuset.cpus.effective": _read_or(os.path.join(parent, "cpuset.cpus.effective"),
+                                                            "\n"),
+                          "cpuset.mems.effective": _read_or(os.path.join(parent, "cpuset.mems.effective"),
+                                                            "\n"),
+                          "cpuset.cpus.partition": "member\n"})
+        if "memory" in controllers:
+            files.update({"memory.current": "0\n", "memory.min": "0\n", "memory.low": "0\n",
+                          "memory.high": "max\n", "memory.max": "max\n", "memory.peak": "0\n",
+                          "memory.oom.group": "0\n", "memory.stat": _kv(V2_MEMORY_STAT_KEYS),
+                          "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+                          "memory.swap.current": "0\n", "memory.swap.max": "max\n"})
+        if "io" in controllers:
+            files.update({"io.max": "", "io.weight": "default 100\n", "io.stat": ""})
+        if "pids" in controllers:
+            files.update({"pids.max": "max\n", "pids.current": "0\n", "pids.peak": "0\n"})
+        return files
+
+    def _populate_v2(self, path: str) -> None:
+        parent = os.path.dirname(path)
+        controllers = _read_or(os.path.join(parent, "cgroup.subtree_control"), "").split()
+        for name, body in self._v2_files(controllers, parent).items():
+            _put(os.path.join(path, name), body)
+
+    def _resctrl_groups(self) -> list[str]:
+        return [e.name for e in os.scandir(self.resctrl_root)
+                if e.is_dir() and e.name not in ("info", "mon_groups", "mon_data")]
+
+    def _resctrl_mkdir_check(self, path: str) -> None:
+        if not os.path.isdir(os.path.dirname(path)):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        if os.path.dirname(path) != self.resctrl_root:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM), path)  # groups live at the top level
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+        closids = int(_read_or(os.path.join(self.resctrl_root, "info/L3/num_closids"), "16").strip() or 16)
+        if len(self._resctrl_groups()) + 1 >= closids:  # the root group holds CLOSID 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    def _populate_resctrl(self, path: str) -> None:
+        root_schemata = self._schemata_read(self.resctrl_root)
+        words = -(-self.n_cpus // 32)
+        files = {"schemata": self._schemata_format(root_schemata), "tasks": "",
+                 "cpus": ",".join(["00000000"] * words) + "\n", "cpus_list": "\n",
+                 "mode": "shareable\n", "size": ""}
+        for name, body in files.items():
+            _put(os.path.join(path, name), body)
+
+    # ---------------------------------------------------------------- writes
+    def has_rule(self, path: str) -> bool:
+        """Whether writes to ``path`` follow a kernel rule (else it is a plain file of the fake tree)."""
+        where = self._where(path)
+        return where is not None and (("resctrl:" if where[0] == self.resctrl_root else "") + where[2]) in self._files
+
+    def write(self, path: str, data: bytes) -> int:
+        """One ``write(2)`` of ``data`` to ``path``: 0, or the errno the kernel returns."""
+        where = self._where(path)
+        text = data.decode(errors="replace")
+        with self._lock:
+            if where is None:
+                return self._plain(path, text)
+            mount, d, name = where
+            rule = self._files.get(("resctrl:" if mount == self.resctrl_root else "") + name)
+            if rule is None:
+                return self._plain(path, text)
+            if not os.path.exists(path):
+                return errno.ENOENT
+            try:
+                body = rule(mount, d, name, text)
+            except KernelError as e:
+                return e.errno
+            except OSError as e:
+                return e.errno or errno.EIO
+            _put(path, body)
+            return 0
+
+    @staticmethod
+    def _plain(path: str, text: str) -> int:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        except OSError as e:
+            return e.errno or errno.EIO
+        try:
+            os.write(fd, text.encode())
+        except OSError as e:
+            return e.errno or errno.EIO
+        finally:
+            os.close(fd)
+        return 0
+
+    def _rules(self) -> dict[str, Callable[[str, str, str, str], str]]:
+        r: dict[str, Callable[[str, str, str, str], str]] = {
+            "tasks": self._w_procs, "cgroup.procs": self._w_procs,
+            "resctrl:tasks": self._w_resctrl_tasks, "resctrl:schemata": self._w_schemata,
+        }
+        if self.version == 1:
+            r.update({
+                "cpu.cfs_quota_us": self._w_quota_v1, "cpu.cfs_period_us": self._w_period_v1,
+                "cpu.cfs_burst_us": self._w_burst, "cpu.shares": self._w_shares,
+                "cpuset.cpus": self._w_cpuset, "cpuset.mems": self._w_cpuset,
+                "memory.limit_in_bytes": self._w_v1_memory, "memory.soft_limit_in_bytes": self._w_v1_memory,
+                **dict.fromkeys(BLKIO_THROTTLE_FILES, self._w_blkio_throttle),
+            })
+        else:
+            r.update({
+                "cgroup.threads": self._w_procs, "cpu.max": self._w_cpu_max, "cpu.max.burst": self._w_burst,
+                "cpu.weight": self._w_weight, "cpuset.cpus": self._w_cpuset, "cpuset.mems": self._w_cpuset,
+                "memory.high": self._w_v2_memory, "memory.max": self._w_v2_memory,
+                "memory.low": self._w_v2_memory, "memory.min": self._w_v2_memory,
+                "memory.swap.max": self._w_v2_memory, "io.max": self._w_io_max, "io.weight": self._w_io_weight,
+                "cgroup.subtree_control": self._w_subtree_control,
+            })
+        return r
+
+    # ---- CFS bandwidth
+    def _bandwidth(self, d: str) -> tuple[int, int, int]:
+        """(quota us or RUNTIME_INF, period us, burst us) of a cgroup dir as stored."""
+        if self.version == 1:
+            quota = int(_read_or(os.path.join(d, "cpu.cfs_quota_us"), "-1").strip() or -1)
+            period = int(_read_or(os.path.join(d, "cpu.cfs_period_us"), str(CFS_PERIOD_US)).strip())
+            burst = int(_read_or(os.path.join(d, "cpu.cfs_burst_us"), "0").strip() or 0)
+        else:
+            q, _, p = _read_or(os.path.join(d, "cpu.max"), f"max {CFS_PERIOD_US}").strip().partition(" ")
+            quota = RUNTIME_INF if q == "max" else int(q)
+            period = int(p.strip() or CFS_PERIOD_US)
+            burst = int(_read_or(os.path.join(d, "cpu.max.burst"), "0").strip() or 0)
+        return (RUNTIME_INF if quota < 0 else quota), period, burst
+
+    def _set_bandwidth(self, mount: str, d: str, quota: int, period: int, burst: int) -> None:
+        """tg_set_cfs_bandwidth's checks (quota, period and burst in us; RUNTIME_INF = no limit)."""
+        if d == mount:
+            raise KernelError(errno.EINVAL, "the root cgroup has no bandwidth")
+        if (quota != RUNTIME_INF and quota < CFS_MIN_US) or period < CFS_MIN_US:
+            raise KernelError(errno.EINVAL, "quota or period below 1 ms")
+        if period > CFS_MAX_PERIOD_US:
+            raise KernelError(errno.EINVAL, "period above 1 s")
+        if quota != RUNTIME_INF and quota > MAX_CFS_RUNTIME_US:
+            raise KernelError(errno.EINVAL)
+        if quota != RUNTIME_INF and (burst > quota or burst + quota > MAX_CFS_RUNTIME_US):
+            raise KernelError(errno.EINVAL, "burst above quota")
+        if self.version == 1:
+            self._schedulable(mount, d, quota, period)
+
+    def _ratio(self, quota: int, period: int) -> int:
+        return RUNTIME_INF if quota == RUNTIME_INF else (quota << BW_SHIFT) // period
+
+    def _schedulable(self, mount: str, d: str, quota: int, period: int) -> None:
+        """v1's __cfs_schedulable: walking down from the root, a cgroup's quota ratio may not exceed its
+        parent's effective one (unlimited inherits the parent's)."""
+        parents = []
+        cur = d
+        while cur != mount:
+            cur = os.path.dirname(cur)
+            parents.append(cur)
+        eff = RUNTIME_INF
+        for p in reversed(parents[:-1]):  # below the root
+            q, per, _ = self._bandwidth(p)
+            r = self._ratio(q, per)
+            if r == RUNTIME_INF:
+                continue
+            if eff != RUNTIME_INF and r > eff:
+                raise KernelError(errno.EINVAL)
+            eff = r
+        mine = self._ratio(quota, period)
+        if mine != RUNTIME_INF and eff != RUNTIME_INF and mine > eff:
+            raise KernelError(errno.EINVAL, "quota above the parent's")
+        self._check_below(d, eff if mine == RUNTIME_INF else mine)
+
+    def _check_below(self, d: str, eff: int) -> None:
+        for e in os.scandir(d):
+            if not e.is_dir(follow_symlinks=False):
+                continue
+            q, per, _ = self._bandwidth(e.path)
+            r = self._ratio(q, per)
+            if r != RUNTIME_INF and eff != RUNTIME_INF and r > eff:
+                raise KernelError(errno.EINVAL, "quota below a child's")
+            self._check_below(e.path, eff if r == RUNTIME_INF else r)
+
+    def _w_quota_v1(self, mount: str, d: str, name: str, text: str) -> str:
+        v = kstrtoll(text)
+        quota = RUNTIME_INF if v < 0 else v
+        _, period, burst = self._bandwidth(d)
+        if quota != RUNTIME_INF and v > U64_MAX // 1000:
+            raise KernelError(errno.EINVAL)
+        self._set_bandwidth(mount, d, quota, period, burst)
+        return f"{quota}\n"
+
+    def _w_period_v1(self, mount: str, d: str, name: str, text: str) -> str:
+        period = kstrtoull(text)
+        if period > U64_MAX // 1000:
+            raise KernelError(errno.EINVAL)
+        quota, _, burst = self._bandwidth(d)
+        self._set_bandwidth(mount, d, quota, period, burst)
+        return f"{period}\n"
+
+    def _w_burst(self, mount: str, d: str, name: str, text: str) -> str:
+        burst = kstrtoull(text)
+        if burst > U64_MAX // 1000:
+            raise KernelError(errno.EINVAL)
+        quota, period, _ = self._bandwidth(d)
+        self._set_bandwidth(mount, d, quota, period, burst)
+        return f"{burst}\n"
+
+    def _w_cpu_max(self, mount: str, d: str, name: str, text: str) -> str:
+        words = text.split()
+        if not words:
+            raise KernelError(errno.EINVAL)
+        quota_s = words[0][:20]
+        _, period, burst = self._bandwidth(d)
+        if len(words) > 1:
+            m = re.match(r"\+?\d+", words[1])
+            if m:
+                period = int(m.group(0))
+        m = re.match(r"\+?\d+", quota_s)
+        if m:
+            quota = int(m.group(0))
+        elif quota_s == "max":
+            quota = RUNTIME_INF
+        else:
+            raise KernelError(errno.EINVAL)
+        self._set_bandwidth(mount, d, quota, period, burst)
+        return f"{'max' if quota == RUNTIME_INF else quota} {period}\n"
+
+    def _w_shares(self, mount: str, d: str, name: str, text: str) -> str:
+        v = kstrtoull(text)
+        if d == mount:
+            raise KernelError(errno.EINVAL)
+        return f"{min(max(v, SHARES_MIN), SHARES_MAX)}\n"
+
+    def _w_weight(self, mount: str, d: str, name: str, text: str) -> str:
+        v = kstrtoull(text)
+        if not WEIGHT_MIN <= v <= WEIGHT_MAX:
+            raise KernelError(errno.ERANGE)
+        return f"{v}\n"
+
+    # ---- cpuset
+    def _cpuset_of(self, d: str, name: str) -> set[int]:
+        return set(parse_cpu_list(_read_or(os.path.join(d, name), "").strip()))
+
+    def _w_cpuset(self, mount: str, d: str, name: str, text: str) -> str:
+        total = self.n_mems if name == "cpuset.mems" else self.n_cpus
+        want = cpulist_parse(text, total)
+        if d == mount:
+            raise KernelError(errno.EACCES if self.version == 1 else errno.ENOENT)
+        parent = os.path.dirname(d)
+        if self.version == 1:
+            if not want <= self._cpuset_of(parent, name):
+                raise KernelError(errno.EINVAL, "outside the parent's")
+            for e in os.scandir(d):
+                if e.is_dir(follow_symlinks=False) and not self._cpuset_of(e.path, name) <= want:
+                    raise KernelError(errno.EBUSY, "a child uses more")
+            if not want and _read_or(os.path.join(d, "tasks"), "").strip():
+                raise KernelError(errno.ENOSPC)
+        else:
+            eff_name = name + ".effective"
+            parent_eff = self._cpuset_of(parent, eff_name)
+            _put(os.path.join(d, eff_name), format_cpu_list(sorted((want & parent_eff) or parent_eff)) + "\n")
+        return format_cpu_list(sorted(want)) + "\n"
+
+    # ---- memory
+    def _w_v1_memory(self, mount: str, d: str, name: str, text: str) -> str:
+        if d == mount:
+            raise KernelError(errno.EINVAL)
+        pages = memparse_pages(text, "-1")
+        return f"{pages * PAGE_SIZE}\n"
+
+    def _w_v2_memory(self, mount: str, d: str, name: str, text: str) -> str:
+        pages = memparse_pages(text, "max")
+        return "max\n" if pages == PAGE_COUNTER_MAX else f"{pages * PAGE_SIZE}\n"
+
+    # ---- block devices
+    def _disks(self) -> set[str]:
+        """MAJ:MIN of the whole disks of the fake host (``sys/block/<disk>/dev``)."""
+        out = set()
+        base = os.path.join(self.sys_root, "block")
+        with contextlib.suppress(OSError):
+            for e in os.scandir(base):
+                dev = _read_or(os.path.join(e.path, "dev"), "").strip()
+                if dev:
+                    out.add(dev)
+        return out
+
+    def _device(self, text: str) -> tuple[str, str]:
+        m = re.match(r"\s*(\d+):(\d+)", text)
+        if m is None:
+            raise KernelError(errno.EINVAL)
+        dev = f"{int(m.group(1))}:{int(m.group(2))}"
+        if dev not in self._disks():
+            raise KernelError(errno.ENODEV)
+        return dev, text[m.end():]
+
+    @staticmethod
+    def _table(current: str) -> dict[str, str]:
+        out = {}
+        for ln in current.splitlines():
+            if ln.strip():
+                dev, _, rest = ln.strip().partition(" ")
+                out[dev] = rest
+        return out
+
+    @staticmethod
+    def _dev_key(dev: str) -> tuple[int, int]:
+        a, _, b = dev.partition(":")
+        return int(a), int(b)
+
+    def _w_blkio_throttle(self, mount: str, d: str, name: str, text: str) -> str:
+        dev, body = self._device(text)
+        m = re.match(r"\s*(\d+)", body)
+        if m is None:
+            raise KernelError(errno.EINVAL)
+        v = int(m.group(1))
+        path = os.path.join(d, name)
+        table = self._table(_read_or(path, ""))
+        if v == 0 or v >= U64_MAX:
+            table.pop(dev, None)
+        else:
+            table[dev] = str(v)
+        return "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
+
+    def _w_io_max(self, mount: str, d: str, name: str, text: str) -> str:
+        dev, body = self._device(text)
+        keys = ("rbps", "wbps", "riops", "wiops")
+        table = self._table(_read_or(os.path.join(d, name), ""))
+        cur = dict(kv.split("=", 1) for kv in table.get(dev, "").split() if "=" in kv)
+        vals = {k: cur.get(k, "max") for k in keys}
+        for tok in body.split():
+            name, eq, val = tok[:26].partition("=")
+            if not eq:
+                raise KernelError(errno.EINVAL)
+            m = re.match(r"\+?\d+", val)
+            if m is None and val != "max":
+                raise KernelError(errno.EINVAL)
+            num = "max" if m is None else str(int(m.group(0)))
+            if num == "0":
+                raise KernelError(errno.ERANGE)
+            if name not in keys:
+                raise KernelError(errno.EINVAL)
+            vals[name] = "max" if m is not None and int(num) >= U64_MAX else num
+        if all(v == "max" for v in vals.values()):
+            table.pop(dev, None)
+        else:
+            table[dev] = " ".join(f"{k}={vals[k]}" for k in keys)
+        return "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
+
+    def _w_io_weight(self, mount: str, d: str, name: str, text: str) -> str:
+        """iocost's io.weight: "[default] N" sets the cgroup's weight, "MAJ:MIN N" one disk's,
+        "MAJ:MIN default" drops it; weights within [1, 10000] (EINVAL otherwise)."""
+        lines = _read_or(os.path.join(d, name), "default 100\n").splitlines()
+        dflt = next((ln.split()[1] for ln in lines if ln.startswith("default ")), "100")
+        table = self._table("\n".join(ln for ln in lines if not ln.startswith("default ")))
+        body = text.strip()
+        if ":" not in body:
+            m = re.fullmatch(r"(?:default\s+)?(\d+)", body)
+            if m is None:
+                raise KernelError(errno.EINVAL)
+            if not WEIGHT_MIN <= int(m.group(1)) <= WEIGHT_MAX:
+                raise KernelError(errno.EINVAL)
+            dflt = str(int(m.group(1)))
+        else:
+            dev, rest = self._device(body)
+            rest = rest.strip()
+            if rest.startswith("default"):
+                table.pop(dev, None)
+            else:
+                m = re.match(r"\d+", rest)
+                if m is None or not WEIGHT_MIN <= int(m.group(0)) <= WEIGHT_MAX:
+                    raise KernelError(errno.EINVAL)
+                table[dev] = str(int(m.group(0)))
+        return f"default {dflt}\n" + "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
+
+    # ---- v2 controllers
+    def _w_subtree_control(self, mount: str, d: str, name: str, text: str) -> str:
+        enable, disable = set(), set()
+        for tok in text.strip().split(" "):
+            if not tok:
+                continue
+            if tok[1:] not in V2_ORDER:
+                raise KernelError(errno.EINVAL)
+            if tok[0] == "+":
+                enable.add(tok[1:])
+                disable.discard(tok[1:])
+            elif tok[0] == "-":
+                disable.add(tok[1:])
+                enable.discard(tok[1:])
+            else:
+                raise KernelError(errno.EINVAL)
+        have = set(_read_or(os.path.join(d, "cgroup.controllers"), "").split())
+        current = set(_read_or(os.path.join(d, "cgroup.subtree_control"), "").split())
+        enable -= current
+        disable &= current
+        if enable - have:
+            raise KernelError(errno.ENOENT, "not available to this cgroup")
+        children = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+        if enable and d != mount and _read_or(os.path.join(d, "cgroup.procs"), "").strip():
+            raise KernelError(errno.EBUSY, "no internal processes")
+        for c in children:
+            if disable & set(_read_or(os.path.join(c, "cgroup.subtree_control"), "").split()):
+                raise KernelError(errno.EBUSY, "a child uses it")
+        new = (current | enable) - disable
+        ordered = [c for c in V2_ORDER if c in new]
+        for c in children:  # the children's controller files appear and go
+            _put(os.path.join(c, "cgroup.controllers"), " ".join(ordered) + "\n")
+            want = self._v2_files(ordered, d)
+            for gone in disable:
+                for name in self._v2_files([gone], d):
+                    if name not in want:
+                        with contextlib.suppress(OSError):
+                            os.unlink(os.path.join(c, name))
+            for name, body in want.items():
+                if not os.path.exists(os.path.join(c, name)):
+                    _put(os.path.join(c, name), body)
+        return " ".join(ordered) + "\n"
+
+    # ---- processes
+    def _move(self, mount: str, d: str, pid: int, names: tuple[str, ...]) -> None:
+        """Take ``pid`` out of every other cgroup of this hierarchy (the kernel keeps it in one)."""
+        for root, _dirs, files in os.walk(mount):
+            if root == d or "info" in root.split("/"):
+                continue
+            for name in names:
+                if name in files:
+                    p = os.path.join(root, name)
+                    body = _read_or(p, "")
+                    if str(pid) in body.split():
+                        _put(p, "".join(f"{t}\n" for t in body.split() if t != str(pid)))
+
+    def _w_procs(self, mount: str, d: str, name: str, text: str) -> str:
+        pid = kstrtoint(text.strip())
+        if pid < 0:
+            raise KernelError(errno.EINVAL)
+        if pid not in self.pids:
+            raise KernelError(errno.ESRCH)
+        if self.version == 1 and self._hierarchy(mount) == "cpuset" and d != mount and (
+                not self._cpuset_of(d, "cpuset.cpus") or not self._cpuset_of(d, "cpuset.mems")):
+            raise KernelError(errno.ENOSPC)
+        if self.version == 2 and d != mount and _read_or(os.path.join(d, "cgroup.subtree_control"), "").strip():
+            raise KernelError(errno.EBUSY)
+        names = ("tasks", "cgroup.procs") if self.version == 1 else ("cgroup.procs", "cgroup.threads")
+        self._move(mount, d, pid, names)
+        for other in names:  # a process of one thread: both files list it
+            if other != name:
+                p = os.path.join(d, other)
+                body = _read_or(p, "")
+                if str(pid) not in body.split():
+                    _put(p, body + f"{pid}\n")
+        body = _read_or(os.path.join(d, name), "")
+        return body if str(pid) in body.split() else body + f"{pid}\n"
+
+    def _w_resctrl_tasks(self, mount: str, d: str, name: str, text: str) -> str:
+        body = _read_or(os.path.join(d, name), "")
+        for tok in text.strip().split(","):
+            tok = tok.strip()
+            pid = kstrtoint(tok) if tok else 0
+            if pid < 0 or not tok:
+                raise KernelError(errno.EINVAL)
+            if pid not in self.pids:
+                _put(os.path.join(d, name), body)  # the ids before it were moved
+                raise KernelError(errno.ESRCH)
+            self._move(mount, d, pid, ("tasks",))
+            if str(pid) not in body.split():
+                body += f"{pid}\n"
+        return body
+
+    # ---- resctrl schemata
+    def _resctrl_info(self) -> tuple[int, int, int, int]:
+        info = os.path.join(self.resctrl_root, "info")
+        cbm = int(_read_or(os.path.join(info, "L3/cbm_mask"), "7ff").strip() or "7ff", 16)
+        min_bits = int(_read_or(os.path.join(info, "L3/min_cbm_bits"), "1").strip() or 1)
+        min_bw = int(_read_or(os.path.join(info, "MB/min_bandwidth"), "10").strip() or 10)
+        gran = int(_read_or(os.path.join(info, "MB/bandwidth_gran"), "10").strip() or 10)
+        return cbm, min_bits, min_bw, gran
+
+    def _resources(self) -> list[str]:
+        info = os.path.join(self.resctrl_root, "info")
+        return [r for r in ("L3", "MB") if os.path.isdir(os.path.join(info, r))]
+
+    def _schemata_read(self, d: str) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for ln in _read_or(os.path.join(d, "schemata"), "").splitlines():
+            name, sep, body = ln.partition(":")
+            if not sep:
+                continue
+            items: dict[int, int] = {}
+            for it in body.strip().split(";"):
+                k, eq, v = it.partition("=")
+                if eq:
+                    items[int(k)] = int(v.strip(), 16 if name.strip() == "L3" else 10)
+            out[name.strip()] = items
+        return out
+
+    def _schemata_format(self, s: dict[str, dict[int, int]]) -> str:
+        names = [n for n in self._resources() if n in s] or list(s)
+        width = max((len(n) for n in names), default=0)
+        lines = []
+        for n in names:
+            fmt = "{}={:x}" if n == "L3" else "{}={}"
+            lines.append(f"{n:>{width}}:" + ";".join(fmt.format(i, v) for i, v in sorted(s[n].items())))
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    def _w_schemata(self, mount: str, d: str, name: str, text: str) -> str:
+        if not text.endswith("\n"):
+            raise KernelError(errno.EINVAL, "a schemata write ends with a newline")
+        cbm_mask, min_bits, min_bw, gran = self._resctrl_info()
+        staged = self._schemata_read(d)
+        known = self._resources()
+        for line in text[:-1].split("\n"):
+            name, sep, dom = line.partition(":")
+            name = name.strip()
+            if not sep:
+                raise KernelError(errno.EINVAL, "missing ':'")
+            if not dom.strip():
+                raise KernelError(errno.EINVAL, f"missing '{name}' value")
+            if name not in known or name not in staged:
+                raise KernelError(errno.EINVAL, f"unknown resource {name}")
+            rest = dom.strip()
+            while rest:
+                item, _, rest = rest.partition(";")
+                k, eq, v = item.partition("=")
+                if not eq or not k.strip().isdigit():
+                    raise KernelError(errno.EINVAL, "missing '=' or non-numeric domain")
+                dom_id = int(k.strip())
+                if dom_id not in staged[name]:
+                    raise KernelError(errno.EINVAL, f"unknown domain {dom_id}")
+                v = v.strip()
+                if name == "L3":
+                    if not v or not re.fullmatch(r"[0-9a-fA-F]+", v):
+                        raise KernelError(errno.EINVAL)
+                    mask = int(v, 16)
+                    if (min_bits > 0 and mask == 0) or mask > cbm_mask:
+                        raise KernelError(errno.EINVAL, "mask out of range")
+                    bits = f"{mask:b}".strip("0")
+                    if "0" in bits:
+                        raise KernelError(errno.EINVAL, "non-consecutive 1-bits")
+                    if len(bits) < min_bits:
+                        raise KernelError(errno.EINVAL)
+                    staged[name][dom_id] = mask
+                else:
+                    if not v.isdigit():
+                        raise KernelError(errno.EINVAL)
+                    bw = int(v)
+                    if bw < min_bw or bw > self.mb_max:
+                        raise KernelError(errno.EINVAL, "MB value out of range")
+                    staged[name][dom_id] = -(-bw // gran) * gran
+        return self._schemata_format(staged)
+
+
+
+# ----------------------------------------------------------------------------------------------
+# the sysio interposer
+# ----------------------------------------------------------------------------------------------
+_KERNELS: weakref.WeakValueDictionary[str, FakeKernel] = weakref.WeakValueDictionary()
+_FDS: dict[int, tuple[str, FakeKernel]] = {}  # descriptor -> (path, kernel) of files opened in a fake tree
+_REAL: dict[str, Any] = {}
+_INSTALL_LOCK = threading.Lock()
+
+
+def _owner(path: str) -> FakeKernel | None:
+    for k in list(_KERNELS.values()):
+        if k.owns(path):
+            return k
+    return None
+
+
+def _open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
+    fds = _REAL["open_batch"](paths, flags)
+    if _KERNELS:
+        for p, fd in zip(paths, fds.tolist()):
+            if fd >= 0:
+                k = _owner(os.path.abspath(p))
+                if k is not None:
+                    _FDS[fd] = (os.path.abspath(p), k)
+                else:
+                    _FDS.pop(fd, None)
+    return fds
+
+
+def _registered(fd: int) -> tuple[str, FakeKernel] | None:
+    """The fake file behind a descriptor, when the descriptor still names it (a descriptor closed outside
+    the batch functions and reused for another file is forgotten)."""
+    hit = _FDS.get(fd)
+    if hit is None:
+        return None
+    try:
+        now = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        now = ""
+    if now != hit[0]:
+        _FDS.pop(fd, None)
+        return None
+    return hit
+
+
+def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarray) -> np.ndarray:
+    if not _FDS:
+        return _REAL["pwrite_batch"](fds, payloads, truncate)
+    fd_list = np.asarray(fds).tolist()
+    hits = [_registered(fd) for fd in fd_list]
+    if not any(hits):
+        return _REAL["pwrite_batch"](fds, payloads, truncate)
+    err = np.zeros(len(payloads), dtype=np.int32)
+    rest = [i for i, h in enumerate(hits) if h is None]
+    if rest:
+        idx = np.asarray(rest, dtype=np.int64)
+        err[idx] = _REAL["pwrite_batch"](np.asarray(fds)[idx], [payloads[i] for i in rest],
+                                         np.asarray(truncate)[idx])
+    for i, h in enumerate(hits):
+        if h is not None:
+            path, k = h
+            err[i] = k.write(path, payloads[i])
+    return err
+
+
+def _fstatfs_magic(fd: int) -> int | None:
+    hit = _registered(fd) if _FDS else None
+    if hit is not None and hit[1].has_rule(hit[0]):
+        path, k = hit
+        if path.startswith(k.resctrl_root):
+            return 0x07655821
+        return 0x27E0EB if k.version == 1 else 0x63677270
+    return _REAL["fstatfs_magic"](fd)
+
+
+def _close_batch(fds: np.ndarray) -> None:
+    if _FDS:
+        for fd in np.asarray(fds).tolist():
+            _FDS.pop(fd, None)
+    _REAL["close_batch"](fds)
+
+
+def _mkdir(path: str, mode: int = 0o777) -> None:
+    k = _owner(os.path.abspath(path)) if _KERNELS else None
+    if k is None:
+        _REAL["mkdir"](path, mode)
+    else:
+        k.mkdir(os.path.abspath(path), mode)
+
+
+def install() -> None:
+    """Put the fake kernels in front of the sysio layer (idempotent).  Paths of no live fake kernel go to
+    the real functions."""
+    from qosmanager._native import sysio
+
+    with _INSTALL_LOCK:
+        if _REAL:
+            return
+        for name, wrapper in (("open_batch", _open_batch), ("pwrite_batch", _pwrite_batch),
+                              ("fstatfs_magic", _fstatfs_magic), ("close_batch", _close_batch),
+                              ("mkdir", _mkdir)):
+            _REAL[name] = getattr(sysio, name)
+            setattr(sysio, name, wrapper)
+
+
+def register(kernel: FakeKernel) -> None:
+    """Route the sysio calls for paths below ``kernel``'s roots to it while it lives."""
+    install()
+    _KERNELS[kernel.cgroup_root] = kernel
