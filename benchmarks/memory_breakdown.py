@@ -92,7 +92,7 @@ def build(root: str, pods: int, per_pod: int) -> None:
     from qosmanager.sim.fakehost import FakeHost
     from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 
-    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=64)
+    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=64, kernel=False)
     ps = FakeHost.make_pods(pods * per_pod, containers_per_pod=per_pod, seed=43)
     host.add_pods(ps)
     slo = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota",

@@ -45,7 +45,7 @@ NODESLO = {
 @pytest.fixture(scope="module")
 def agent(tmpfs_dir: str) -> Any:
     root = os.path.join(tmpfs_dir, "agent")
-    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=32, resctrl=True)
+    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=32, resctrl=True, kernel=False)
     pods = FakeHost.make_pods(N, containers_per_pod=2, seed=31)
     host.add_pods(pods)
     for name, obj in (("pods.json", pod_list(pod_object(p) for p in pods)),

@@ -25,7 +25,7 @@ N_CONTAINERS = 2000
 @pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
 def node(request: Any, tmpfs_dir: str) -> Any:
     version = request.param
-    host = FakeHost(os.path.join(tmpfs_dir, f"collect-v{version}"), version=version, n_cpus=32)
+    host = FakeHost(os.path.join(tmpfs_dir, f"collect-v{version}"), version=version, n_cpus=32, kernel=False)
     pods = FakeHost.make_pods(N_CONTAINERS, containers_per_pod=2, seed=7)
     host.add_pods(pods)
     store = StateStore()

@@ -30,7 +30,7 @@ GATES = {"BEMemoryEvict": True, "BECPUEvict": True, "CPUEvict": True}
 
 
 def _agent(tmpfs_dir: str, name: str, memory_threshold: int, cpu_threshold: int, satisfaction: int) -> Any:
-    cfg = SimConfig(containers=N, cgroup_version=2, cpus=64, memory_gib=256, seed=1, duration=3600.0,
+    cfg = SimConfig(containers=N, kernel=False, cgroup_version=2, cpus=64, memory_gib=256, seed=1, duration=3600.0,
                     memory_threshold_percent=memory_threshold)
     root = os.path.join(tmpfs_dir, name)
     os.makedirs(root)

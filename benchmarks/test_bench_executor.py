@@ -37,7 +37,7 @@ def container_dirs(layout: CgroupLayout) -> list[str]:
 @pytest.fixture(scope="module", params=["tmpfs", pytest.param("kernel", marks=pytest.mark.kernel)])
 def target(request: Any, tmpfs_dir: str) -> Any:
     if request.param == "tmpfs":
-        host = FakeHost(os.path.join(tmpfs_dir, "executor"), version=1, n_cpus=8)
+        host = FakeHost(os.path.join(tmpfs_dir, "executor"), version=1, n_cpus=8, kernel=False)
         pods = FakeHost.make_pods(N, containers_per_pod=2, seed=5, be_fraction=0.0)
         host.add_pods(pods)
         yield "tmpfs", host.layout, container_dirs(host.layout), tmpfs_dir

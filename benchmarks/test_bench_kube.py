@@ -37,7 +37,7 @@ SLO = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfs
 @pytest.fixture(scope="module")
 def node(tmpfs_dir: str) -> Any:
     root = os.path.join(tmpfs_dir, "kube")
-    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=32)
+    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=32, kernel=False)
     pods = FakeHost.make_pods(N, containers_per_pod=2, seed=41)
     host.add_pods(pods)
     objs = [pod_object(p) for p in pods]

@@ -46,7 +46,7 @@ SIZES: dict[str, tuple[int, int, float, dict[str, float], float]] = {
 
 
 def build(root: str, pods_n: int, per_pod: int) -> dict[str, Any]:
-    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=64)
+    host = FakeHost(os.path.join(root, "host"), version=1, n_cpus=64, kernel=False)
     pods = FakeHost.make_pods(pods_n * per_pod, containers_per_pod=per_pod, seed=43)
     host.add_pods(pods)
     objs = [pod_object(p, node_name=NODE) for p in pods]

@@ -61,7 +61,7 @@ def percentile(xs: list[float], p: float) -> float:
 def test_soak_with_churn(tmpfs_dir: str) -> None:
     tune_malloc()  # the allocator settings of the deployed agent
     duration = MINUTES * 60.0
-    cfg = SimConfig(containers=CONTAINERS, duration=duration, seed=5)
+    cfg = SimConfig(containers=CONTAINERS, duration=duration, seed=5, kernel=False)
     root = tempfile.mkdtemp(prefix="soak-", dir=tmpfs_dir)
     node = build_node(cfg, root)
     host: FakeHost = node.host

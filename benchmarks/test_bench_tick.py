@@ -24,7 +24,7 @@ from qosmanager.states.store import StateStore
 @pytest.fixture(scope="module", params=[2000, 5000], ids=["2000c", "5000c"])
 def node(request: Any, tmpfs_dir: str) -> Any:
     n = request.param
-    host = FakeHost(os.path.join(tmpfs_dir, f"tick-{n}"), version=1, n_cpus=64)
+    host = FakeHost(os.path.join(tmpfs_dir, f"tick-{n}"), version=1, n_cpus=64, kernel=False)
     pods = FakeHost.make_pods(n, containers_per_pod=2, seed=21)
     host.add_pods(pods)
     spare = FakeHost.make_pods(n // 10, containers_per_pod=2, seed=22)

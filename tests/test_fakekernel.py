@@ -141,14 +141,14 @@ def test_v1_cpuset_rules(tmp_path: Path) -> None:
     parent = _mk(h, "cpuset", "p")
     assert _write(h, f"{parent}/cpuset.cpus", "0-1") == 0
     child = _mk(h, "cpuset", "p/c")
-    assert _write(h, f"{child}/cpuset.cpus", "2") == errno.EINVAL  # outside the parent's
+    assert _write(h, f"{child}/cpuset.cpus", "2") == errno.EACCES  # outside the parent's
     assert _write(h, f"{child}/cpuset.cpus", "1,0") == 0
     assert _read(f"{child}/cpuset.cpus") == "0-1\n"
     assert _write(h, f"{parent}/cpuset.cpus", "0") == errno.EBUSY  # below the child's
     assert _write(h, f"{child}/cpuset.cpus", "x") == errno.EINVAL
     _k(h).spawn([4242])
     assert _write(h, f"{child}/tasks", "4242") == errno.ENOSPC  # no memory nodes yet
-    assert _write(h, f"{child}/cpuset.mems", "0") == errno.EINVAL  # the parent has none either
+    assert _write(h, f"{child}/cpuset.mems", "0") == errno.EACCES  # the parent has none either
     assert _write(h, f"{parent}/cpuset.mems", "0") == 0
     assert _write(h, f"{child}/cpuset.mems", "0") == 0
     assert _write(h, f"{child}/tasks", "4242") == 0
@@ -200,10 +200,10 @@ def test_v2_mkdir_follows_subtree_control(tmp_path: Path) -> None:
     assert _read(f"{d}/cgroup.controllers") == "cpuset cpu io memory pids\n"
     assert _read(f"{d}/cpu.max") == "max 100000\n"
     assert _read(f"{d}/memory.high") == "max\n"
-    assert _read(f"{d}/cgroup.subtree_control") == "\n"
+    assert _read(f"{d}/cgroup.subtree_control") == ""
     leaf = f"{d}/leaf"
     k.mkdir(leaf)  # nothing enabled below "plain": core files only
-    assert _read(f"{leaf}/cgroup.controllers") == "\n"
+    assert _read(f"{leaf}/cgroup.controllers") == ""
     assert not os.path.exists(f"{leaf}/cpu.max")
     assert os.path.exists(f"{leaf}/cpu.stat") and os.path.exists(f"{leaf}/cgroup.procs")
     assert _write(h, f"{d}/cgroup.subtree_control", "+cpu +memory") == 0
@@ -267,11 +267,13 @@ def test_v2_no_internal_processes(tmp_path: Path) -> None:
     k.mkdir(d)
     k.spawn([777])
     assert _write(h, f"{d}/cgroup.procs", "777") == 0
-    assert _write(h, f"{d}/cgroup.subtree_control", "+cpu") == errno.EBUSY
+    assert _write(h, f"{d}/cgroup.subtree_control", "+memory") == errno.EBUSY  # a domain controller
     k.mkdir(f"{d}/leaf")
     assert _write(h, f"{d}/leaf/cgroup.procs", "777") == 0
-    assert _write(h, f"{d}/cgroup.subtree_control", "+cpu") == 0
+    assert _write(h, f"{d}/cgroup.subtree_control", "+memory") == 0
     assert _write(h, f"{d}/cgroup.procs", "777") == errno.EBUSY
+    assert _write(h, f"{d}/cgroup.subtree_control", "-memory +cpu") == 0  # threaded controllers only
+    assert _write(h, f"{d}/cgroup.procs", "777") == 0
 
 
 # ------------------------------------------------------------------ resctrl

@@ -66,6 +66,8 @@ GUESTS = (
         "tests/test_collector.py::test_real_kernel_busy_process",
         "tests/test_eviction_coordinator.py::test_real_kernel_kill_mode_ends_exactly_the_victims_processes",
         "tests/test_eviction_coordinator.py::test_real_kernel_cgroup_kill_ends_a_fork_loop",
+        # the fake kernel against this one, operation by operation (about a minute and a half)
+        "tests/test_fake_vs_kernel.py::test_fake_kernel_answers_as_the_kernel",
     )),
     # cgroup v1 with three CPUs: the host's two cannot show a cpuset shrink (BE keeps two at least).
     Guest("v1", 3, ("tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",), cgroup=1),

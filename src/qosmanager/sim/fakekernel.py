@@ -19,8 +19,9 @@ What it models (each rule is the kernel's, the errno too):
 * **writes** are parsed as the kernel parses them and refused with its errno: CFS quota below 1 ms,
   a period outside [1 ms, 1 s], a burst above the quota (EINVAL); on v1 a quota above the parent's or
   below a child's (EINVAL, the hierarchical bandwidth check; v2 clamps instead); ``cpu.shares`` clamped
-  to [2, 262144]; ``cpu.weight`` outside [1, 10000] (ERANGE); a cpuset outside the parent's or outside
-  the online CPUs, a v1 parent shrunk below a child (EBUSY), a malformed list (EINVAL); a memory value
+  to [2, 262144]; ``cpu.weight`` outside [1, 10000] (ERANGE); on v1 a cpuset outside the parent's
+  (EACCES) or a parent shrunk below a child (EBUSY), CPUs beyond the machine's (ERANGE), a malformed list
+  (EINVAL); a memory value
   that is not a number or "max" (EINVAL), numbers rounded down to whole pages; ``tasks`` and
   ``cgroup.procs`` naming a pid that does not exist (ESRCH), v1 cpusets without CPUs (ENOSPC), v2
   cgroups with controllers enabled for their children (EBUSY); a malformed ``io.max`` or blkio
@@ -72,6 +73,8 @@ V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
 # v2 controllers in the kernel's subsystem order (how cgroup.controllers and subtree_control print)
 V2_ORDER = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc")
 V2_CONTROLLERS = "cpuset cpu io memory pids"
+# threaded controllers: enabled alone below a cgroup, they leave it free to hold processes (a thread root)
+THREADED_CONTROLLERS = frozenset({"cpu", "cpuset", "perf_event", "pids"})
 
 # memory.stat of a cgroup v1 memcg on a 6.x kernel, in kernel order.
 V1_MEMORY_STAT_KEYS = (
@@ -112,7 +115,9 @@ KNOWN_LIMITS = {
     "memory-usage": "no memory is charged: a limit below usage is not refused (the kernel reclaims, then "
                     "EBUSY on v1) and memory.max never OOM-kills",
     "threads": "a pid is a process with one thread: tasks and cgroup.procs hold the same ids, and v2 "
-               "cgroup.threads takes any pid the way cgroup.procs does",
+               "cgroup.threads takes any pid the way cgroup.procs does; v2 threaded cgroups and thread roots "
+               "(a process beside enabled threaded controllers makes its cgroup one, EOPNOTSUPP below it) "
+               "are not modelled",
     "io.weight": "io.weight (iocost/BFQ) is stored as written, without the scheduler's checks",
     "exclusive": "cpuset exclusivity, partitions and resctrl exclusive/pseudo-locked modes are not modelled",
     "bypass": "only the sysio layer is interposed: a one-shot write (FileTable.write_once, used when the "
@@ -357,8 +362,8 @@ class FakeKernel:
 
     def _v2_files(self, controllers: Sequence[str], parent: str) -> dict[str, str]:
         files = {
-            "cgroup.controllers": " ".join(controllers) + "\n" if controllers else "\n",
-            "cgroup.subtree_control": "\n", "cgroup.procs": "", "cgroup.threads": "",
+            "cgroup.controllers": " ".join(controllers) + "\n" if controllers else "",
+            "cgroup.subtree_control": "", "cgroup.procs": "", "cgroup.threads": "",
             "cgroup.type": "domain\n", "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.freeze": "0\n",
             "cgroup.max.depth": "max\n", "cgroup.max.descendants": "max\n",
             "cgroup.stat": "nr_descendants 0\nnr_dying_descendants 0\n",
@@ -436,6 +441,8 @@ class FakeKernel:
                 return self._plain(path, text)
             if not os.path.exists(path):
                 return errno.ENOENT
+            if not data:
+                return 0  # a write of nothing never reaches the file's handler
             try:
                 body = rule(mount, d, name, text)
             except KernelError as e:
@@ -615,8 +622,8 @@ class FakeKernel:
             raise KernelError(errno.EACCES if self.version == 1 else errno.ENOENT)
         parent = os.path.dirname(d)
         if self.version == 1:
-            if not want <= self._cpuset_of(parent, name):
-                raise KernelError(errno.EINVAL, "outside the parent's")
+            if not want <= self._cpuset_of(parent, name):  # validate_change: legacy hierarchy only
+                raise KernelError(errno.EACCES, "outside the parent's")
             for e in os.scandir(d):
                 if e.is_dir(follow_symlinks=False) and not self._cpuset_of(e.path, name) <= want:
                     raise KernelError(errno.EBUSY, "a child uses more")
@@ -762,15 +769,16 @@ class FakeKernel:
         if enable - have:
             raise KernelError(errno.ENOENT, "not available to this cgroup")
         children = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
-        if enable and d != mount and _read_or(os.path.join(d, "cgroup.procs"), "").strip():
-            raise KernelError(errno.EBUSY, "no internal processes")
+        if enable - THREADED_CONTROLLERS and d != mount and _read_or(os.path.join(d, "cgroup.procs"), "").strip():
+            raise KernelError(errno.EBUSY, "no internal processes below domain controllers")
         for c in children:
             if disable & set(_read_or(os.path.join(c, "cgroup.subtree_control"), "").split()):
                 raise KernelError(errno.EBUSY, "a child uses it")
         new = (current | enable) - disable
         ordered = [c for c in V2_ORDER if c in new]
+        line = " ".join(ordered) + "\n" if ordered else ""
         for c in children:  # the children's controller files appear and go
-            _put(os.path.join(c, "cgroup.controllers"), " ".join(ordered) + "\n")
+            _put(os.path.join(c, "cgroup.controllers"), line)
             want = self._v2_files(ordered, d)
             for gone in disable:
                 for name in self._v2_files([gone], d):
@@ -780,7 +788,7 @@ class FakeKernel:
             for name, body in want.items():
                 if not os.path.exists(os.path.join(c, name)):
                     _put(os.path.join(c, name), body)
-        return " ".join(ordered) + "\n"
+        return line
 
     # ---- processes
     def _move(self, mount: str, d: str, pid: int, names: tuple[str, ...]) -> None:
@@ -804,8 +812,9 @@ class FakeKernel:
         if self.version == 1 and self._hierarchy(mount) == "cpuset" and d != mount and (
                 not self._cpuset_of(d, "cpuset.cpus") or not self._cpuset_of(d, "cpuset.mems")):
             raise KernelError(errno.ENOSPC)
-        if self.version == 2 and d != mount and _read_or(os.path.join(d, "cgroup.subtree_control"), "").strip():
-            raise KernelError(errno.EBUSY)
+        if self.version == 2 and d != mount and \
+                set(_read_or(os.path.join(d, "cgroup.subtree_control"), "").split()) - THREADED_CONTROLLERS:
+            raise KernelError(errno.EBUSY, "no internal processes where domain controllers are enabled")
         names = ("tasks", "cgroup.procs") if self.version == 1 else ("cgroup.procs", "cgroup.threads")
         self._move(mount, d, pid, names)
         for other in names:  # a process of one thread: both files list it

@@ -138,10 +138,9 @@ class Harness:
         return os.path.join(self.host.roots.cgroup, rel)
 
     def write_file(self, rel: str, content: str) -> None:
-        path = self.path(rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(content)
+        """Lay out a file as the scenario or test says (not a kernel write: no rule applies); a tasks file
+        names processes that then exist for the fake kernel."""
+        self.host.write(os.path.relpath(self.path(rel), self.host.root), content)
 
     def read_file(self, rel: str) -> str | None:
         try:

@@ -80,6 +80,7 @@ class SimConfig:
     workdir: str | None = None
     keep: bool = False
     real_time: bool = False
+    kernel: bool = True  # the fake kernel's rules under the agent's writes (benchmarks switch it off)
 
     def validate(self) -> None:
         if self.containers < 1:
@@ -248,7 +249,7 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
     """The fake host with every pod laid out, and the files the agent's file source reads."""
     memory = cfg.memory_gib << 30
     host = FakeHost(os.path.join(root, "host"), version=cfg.cgroup_version, n_cpus=cfg.cpus,
-                    memory_bytes=memory, seed=cfg.seed)
+                    memory_bytes=memory, seed=cfg.seed, kernel=cfg.kernel)
     pods = FakeHost.make_pods(cfg.containers, seed=cfg.seed)
     host.add_pods(pods)
     rng = random.Random(cfg.seed)
