@@ -943,9 +943,11 @@ def _owner(path: str) -> FakeKernel | None:
 
 def _open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
     fds = _REAL["open_batch"](paths, flags)
-    if _KERNELS:
+    kernels = list(_KERNELS.values())
+    if kernels:
+        prefixes = tuple(k.cgroup_root + "/" for k in kernels) + tuple(k.resctrl_root + "/" for k in kernels)
         for p, fd in zip(paths, fds.tolist()):
-            if fd >= 0:
+            if fd >= 0 and (p.startswith(prefixes) or not p.startswith("/")):
                 k = _owner(os.path.abspath(p))
                 if k is not None:
                     _FDS[fd] = (os.path.abspath(p), k)
