@@ -545,3 +545,30 @@ def test_frozen_proc_stat_counters_raise_a_condition(tmp_path) -> None:
     col.collect(clk.wall)
     assert store.conditions.get(COND_PROC_STAT_FROZEN) is None
     assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
+
+
+def test_a_node_beyond_what_one_pass_starts_is_read_over_several_with_a_condition(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """At 100,000 pods the first pass took 8.7 s and no BE limit was decided for 28 s: a pass starts at
+    most TRACK_PER_PASS new pods; the node and QoS-dir counters are read from the first pass on."""
+    from qosmanager.metrics import collector as collector_module
+
+    monkeypatch.setattr(collector_module, "TRACK_PER_PASS", 4)
+    host, _pods, store, cache, clk, col = setup(tmp_path, 2, n_containers=20)  # 10 pods
+    host.set_proc_stat([100] * 4, [1000] * 4)
+    col.collect(clk.wall)
+    assert col.stats.pods == 4
+    cond = store.conditions.get(collector_module.COND_POD_BACKLOG)
+    assert cond is not None and cond.message.startswith("6 of 10 pods not sampled yet")
+    warned = [r.getMessage() for r in caplog.records if "not sampled yet" in r.getMessage()]
+    assert len(warned) == 1
+    host.set_proc_stat([200] * 4, [1100] * 4)
+    clk.advance(1.0)
+    col.collect(clk.wall)  # the node's counters do not wait for the pods
+    assert cache.query("node_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
+    assert cache.query("besteffort_cpu_usage", clk.wall - 0.5, clk.wall, "last") is not None
+    assert col.stats.pods == 8
+    clk.advance(1.0)
+    col.collect(clk.wall)
+    assert col.stats.pods == 10 and store.conditions.get(collector_module.COND_POD_BACKLOG) is None
+    assert len([r for r in caplog.records if "not sampled yet" in r.getMessage()]) == 1  # said once

@@ -28,7 +28,9 @@ stand alone too: a file or field that cannot be read drops only the series it fe
 (``collector/proc-stat``, ``collector/proc-meminfo``).  A ``/proc/stat`` sample that went
 backwards is skipped, the one before staying the baseline (``collector/proc-stat-backwards``), and
 CPU counters that stand still are frozen (``collector/proc-stat-frozen``): no node CPU usage from
-them.
+them.  One pass starts the readers of at most :data:`TRACK_PER_PASS` new pods; a bigger pod set is
+taken over several passes (``collector/pod-backlog``), the node and kube QoS-dir counters being read
+from the first.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ PROC_STAT_BACKWARDS_RESET = 5
 # The cpu line's ticks (idle included) grow by USER_HZ x CPUs each second on a live node: standing
 # still this long, they are frozen, and node CPU usage is not sampled from them.
 PROC_STAT_FROZEN_SECONDS = 5.0
+# New pods whose readers one pass opens at most: at 100,000 pods the first pass took 8.7 s and no BE
+# limit was decided for 28 s.  The rest wait for the next passes (``collector/pod-backlog``); the
+# node and kube QoS-dir counters, which the BE limit is decided from, are read every pass meanwhile.
+TRACK_PER_PASS = 2000
+COND_POD_BACKLOG = "collector/pod-backlog"
 COND_PROC_MEMINFO = "collector/proc-meminfo"
 COLLECT_ALL, COLLECT_DEMAND = "all", "demand"
 COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
@@ -169,6 +176,7 @@ class Collector:
         self._clk_tck = clock_ticks()
         self._prev_node: tuple[int, int, int] | None = None  # (busy ticks, all ticks, monotonic ns)
         self._stat_backwards = 0  # samples in a row below the baseline
+        self._backlog = 0  # new pods left for the next pass (TRACK_PER_PASS)
         self._stat_moved_ns = 0  # monotonic ns when the cpu line's ticks last grew
         self._node_errors = RepeatLimiter(300.0, clock=clock)  # a bad /proc/stat: said once, then counted
         self._pods: dict[str, TrackedPod] = {}
@@ -305,7 +313,7 @@ class Collector:
         """Follow changes of the pod set and the host applications; retry pending opens."""
         t0 = time.perf_counter()
         now = self.clock() if now is None else now
-        if self.store.pods_generation != self._pods_gen:
+        if self.store.pods_generation != self._pods_gen or self._backlog:
             self._pods_gen = self.store.pods_generation
             self._sync_pods(self.store.pods, now)
         if self.store.nodeslo_generation != self._slo_gen:
@@ -326,6 +334,7 @@ class Collector:
         gone_dirs: list[str] = []
         for uid in removed:
             gone_dirs.append(self._untrack_pod(uid))
+        started = backlog = 0
         for uid, meta in pods.items():
             tp = self._pods.get(uid)
             if meta.phase in TERMINAL_PHASES:
@@ -334,6 +343,11 @@ class Collector:
                 continue
             if tp is not None and tp.meta is meta:
                 continue
+            if tp is None:
+                if started >= TRACK_PER_PASS:
+                    backlog += 1  # the next pass starts it
+                    continue
+                started += 1
             try:
                 if tp is None:
                     self._track_pod(meta, now)
@@ -342,6 +356,7 @@ class Collector:
                 self._failed.pop(uid, None)
             except Exception as e:  # one pod's slots must never freeze the discovery of the others
                 self._skip_pod(meta, e)
+        self._note_backlog(backlog, len(pods))
         self._be_cpu_request = float(sum(p.batch_cpu_request for p in pods.values()
                                          if p.is_be() and p.phase not in TERMINAL_PHASES))
         self._refresh_be_mask()
@@ -351,6 +366,20 @@ class Collector:
         if gone_dirs:
             for cb in self.on_pod_removed:
                 cb(gone_dirs)
+
+    def _note_backlog(self, backlog: int, total: int) -> None:
+        """``collector/pod-backlog`` while pods wait for their readers; logged when it starts and ends."""
+        if backlog:
+            message = (f"{backlog} of {total} pods not sampled yet: the node has more new pods than the "
+                       f"agent starts reading in one pass ({TRACK_PER_PASS}); they follow in the next "
+                       "passes, and the BE limit is decided from the node and kube QoS-dir counters meanwhile")
+            self.store.conditions.set(COND_POD_BACKLOG, message)
+            if not self._backlog:
+                log.warning("%s", message)
+        elif self._backlog:
+            self.store.conditions.clear(COND_POD_BACKLOG)
+            log.info("every pod is sampled now (%d)", total)
+        self._backlog = backlog
 
     def _skip_pod(self, meta: PodMeta, e: Exception) -> None:
         """Leave a pod untracked (it is tried again when it changes); logged once per reason."""
