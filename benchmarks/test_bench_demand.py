@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import check_bounds
+from conftest import check_bounds, check_regression_fails
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.sim.load import LoadModel
 from qosmanager.sim.simulate import SimClock, SimConfig, build_node
@@ -127,6 +127,10 @@ def test_pressure(bench: Any, pressure: Any) -> None:
     print(f"\npressure: {st.pod_reads} pod and {st.container_reads} container slots read per tick")
 
 
+STEADY = ("agent tick, steady", "floor (read-everything pass)", "<=", 0.3)
+PRESSURE = ("agent tick, pressure", "floor (read-everything pass)", "<=", 3.0)
+
+
 def test_bounds(steady: Any, pressure: Any) -> None:
-    check_bounds(SCENARIO, [("agent tick, steady", "floor (read-everything pass)", "<=", 0.3),
-                            ("agent tick, pressure", "floor (read-everything pass)", "<=", 3.0)])
+    check_regression_fails(SCENARIO, STEADY)  # a steady tick twice as costly misses the bound
+    check_bounds(SCENARIO, [STEADY, PRESSURE])

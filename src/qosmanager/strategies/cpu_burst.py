@@ -29,8 +29,12 @@ Pending or Running ones.  A pod whose annotation cannot be decoded is left as it
 koordlet gives it the node's config), audited once per pod change (``action: "skip"``).
 
 Cost on a dense node: the per-pod plan (which containers, their base and ceiling quotas, the static
-burst values) is built once per pod-set or NodeSLO change; a tick reads every candidate quota in one
-batch and decides for all containers at once with numpy.
+burst values) is built once per pod-set or NodeSLO change, and decisions are made for all containers
+at once with numpy.  The candidates' quotas are read in one batch when the plan is built and again once
+per ``force_update_seconds`` (the executor's own re-check window); in between a tick reads only the
+quotas it wrote on its last tick and the ones it could not read.  Nothing else writes a container's
+quota between two pod changes: the kubelet writes it when it creates or resizes the container, which
+changes the pods and so the plan; an outside change is found at the next full read.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -170,6 +174,20 @@ class _Plan:
     share_pool_excluded: list[str]
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class _Quotas:
+    """The candidates' quotas as last read (``plan.dirs`` order), and which to read again."""
+
+    plan: _Plan
+    cur: np.ndarray  # int64
+    valid: np.ndarray  # bool
+    read_at: float  # the last full read
+    written: np.ndarray = field(default_factory=lambda: _NONE)  # indices written on the last tick
+
+
 class BurstLimiters:
     """koordlet's per-container ``burstLimiter`` token buckets, held in arrays (one slot each).
 
@@ -285,6 +303,7 @@ class CPUBurst(Strategy):
         self._ran = False  # a NodeSLO was seen: if it goes away, the defaults (no burst) restore
         self._invalid = InvalidAnnotations(self.name, ANNOTATION_CPU_BURST, "CPU burst and quota files")
         self._keys: tuple[_Plan, ClassSplit, frozenset[str], frozenset[str]] | None = None
+        self._quotas: _Quotas | None = None
 
     # ------------------------------------------------------------------ what it reads
     def _plan_keys(self, ctx: Context, plan: _Plan) -> tuple[ClassSplit, frozenset[str], frozenset[str]]:
@@ -383,7 +402,7 @@ class CPUBurst(Strategy):
         """``applyCFSQuotaBurst`` for all candidate containers at once."""
         if not plan.ids:
             return []
-        cur, valid = _parse_quotas(ctx.read_many(QUOTA, plan.dirs))
+        cur, valid = self._current_quotas(ctx, plan)
         allowed = np.ones(len(plan.ids), dtype=bool)
         allowed[plan.mode == NEVER] = False
         # the bucket is consulted first, for every readable container, whatever the policy
@@ -411,7 +430,26 @@ class CPUBurst(Strategy):
         changed = np.flatnonzero(valid & (target != cur))
         if not changed.size:
             return []
+        assert self._quotas is not None
+        self._quotas.written = changed  # what the executor made of them is read next tick
         return self._apply_quota_changes(ctx, plan, changed, cur, target, ops)
+
+    def _current_quotas(self, ctx: Context, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates' quotas: all of them read when the plan is new or the last full read is
+        ``force_update_seconds`` old, else the kept ones with those written last tick and those
+        unreadable last time read again."""
+        q = self._quotas
+        if (q is None or q.plan is not plan or not 0 <= ctx.now - q.read_at < self.cfg.force_update_seconds):
+            cur, valid = _parse_quotas(ctx.read_many(QUOTA, plan.dirs))
+            self._quotas = _Quotas(plan, cur, valid, ctx.now)
+            return cur, valid
+        again = np.union1d(q.written, np.flatnonzero(~q.valid))
+        q.written = _NONE
+        if again.size:
+            cur, valid = _parse_quotas(ctx.read_many(QUOTA, [plan.dirs[k] for k in again.tolist()]))
+            q.cur[again] = cur
+            q.valid[again] = valid
+        return q.cur, q.valid
 
     def _consult_buckets(self, ctx: Context, plan: _Plan, idx: np.ndarray) -> np.ndarray:
         usage_by_id = ctx.container_metrics("container_cpu_usage")
