@@ -276,6 +276,46 @@ def test_policy_without_quota_burst_resets_to_the_limit_and_unlimited_pods_stay_
     assert get_quota(h, h.host.pod_dir("ls-2")) == -1 and get_quota(h, cdir(h, "ls-2", "d")) == -1
 
 
+def test_quotas_are_read_once_per_force_window_and_after_their_own_writes() -> None:
+    """The candidates' quotas are kept between ticks: all read when the plan is new and once per
+    force window, in between only those written last tick (and those unreadable)."""
+    p = pod("ls-1", [("a", "a", 2000)])
+    h = make(burst={"policy": "auto"}, pods=[p])
+    kubelet_quotas(h, "ls-1", {"a": 200000})
+    a = cdir(h, "ls-1", "a")
+    idle_node(h, NOW - 0.5)
+    throttled(h, NOW - 0.5, "a", 0.5)
+    h.tick("cpuBurst", NOW)
+    assert get_quota(h, a) == 240000
+    # written last tick: read again, and it moves on from what the file holds
+    idle_node(h, NOW + 0.5)
+    throttled(h, NOW + 0.5, "a", 0.5)
+    h.tick("cpuBurst", NOW + 1)
+    assert get_quota(h, a) == 288000
+    # not throttled (remain) for a while: the kept value stands, so a change made outside the agent ...
+    set_quota(h, a, 500000)
+    read_many, asked = h.executor.read_many, []
+
+    def counted(resource: str, cgroups: Any) -> Any:
+        asked.extend(cgroups)
+        return read_many(resource, cgroups)
+
+    h.executor.read_many = counted  # type: ignore[method-assign]
+    for k in range(2, 10):
+        idle_node(h, NOW + k - 0.5)
+        throttled(h, NOW + k - 0.5, "a", 0.0)
+        h.tick("cpuBurst", NOW + k)
+    assert get_quota(h, a) == 500000
+    assert asked == [a]  # once, after the write of NOW + 1; then nothing
+    # ... is found by the next full read, one force window after the last (and after the executor's
+    # own window for the value it wrote), and scaled from there
+    t = NOW + 1 + h.cfg.force_update_seconds
+    idle_node(h, t - 0.5)
+    throttled(h, t - 0.5, "a", 0.5)
+    h.tick("cpuBurst", t)
+    assert get_quota(h, a) == 600000  # 500000 x 1.2 = 600000, the ceiling (3 x 200000)
+
+
 def test_unreadable_pod_quota_leaves_the_container_alone() -> None:
     p = pod("ls-1", [("a", "a", 2000)])
     h = make(burst={"policy": "auto"}, pods=[p])
