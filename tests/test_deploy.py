@@ -345,10 +345,58 @@ def _diff(a: Any, b: Any, path: str = "") -> set[str]:
 
 
 def test_the_overlays_are_the_only_ones_and_render() -> None:
-    assert sorted(p.name for p in OVERLAYS.iterdir()) == ["kill-mode", "system-config"]
-    for overlay in ("kill-mode", "system-config"):
+    assert sorted(p.name for p in OVERLAYS.iterdir()) == ["dry-run", "kill-mode", "system-config"]
+    for overlay in ("dry-run", "kill-mode", "system-config"):
         d = rendered_daemonset(overlay)
         build_parser().parse_args(["run", *d["spec"]["template"]["spec"]["containers"][0]["args"]])
+
+
+def test_dry_run_overlay_adds_dry_run_and_nothing_else(daemonset: dict[str, Any]) -> None:
+    dry = rendered_daemonset("dry-run")
+    args = dry["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(["run", *args]).dry_run
+    base = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == [*base, "--dry-run"]
+    assert _diff(daemonset, dry) == {"/spec/template/spec/containers/0/args"}
+
+
+def test_the_default_kustomization_leaves_koordinators_crd_alone() -> None:
+    """Beside koordinator, ``kubectl apply -k deploy/kubernetes`` must not replace its NodeSLO CRD: the
+    CRD is its own kustomization, for clusters without koordinator."""
+    default = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    kinds = {manifest(name)["kind"] for name in default["resources"]}
+    assert "CustomResourceDefinition" not in kinds
+    crd_dir = yaml.safe_load((K8S / "crd" / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert crd_dir["resources"] == ["nodeslo-crd.yaml"]
+    assert manifest("crd/nodeslo-crd.yaml")["metadata"]["name"] == "nodeslos.slo.koordinator.sh"
+
+
+def test_the_agent_keeps_originals_where_the_uninstall_restores_them(container: dict[str, Any],
+                                                                      run_args: Any) -> None:
+    """The DaemonSet's --originals-file is on the host directory the uninstall DaemonSet mounts, and the
+    uninstall runs ``qosmanager restore`` with the agent's host roots on that file."""
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert os.path.dirname(run_args.originals_file) in mounts
+    kust = yaml.safe_load((K8S / "uninstall" / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert kust["resources"] == ["daemonset.yaml"]
+    ds = manifest("uninstall/daemonset.yaml")
+    pod = ds["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][0] == "qosmanager" and init["command"][-1] == "restore"
+    args = build_parser().parse_args(["restore", *init["args"]])
+    assert args.originals_file == run_args.originals_file
+    assert (args.cgroup_root, args.proc_root, args.sys_root) == (run_args.cgroup_root, run_args.proc_root,
+                                                                 run_args.sys_root)
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    agent_volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in manifest("daemonset.yaml")["spec"]
+                     ["template"]["spec"]["volumes"]}
+    for m in init["volumeMounts"]:
+        agent_mount = mounts.get(m["mountPath"])
+        assert agent_mount is not None and volumes[m["name"]] == agent_volumes[agent_mount], m
+    writable = {m["mountPath"] for m in init["volumeMounts"] if not m.get("readOnly")}
+    assert "/host/sys/fs/cgroup" in writable and os.path.dirname(args.originals_file) in writable
+    assert pod["automountServiceAccountToken"] is False
+    assert ds["metadata"]["namespace"] == manifest("namespace.yaml")["metadata"]["name"]
 
 
 def test_kill_mode_overlay_adds_host_pid_and_cap_kill_and_nothing_else(daemonset: dict[str, Any]) -> None:
@@ -488,7 +536,7 @@ def test_install_instructions_name_what_exists() -> None:
 
 @pytest.fixture(scope="module")
 def crd() -> dict[str, Any]:
-    return manifest("nodeslo-crd.yaml")
+    return manifest("crd/nodeslo-crd.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -498,7 +546,7 @@ def schema(crd: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generated_crd_is_the_committed_one(tmp_path: Path) -> None:
-    committed = (K8S / "nodeslo-crd.yaml").read_text(encoding="utf-8")
+    committed = (K8S / "crd" / "nodeslo-crd.yaml").read_text(encoding="utf-8")
     assert gen_crd.render() == committed, "run: python deploy/gen_crd.py"
     assert gen_crd.main(["--check"]) == 0
     stale = tmp_path / "crd.yaml"

@@ -63,3 +63,20 @@ def test_the_example_turns_off_exactly_the_tables_gates() -> None:
 def test_the_readme_points_at_the_example() -> None:
     text = (DEPLOY / "README.md").read_text(encoding="utf-8")
     assert "(koordlet/koordlet-feature-gates.yaml)" in text
+
+
+def test_the_helm_values_turn_off_the_same_gates_and_keep_the_charts_own() -> None:
+    """deploy/koordlet/koordinator-values.yaml: koordinator's chart puts ``koordlet.features`` into
+    koordlet's -feature-gates in place of its default, so it holds the patch's gates and the chart's
+    non-QoS default (Accelerators) still on."""
+    values = yaml.safe_load((DEPLOY / "koordlet" / "koordinator-values.yaml").read_text(encoding="utf-8"))
+    assert list(values) == ["koordlet"] and list(values["koordlet"]) == ["features"]
+    gates: dict[str, bool] = {}
+    for item in values["koordlet"]["features"].split(","):
+        name, _, v = item.partition("=")
+        assert v in ("true", "false") and name not in gates, item
+        gates[name] = v == "true"
+    assert gates.pop("Accelerators") is True
+    assert gates == example_gates()
+    text = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    assert "(koordlet/koordinator-values.yaml)" in text and "helm upgrade" in text

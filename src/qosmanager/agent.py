@@ -59,6 +59,7 @@ from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
 from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics.cache import MetricCache, rows_for
 from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
+from qosmanager.restore import OriginalsJournal
 from qosmanager.states.files import FileSource
 from qosmanager.states.store import StateStore
 from qosmanager.steadyclock import SteadyClock
@@ -96,6 +97,7 @@ class AgentConfig:
     evict_mode: str | None = None
     dry_run: bool = False
     audit_log: str | None = None
+    originals_file: str | None = None  # qosmanager.restore: what each changed file held first
     metrics_addr: str = ""
     feature_gates: dict[str, bool] = field(default_factory=dict)
     collect_interval: float = 1.0
@@ -174,6 +176,14 @@ class Agent:
         self.executor = Executor(self.layout, self.audit, dry_run=cfg.dry_run,
                                  force_seconds=cfg.force_update_seconds, budget=fds, clock=clock,
                                  conditions=self.store.conditions)
+        self.originals: OriginalsJournal | None = None
+        if cfg.originals_file and not cfg.dry_run:
+            try:
+                self.originals = OriginalsJournal(cfg.originals_file, self.executor, clock=clock)
+            except OSError as e:
+                raise StartupError("--originals-file",
+                                   f"cannot keep {cfg.originals_file}: {e.strerror or e}") from None
+            self.executor.on_write.append(self.originals.on_write)
         if monotonic_ns is None:
             self.collector = Collector(self.layout, self.cache, self.store, clock=clock, budget=fds,
                                        mode=cfg.collect_mode)
@@ -441,6 +451,8 @@ class Agent:
             self.kube_client.close()
         self.collector.close()
         self.executor.close()
+        if self.originals is not None:
+            self.originals.close()
         self.audit.close()
 
 
@@ -510,6 +522,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         evict_mode=args.evict_mode,
         dry_run=args.dry_run,
         audit_log=args.audit_log,
+        originals_file=args.originals_file,
         metrics_addr=args.metrics_addr,
         feature_gates=args.feature_gates,
         collect_interval=args.collect_interval,

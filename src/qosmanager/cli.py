@@ -1,4 +1,4 @@
-"""Command line: ``qosmanager run | simulate | replay`` (flags pinned by docs/interfaces.md)."""
+"""Command line: ``qosmanager run | simulate | replay | restore`` (flags pinned by docs/interfaces.md)."""
 
 from __future__ import annotations
 
@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: api with Kubernetes, none standalone")
     run.add_argument("--dry-run", action="store_true", help="decide and audit; write and evict nothing")
     run.add_argument("--audit-log", default=None, help="JSON-lines audit file")
+    run.add_argument("--originals-file", default=None,
+                     help="keep here what each file held before the agent first changed it, for "
+                          "`qosmanager restore` at uninstall (default: not kept)")
     run.add_argument("--metrics-addr", default="127.0.0.1:9316", help="/metrics and /healthz; empty disables")
     run.add_argument("--feature-gates", type=feature_gates, default={}, help="Name=true,Other=false")
     run.add_argument("--collect-interval", type=positive_duration, default=1.0,
@@ -174,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run on the wall clock instead of simulated time")
     sim.add_argument("--json", default=None, metavar="FILE",
                      help="also write the timeline and summary as JSON")
+    from qosmanager.restore import add_restore_parser
+
+    add_restore_parser(sub, [verbose], add_host_flags)
     return parser
 
 
@@ -218,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from qosmanager.sim.replay import replay_main
 
         return replay_main(args.scenario, compact=args.compact)
+    if args.command == "restore":
+        from qosmanager.restore import restore_from_args
+
+        return restore_from_args(args)
     if args.command == "simulate":
         tune_malloc()  # the simulated agent runs with the deployed agent's allocator settings
         from qosmanager.sim.simulate import simulate_from_args
