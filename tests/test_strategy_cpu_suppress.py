@@ -650,12 +650,15 @@ def test_without_a_decision_nothing_is_invented(policy: str) -> None:
     set_quota(h, -1)
     h.tick("cpuSuppress", NOW)
     h.tick("cpuSuppress", NOW + 1)
+    # the start: no rate before two samples, so no alarm for the first window and tick
+    assert condition(h) is None
+    h.tick("cpuSuppress", NOW + 4)
     assert h.recorded.writes == [] and read_quota(h) == -1
     assert {read_cpuset(h, d) for d in be_dirs(h)} == {"0-7"}
     assert "no BE limit decided yet" in (condition(h) or "")
     # suppression switched off meanwhile: recovery as usual, and the condition goes
     slo(h, enable=False, policy=policy)
-    h.tick("cpuSuppress", NOW + 2)
+    h.tick("cpuSuppress", NOW + 5)
     assert condition(h) is None
 
 

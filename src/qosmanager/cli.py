@@ -46,8 +46,31 @@ def tune_malloc() -> list[str]:
     return [var for param, var, value in MALLOC_TUNING if var not in os.environ and mallopt(param, value) == 1]
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default at the end of its help, unless the help says it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._CountAction)):
+            shown = "off" if not action.default else str(action.default)
+        elif action.default is None:
+            shown = "none"
+        elif isinstance(action.default, str):
+            shown = repr(action.default) if action.default == "" else action.default
+        else:
+            shown = f"{action.default:g}" if isinstance(action.default, float) else str(action.default)
+        return f"{text} (default: {shown})".lstrip()
+
+
 class Parser(argparse.ArgumentParser):
-    """A usage error is one line naming the flag (and where to look), exit status 2."""
+    """A usage error is one line naming the flag (and where to look), exit status 2; ``--help`` gives
+    every option's default."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -92,12 +115,30 @@ def feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
+def gates_help(extra: str = "") -> str:
+    from qosmanager.framework.gates import ACCEPTED_ONLY, ACTED_ON, describe
+
+    return (f"Name=true,Other=false{extra}. Acted on here: {describe(ACTED_ON)}; AllAlpha and AllBeta switch "
+            f"every alpha or beta gate. Accepted for koordlet compatibility, no effect here: "
+            f"{describe(ACCEPTED_ONLY)} (default: each gate's own, marked (on))")
+
+
+def strategies_help() -> str:
+    from qosmanager.framework.manager import load_strategies
+
+    names = ", ".join(f"{n} ({'/'.join(c.gates)})" for n, c in load_strategies().items())
+    return (f"comma-separated strategy names to run, each needing one of its gates on: {names} "
+            "(default: every strategy whose gate is on)")
+
+
 def add_host_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup", help="host cgroup mount")
     p.add_argument("--proc-root", default="/proc", help="host procfs")
     p.add_argument("--sys-root", default="/sys", help="host sysfs")
-    p.add_argument("--cgroup-version", default="auto", choices=["auto", "1", "2"])
-    p.add_argument("--cgroup-driver", default="auto", choices=["auto", "cgroupfs", "systemd"])
+    p.add_argument("--cgroup-version", default="auto", choices=["auto", "1", "2"],
+                   help="auto: from the file system type of --cgroup-root")
+    p.add_argument("--cgroup-driver", default="auto", choices=["auto", "cgroupfs", "systemd"],
+                   help="auto: from the kubepods layout found under --cgroup-root")
     p.add_argument("--kubelet-cgroup-root", default="/",
                    help="the kubelet's cgroupRoot: where kubepods sits inside each hierarchy")
 
@@ -120,20 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the agent", parents=[verbose])
     add_host_flags(run)
-    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
-    run.add_argument("--kubeconfig", default=None, help="Kubernetes source of node, pods and NodeSLO")
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name (default: $NODE_NAME)")
+    run.add_argument("--kubeconfig", default=None,
+                     help="Kubernetes source of node, pods and NodeSLO (default: in-cluster when no --pods-file)")
     run.add_argument("--pods-file", default=None, help="standalone: a PodList JSON (the kubelet's /pods)")
     run.add_argument("--node-file", default=None, help="standalone: a Node object (YAML or JSON)")
-    run.add_argument("--node-slo-file", default=None, help="standalone: a NodeSLO object (YAML or JSON)")
+    run.add_argument("--node-slo-file", default=None,
+                     help="standalone: a NodeSLO object (YAML or JSON; default: none, koordlet's defaults)")
     run.add_argument("--evict-mode", default=None, choices=["api", "kill", "none"],
                      help="default: api with Kubernetes, none standalone")
     run.add_argument("--dry-run", action="store_true", help="decide and audit; write and evict nothing")
-    run.add_argument("--audit-log", default=None, help="JSON-lines audit file")
+    run.add_argument("--audit-log", default=None, help="JSON-lines audit file (default: none)")
     run.add_argument("--originals-file", default=None,
                      help="keep here what each file held before the agent first changed it, for "
                           "`qosmanager restore` at uninstall (default: not kept)")
     run.add_argument("--metrics-addr", default="127.0.0.1:9316", help="/metrics and /healthz; empty disables")
-    run.add_argument("--feature-gates", type=feature_gates, default={}, help="Name=true,Other=false")
+    run.add_argument("--feature-gates", type=feature_gates, default={}, help=gates_help())
     run.add_argument("--collect-interval", type=positive_duration, default=1.0,
                      help="metric collection period")
     run.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
@@ -142,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--react-mode", default="fast", choices=["fast", "tick"],
                      help="fast: BE's CPU limit lowered within 100 ms of a rise in LS demand (a 50 ms sampler "
                           "thread); tick: only at cpuSuppress's interval, koordlet's pace")
-    run.add_argument("--duration", type=duration, default=0.0, help="stop after this long (0 = forever)")
+    run.add_argument("--duration", type=duration, default=0.0,
+                     help="stop after this long (default: 0, forever)")
     run.add_argument("--force-update-seconds", type=seconds, default=60.0,
                      help="re-check files written earlier than this (corrects outside changes)")
     add_qos_flags(run)
@@ -157,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run the real agent on a synthetic dense node with a closed-loop load")
     sim.add_argument("--containers", type=int, default=2000, help="containers on the node (2 per pod)")
     sim.add_argument("--duration", type=duration, default=30.0, help="simulated time to run")
-    sim.add_argument("--cgroup-version", type=int, default=1, choices=[1, 2])
+    sim.add_argument("--cgroup-version", type=int, default=1, choices=[1, 2], help="of the synthetic node")
     sim.add_argument("--seed", type=int, default=0, help="seed of the pods and the load")
     sim.add_argument("--cpus", type=int, default=64, help="CPUs of the synthetic node")
     sim.add_argument("--memory-gib", type=int, default=256, help="memory of the synthetic node (GiB)")
@@ -167,16 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
                      help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},
-                     help="Name=true,Other=false on top of the simulation's (BEMemoryEvict=true)")
-    sim.add_argument("--plot", default=None, metavar="FILE.png", help="draw the run (needs matplotlib)")
-    sim.add_argument("--audit-log", default=None, help="keep the agent's JSON-lines audit here")
+                     help=gates_help(" on top of the simulation's (BEMemoryEvict=true)"))
+    sim.add_argument("--plot", default=None, metavar="FILE.png",
+                     help="draw the run (needs matplotlib; default: no plot)")
+    sim.add_argument("--audit-log", default=None, help="keep the agent's JSON-lines audit here (default: none)")
     sim.add_argument("--workdir", default=None,
                      help="build the node here (default: a temporary dir on /dev/shm)")
     sim.add_argument("--keep", action="store_true", help="keep the synthetic node's files")
     sim.add_argument("--real-time", action="store_true",
                      help="run on the wall clock instead of simulated time")
     sim.add_argument("--json", default=None, metavar="FILE",
-                     help="also write the timeline and summary as JSON")
+                     help="also write the timeline and summary as JSON (default: none)")
     from qosmanager.restore import add_restore_parser
 
     add_restore_parser(sub, [verbose], add_host_flags)
@@ -185,23 +231,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_qos_flags(p: argparse.ArgumentParser) -> None:
     """koordlet's QoS-manager flags (same names and defaults)."""
-    p.add_argument("--reconcile-interval-seconds", type=seconds, default=1.0)
-    p.add_argument("--cpu-suppress-interval-seconds", type=seconds, default=1.0)
-    p.add_argument("--cpu-evict-interval-seconds", type=seconds, default=1.0)
-    p.add_argument("--memory-evict-interval-seconds", type=seconds, default=1.0)
-    p.add_argument("--memory-evict-cool-time-seconds", type=seconds, default=4.0)
-    p.add_argument("--cpu-evict-cool-time-seconds", type=seconds, default=20.0)
+    p.add_argument("--reconcile-interval-seconds", type=seconds, default=1.0,
+                   help="cpuBurst and the reconcile strategies (0: off)")
+    p.add_argument("--cpu-suppress-interval-seconds", type=seconds, default=1.0, help="cpuSuppress (0: off)")
+    p.add_argument("--cpu-evict-interval-seconds", type=seconds, default=1.0, help="cpuEvict (0: off)")
+    p.add_argument("--memory-evict-interval-seconds", type=seconds, default=1.0, help="memoryEvict (0: off)")
+    p.add_argument("--memory-evict-cool-time-seconds", type=seconds, default=4.0,
+                   help="no memory eviction for this long after one")
+    p.add_argument("--cpu-evict-cool-time-seconds", type=seconds, default=20.0,
+                   help="no CPU eviction for this long after one")
     p.add_argument("--kubelet-cpu-manager-policy", default=None, choices=["none", "static"],
-                   help="the kubelet's CPU manager policy, overriding what the node says (not given: "
-                        "the kubelet's cpu_manager_state, else --kubelet-config, else the topology "
+                   help="the kubelet's CPU manager policy, overriding what the node says (default: not "
+                        "given: the kubelet's cpu_manager_state, else --kubelet-config, else the topology "
                         "annotation, else none)")
     p.add_argument("--kubelet-root-dir", default="/var/lib/kubelet",
                    help="the kubelet's root directory: its cpu_manager_state is read from here "
                         "(empty: not read)")
     p.add_argument("--kubelet-config", default=None,
-                   help="the kubelet's configuration file (cpuManagerPolicy, reservedSystemCPUs)")
-    p.add_argument("--strategies", default=None,
-                   help="comma-separated strategy names to run (default: every enabled one)")
+                   help="the kubelet's configuration file (cpuManagerPolicy, reservedSystemCPUs; default: none)")
+    p.add_argument("--strategies", default=None, help=strategies_help())
 
 
 def log_level(command: str, verbosity: int) -> int:

@@ -62,6 +62,22 @@ KNOWN: dict[str, tuple[bool, str]] = {
 }
 
 
+# The gates this agent acts on: each strategy's own (qosmanager.strategies, ``Strategy.gates``),
+# BECPUManager, which changes what cpuSuppress does, and BECPUIdle (qosmanager's own).  Every other name is koordlet's, accepted so that
+# koordlet's --feature-gates value can be passed as it is, and changes nothing here.
+ACTED_ON: tuple[str, ...] = (
+    "BECPUSuppress", "BECPUManager", "BECPUIdle", "CPUBurst", "BECPUEvict", "CPUEvict", "CPUAllocatableEvict",
+    "BEMemoryEvict", "MemoryEvict", "MemoryAllocatableEvict", "CgroupReconcile", "RdtResctrl",
+    "SystemConfig", "BlkIOReconcile",
+)
+ACCEPTED_ONLY: tuple[str, ...] = tuple(sorted(set(KNOWN) - set(ACTED_ON)))
+
+
+def describe(names: tuple[str, ...]) -> str:
+    """``Name (on)`` / ``Name`` for each gate, with its default."""
+    return ", ".join(f"{n} (on)" if KNOWN[n][0] else n for n in names)
+
+
 class UnknownGateError(ValueError):
     pass
 
@@ -86,7 +102,18 @@ class FeatureGates:
         values.update(plugin_gates)
         unknown = sorted(set(overrides) - set(values))
         if unknown:
-            raise UnknownGateError(f"unknown feature gate(s): {', '.join(unknown)}; known: {', '.join(sorted(values))}")
+            hints = []
+            for name in unknown:
+                close = [k for k in (*values, "AllAlpha", "AllBeta") if k.lower() == name.lower()]
+                if close:
+                    hints.append(f"{name}: did you mean {close[0]}? (names are case-sensitive)")
+            plugins = f"; plugin gates: {', '.join(sorted(plugin_gates))}" if plugin_gates else ""
+            raise UnknownGateError(
+                f"unknown feature gate(s): {', '.join(unknown)}"
+                + (f" ({'; '.join(hints)})" if hints else "")
+                + f"; the gates this agent acts on: {describe(ACTED_ON)}{plugins}; also AllAlpha, AllBeta; "
+                f"koordlet's other {len(ACCEPTED_ONLY)} gates are accepted and change nothing here "
+                "(qosmanager run --help lists them)")
         values.update(overrides)
         return cls(values)
 

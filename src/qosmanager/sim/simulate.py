@@ -53,6 +53,7 @@ from qosmanager.sim.fakehost import FakeHost, FakePod
 from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 
+SIM_NODE = "sim-node"  # the Node, the NodeSLO and every pod's spec.nodeName
 BASE_WALL = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated wall time starts here (reproducible audits)
 BE_PRIORITIES = (5100, 5300, 5500, 5700, 5900)  # koord-batch tiers
 BE_PRIORITY_WEIGHTS = (1, 2, 4, 2, 1)
@@ -260,10 +261,11 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
     for p in pods:
         if p.qos is KubeQoS.BESTEFFORT:
             prio = rng.choices(BE_PRIORITIES, BE_PRIORITY_WEIGHTS)[0]
-            objects[p.uid] = pod_object(p, cpu_milli=per_container_cpu, memory=1 << 30, priority=prio)
+            objects[p.uid] = pod_object(p, cpu_milli=per_container_cpu, memory=1 << 30, priority=prio,
+                                        node_name=SIM_NODE)
         else:
             prio = 9500
-            objects[p.uid] = pod_object(p, cpu_milli=500, memory=1 << 30)
+            objects[p.uid] = pod_object(p, cpu_milli=500, memory=1 << 30, node_name=SIM_NODE)
         priorities[p.uid] = prio
     koordnode.lay_out(host, [pod_meta(o) for o in objects.values()])
     spec = {"resourceUsedThresholdWithBE": {
@@ -272,10 +274,10 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
         "cpuSuppressPolicy": cfg.suppress_policy,
         "memoryEvictThresholdPercent": cfg.memory_threshold_percent,
     }}
-    node = node_object(host, name="sim-node", batch_cpu_milli=cfg.cpus * 1000 // 2, batch_memory=memory // 2)
+    node = node_object(host, name=SIM_NODE, batch_cpu_milli=cfg.cpus * 1000 // 2, batch_memory=memory // 2)
     files = {name: os.path.join(root, name) for name in ("pods.json", "node.json", "nodeslo.json")}
     _atomic_json(files["node.json"], node)
-    _atomic_json(files["nodeslo.json"], nodeslo_object(spec, name="sim-node"))
+    _atomic_json(files["nodeslo.json"], nodeslo_object(spec, name=SIM_NODE))
     _atomic_json(files["pods.json"], pod_list(objects.values()))
     gates = {"BEMemoryEvict": True, **cfg.feature_gates}
     return SimNode(root, host, pods, objects, priorities, files["pods.json"], files["node.json"],
@@ -302,9 +304,22 @@ def run_simulation(cfg: SimConfig, progress: Progress | None = None) -> SimResul
     finally:
         if cfg.keep:
             if progress is not None and progress.stream is not None:
-                progress.stream.write(f"kept the synthetic node in {root}\n")
+                progress.stream.write(f"kept the synthetic node in {root}; the same agent on it, deciding "
+                                      f"and writing nothing:\n  {kept_node_command(cfg, root)}\n")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def kept_node_command(cfg: SimConfig, root: str) -> str:
+    """``qosmanager run --dry-run`` on a kept node, with the simulation's node name and gates, so it runs
+    the strategies the simulation ran."""
+    gates = {"BEMemoryEvict": True, **cfg.feature_gates}
+    h = os.path.join(root, "host")
+    return (f"qosmanager run --dry-run --duration 10s --metrics-addr '' --node-name {SIM_NODE} "
+            f"--cgroup-root {h}/cgroup --proc-root {h}/proc --sys-root {h}/sys "
+            f"--pods-file {root}/pods.json --node-file {root}/node.json --node-slo-file {root}/nodeslo.json "
+            f"--collect-mode {cfg.collect_mode} "
+            f"--feature-gates {','.join(f'{k}={str(v).lower()}' for k, v in gates.items())}")
 
 
 def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
@@ -316,7 +331,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     baseline_rss = proc.memory_info().rss
     clock = SimClock()
     agent_cfg = AgentConfig(roots=node.host.roots, cgroup_version=str(cfg.cgroup_version),
-                            cgroup_driver="cgroupfs", node_name="sim-node", pods_file=node.pods_file,
+                            cgroup_driver="cgroupfs", node_name=SIM_NODE, pods_file=node.pods_file,
                             node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
                             audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
                             collect_interval=cfg.collect_interval, collect_mode=cfg.collect_mode)

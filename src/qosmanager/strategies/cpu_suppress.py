@@ -153,6 +153,7 @@ class CPUSuppress(Strategy):
         self.held_quota: int | None = None
         self.held_cpuset: tuple[str, bool] | None = None
         self._holding = False
+        self._first_tick: float | None = None  # the start: node CPU has no rate before two samples
         self._split: tuple[int, ClassSplit] | None = None
         # cgroup v1, cfsQuota: BE pods' and containers' own quotas (dir -> quota, -1 unlimited) and
         # the quotas this strategy lowered some of them to (see the module docstring)
@@ -199,6 +200,8 @@ class CPUSuppress(Strategy):
     def tick(self, ctx: Context) -> list[Request]:
         self._quota_recovery = None
         self._holding = False
+        if self._first_tick is None:
+            self._first_tick = ctx.now
         writes = self._suppress(ctx)
         if not self._holding and ctx.conditions.clear(COND_NODE_CPU):
             log.info("cpuSuppress: no longer holding the BE limit")
@@ -573,6 +576,11 @@ class CPUSuppress(Strategy):
                 else "no BE limit decided yet: the BE cgroups are left as they are")
         message = (f"node CPU usage cannot be read (no node_cpu_usage sample in the last "
                    f"{ctx.last_window:g} s); {what}")
+        first = self._first_tick if self._first_tick is not None else ctx.now
+        if not held and ctx.now - first <= ctx.last_window + self.interval:
+            # the start: a rate needs two samples of /proc/stat, so the first ticks have none yet
+            log.debug("cpuSuppress: no node CPU rate yet (starting); the BE cgroups are left as they are")
+            return writes
         if ctx.conditions.set(COND_NODE_CPU, message):
             log.warning("cpuSuppress: %s", message)
         return writes
