@@ -7,6 +7,7 @@ from the spec's formulas in the comments next to them.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,6 +108,10 @@ def test_be_victim_order_is_total_with_missing_priorities() -> None:
     h.tick("memoryEvict", T0)
     # priority 0: be-1, be-0 (1 GiB each, name desc), be-2 (no usage); then be-3 (5100), be-4 (5500)
     assert [p for p, _ in evicted(h)] == ["be-1", "be-0", "be-2", "be-3", "be-4"]
+    # each reason gives the priority the order used: 0 for a pod without spec.priority, not the
+    # class default (5500 for koord-batch) that its priority value would say
+    priorities = [re.search(r"priority=(\d+)", e["reason"]).group(1) for e in h.recorded.evictions]
+    assert priorities == ["0", "0", "0", "5100", "5500"]
 
 
 def test_below_threshold_and_stale_usage_do_nothing() -> None:

@@ -225,6 +225,11 @@ def be_pods(pods: Iterable[PodMeta], feature: str) -> list[PodMeta]:
     return [p for p in pods if p.is_be() and p.eviction_allowed(feature)]
 
 
+def be_sort_priority(pod: PodMeta) -> int:
+    """The priority the BE pool sorts on: ``spec.priority``, 0 where unset (see :func:`be_order`)."""
+    return pod.priority or 0
+
+
 def be_order(cands: Sequence[Candidate], usage: Callable[[Candidate], float]) -> list[Candidate]:
     """BE victims first to last: ``spec.priority`` ascending, usage descending, name descending.
 
@@ -234,7 +239,7 @@ def be_order(cands: Sequence[Candidate], usage: Callable[[Candidate], float]) ->
     koordlet's whenever every pod has a priority.
     """
     by_name = sorted(cands, key=lambda c: (c.pod.name, c.pod.namespace, c.pod.uid), reverse=True)
-    return sorted(by_name, key=lambda c: (c.pod.priority or 0, -usage(c)))
+    return sorted(by_name, key=lambda c: (be_sort_priority(c.pod), -usage(c)))
 
 
 def priority_pods(pods: Iterable[PodMeta], feature: str) -> list[PodMeta]:

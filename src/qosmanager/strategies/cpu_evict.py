@@ -46,6 +46,7 @@ from qosmanager.strategies._eviction import (
     allocatable_release,
     be_order,
     be_pods,
+    be_sort_priority,
     check_allocatable_config,
     describe_amounts,
     describe_requested,
@@ -165,7 +166,8 @@ class CPUEvict(EvictionStrategy):
         for pod in pods:
             milli_used = int(used.get(pod.uid, 0.0) * 1000)
             request = pod.batch_cpu_request
-            cands.append(Candidate(pod, milli_used, request, milli_used / request if request > 0 else 0.0))
+            cands.append(Candidate(pod, milli_used, request, milli_used / request if request > 0 else 0.0,
+                                   be_sort_priority(pod)))
         victims = [Victim(c.pod, release_of(c.pod), cpu_details(c))
                    for c in be_order(cands, lambda c: c.usage_ratio)]
         return EvictTask(BE_CPU_EVICT, why, TARGET_POD_REQUEST, {BATCH_CPU: amount}, victims, release_of)
@@ -395,4 +397,5 @@ def node_avg(ctx: Context, name: str, window: float) -> tuple[float, int]:
 
 
 def cpu_details(c: Candidate) -> dict[str, object]:
-    return {"usage": f"{c.used}m", "request": f"{c.request}m", "priority": c.pod.priority_value}
+    """The numbers a victim was ordered by; ``priority`` is the one its pool sorted on."""
+    return {"usage": f"{c.used}m", "request": f"{c.request}m", "priority": c.priority}

@@ -37,6 +37,7 @@ from qosmanager.strategies._eviction import (
     allocatable_release,
     be_order,
     be_pods,
+    be_sort_priority,
     check_allocatable_config,
     describe_amounts,
     describe_requested,
@@ -111,7 +112,8 @@ class MemoryEvict(EvictionStrategy):
         release_of = used_release_of(used)
         pods = self.per_pods.get(ctx, ("be", BE_MEMORY_EVICT),
                                  lambda: be_pods(ctx.pods.values(), BE_MEMORY_EVICT))
-        cands = [Candidate(pod, int(used.get(pod.uid, 0.0)), pod.request_for(RESOURCE_MEMORY)[1]) for pod in pods]
+        cands = [Candidate(pod, int(used.get(pod.uid, 0.0)), pod.request_for(RESOURCE_MEMORY)[1],
+                           priority=be_sort_priority(pod)) for pod in pods]
         victims = [Victim(c.pod, {RESOURCE_MEMORY: c.used}, memory_details(c))
                    for c in be_order(cands, lambda c: c.used)]
         return EvictTask(BE_MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims, release_of)
@@ -229,4 +231,5 @@ def used_release_of(used: dict[str, float]) -> Callable[[PodMeta], dict[str, flo
 
 
 def memory_details(c: Candidate) -> dict[str, object]:
-    return {"usage": c.used, "request": c.request, "priority": c.pod.priority_value}
+    """The numbers a victim was ordered by; ``priority`` is the one its pool sorted on."""
+    return {"usage": c.used, "request": c.request, "priority": c.priority}
