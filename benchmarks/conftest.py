@@ -102,7 +102,7 @@ def check_bounds(scenario: str, bounds: list[tuple[str, str, str, float]], *, ti
             spread, how = (low, high), f"interleaved {timer}"
         ok = ratio >= bound if op == ">=" else ratio <= bound
         RATIOS.append({"scenario": scenario, "ratio": desc, "value": ratio, "bound": f"{op} {bound}", "ok": ok,
-                       "spread": spread, "rounds": rounds, "measured": how})
+                       "spread": spread, "rounds": rounds, "measured": how, "command": _command()})
         if not ok:
             said = f" (95 % interval {spread[0]:.2f}-{spread[1]:.2f}, {rounds} rounds, {how} time)" if spread else ""
             failures.append(f"{desc} = {ratio:.2f}{said}, bound {op} {bound}")
@@ -110,6 +110,12 @@ def check_bounds(scenario: str, bounds: list[tuple[str, str, str, float]], *, ti
     if failures:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         pytest.fail(f"{scenario}: " + "; ".join(failures) + f" (load average {load} on {os.cpu_count()} CPUs)")
+
+
+def _command() -> str:
+    """``pytest benchmarks/<module>.py``: the command that measures what the current test checks."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    return f"pytest {current.split('::', 1)[0]}" if current else ""
 
 
 def slowed(fn: Callable[[], Any], factor: float = 2.0) -> Callable[[], Any]:
@@ -216,5 +222,26 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             how = f" ({r['spread'][0]:.2f}-{r['spread'][1]:.2f}, {r['rounds']} rounds {r['measured']})"
         tr.write_line(f"{r['scenario']:<34} {r['ratio']:<28} {r['value']:8.2f}  bound {r['bound']:<8} "
                       f"{'ok' if r['ok'] else 'MISSED'}{how}")
-    with open(OUT, "w") as f:
-        json.dump({"results": RESULTS, "ratios": RATIOS}, f, indent=1, sort_keys=True)
+    write_results(OUT, RESULTS, RATIOS)
+
+
+def write_results(path: str, results: dict[str, Any], ratios: list[dict[str, Any]]) -> None:
+    """Merge this run into ``path``: its scenarios replace those of earlier runs, the others stay (a
+    run of one module keeps the last full run's other scenarios), each stamped with when it was measured."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    scenarios = set(results) | {r["scenario"] for r in ratios}
+    merged_results = {k: v for k, v in old.get("results", {}).items() if k not in scenarios}
+    merged_results.update(results)
+    merged_ratios = [r for r in old.get("ratios", []) if r.get("scenario") not in scenarios] + ratios
+    measured = {k: v for k, v in old.get("measured", {}).items() if k not in scenarios}
+    measured.update(dict.fromkeys(scenarios, stamp))
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"results": merged_results, "ratios": merged_ratios, "measured": measured}, f, indent=1,
+                  sort_keys=True)
+    os.replace(tmp, path)

@@ -87,8 +87,17 @@ print(json.dumps({"rows": rows, **extra}))
 '''
 
 
+def installed() -> bool:
+    """Whether ``qosmanager`` is importable as installed (``pip install .`` builds the native extensions
+    into the installed copy only: the source tree then has none, and importing it from there fails)."""
+    import importlib.util
+
+    return importlib.util.find_spec("qosmanager") is not None
+
+
 def build(root: str, pods: int, per_pod: int) -> None:
-    sys.path.insert(0, SRC)
+    if not installed():
+        sys.path.insert(0, SRC)  # a source tree with its extensions built in place
     from qosmanager.sim.fakehost import FakeHost
     from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 
@@ -105,7 +114,8 @@ def build(root: str, pods: int, per_pod: int) -> None:
 
 def run(root: str, traced: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
-    env["PYTHONPATH"] = os.path.abspath(SRC)
+    if not installed():
+        env["PYTHONPATH"] = os.path.abspath(SRC)
     cmd = [sys.executable, *(["-X", "tracemalloc=1"] if traced else []), "-c", CHILD, root,
            *(["traced"] if traced else [])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)

@@ -1,0 +1,75 @@
+"""benchmarks/readme_figures.py: the README's benchmark figures come from the last run, and --check
+fails when they disagree beyond the stated spread."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("qosm_readme_figures", ROOT / "benchmarks" / "readme_figures.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+rf = load()
+
+
+def ratio(value: float, low: float, high: float, scenario: str = "demand tmpfs v2 2000c") -> dict:
+    return {"scenario": scenario, "ratio": "agent tick, steady/floor", "value": value, "spread": [low, high],
+            "bound": "<= 0.3", "ok": True, "command": "pytest benchmarks/test_bench_demand.py"}
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nfigures:\n{rf.BEGIN}\nold\n{rf.END}\nafter\n", encoding="utf-8")
+    latest = tmp_path / "latest.json"
+    monkeypatch.setenv("QOSM_README", str(readme))
+    monkeypatch.setenv("QOSM_BENCH_RESULTS", str(latest))
+    return readme, latest
+
+
+def write(latest: Path, *ratios: dict) -> None:
+    latest.write_text(json.dumps({"results": {}, "ratios": [*ratios, {"scenario": "memory", "ratio": "peak RSS",
+                                                                      "value": 50.0, "bound": "<= 60",
+                                                                      "ok": True}]}))
+
+
+def test_generated_figures_pass_the_check_and_a_disjoint_run_fails_it(files: tuple[Path, Path]) -> None:
+    readme, latest = files
+    write(latest, ratio(0.19, 0.18, 0.23))
+    assert rf.main([]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert "| demand tmpfs v2 2000c | agent tick, steady/floor | 0.19 (0.18-0.23) | <= 0.3 | " \
+           "`pytest benchmarks/test_bench_demand.py` |" in text
+    assert "old" not in text and text.endswith("after\n") and "peak RSS" not in text  # interleaved ratios only
+    assert rf.main(["--check"]) == 0
+    write(latest, ratio(0.21, 0.20, 0.25))  # another run, overlapping: agrees
+    assert rf.main(["--check"]) == 0
+    write(latest, ratio(0.29, 0.27, 0.31))  # disjoint: the README is out of date
+    assert rf.main(["--check"]) == 1
+    write(latest, ratio(0.19, 0.18, 0.23, scenario="renamed"))  # the README's scenario is gone
+    assert rf.main(["--check"]) == 1
+
+
+def test_the_readme_has_the_block_and_its_rows_parse() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = rf.readme_rows(text)
+    assert rows, "README.md's benchmark figures block is empty"
+    assert all(r["spread"][0] <= r["value"] <= r["spread"][1] for r in rows)
+
+
+def test_ci_checks_the_figures_after_the_test_command() -> None:
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    test_line = run.index(".venv/bin/python -m pytest")
+    assert run.index("benchmarks/readme_figures.py --check") > test_line
