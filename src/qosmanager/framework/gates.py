@@ -63,8 +63,9 @@ KNOWN: dict[str, tuple[bool, str]] = {
 
 
 # The gates this agent acts on: each strategy's own (qosmanager.strategies, ``Strategy.gates``),
-# BECPUManager, which changes what cpuSuppress does, and BECPUIdle (qosmanager's own).  Every other name is koordlet's, accepted so that
-# koordlet's --feature-gates value can be passed as it is, and changes nothing here.
+# BECPUManager, which changes what cpuSuppress does, and BECPUIdle (qosmanager's own).  Every other
+# name is koordlet's, accepted so that koordlet's --feature-gates value can be passed as it is, and
+# changes nothing here.
 ACTED_ON: tuple[str, ...] = (
     "BECPUSuppress", "BECPUManager", "BECPUIdle", "CPUBurst", "BECPUEvict", "CPUEvict", "CPUAllocatableEvict",
     "BEMemoryEvict", "MemoryEvict", "MemoryAllocatableEvict", "CgroupReconcile", "RdtResctrl",
