@@ -293,6 +293,7 @@ def test_quotas_are_read_once_per_force_window_and_after_their_own_writes() -> N
     h.tick("cpuBurst", NOW + 1)
     assert get_quota(h, a) == 288000
     # not throttled (remain) for a while: the kept value stands, so a change made outside the agent ...
+    set_quota(h, h.host.pod_dir("ls-1"), 800000)  # the pod's first: v1 refuses a child above its parent
     set_quota(h, a, 500000)
     read_many, asked = h.executor.read_many, []
 
