@@ -11,10 +11,10 @@ koordlet's pace, ``--react-mode tick``), ``fast`` (the fast path) and, in the lo
 (the fast path with the ``BECPUIdle`` gate).  The modes alternate, round after round, so each sees the same
 neighbours.  A round: the agent starts and settles with LS idle (BE's quota high), the probe runs, then LS
 demand starts (the burst: one busy loop) and the round measures the **reaction**: the time until BE's quota
-in the kernel is at the safe level, ``capacity x threshold - 0.9 x`` the LS pod's use during the burst as the
-kernel measured it (the level that leaves LS what it took).  The node's tree gets the weight of about eight
-busy tasks against the rest of this shared machine (``TREE_SHARES``), so that its pods get CPU at all; a
-burst that still got less than 0.4 cores has no reaction to time.  It reports
+in the kernel is at the safe level, ``capacity x threshold - 0.9 x`` the LS pod's use in the burst's first
+half second as the kernel measured it (the level that leaves LS what it took).  The node's tree gets the
+weight of about eight busy tasks against the rest of this shared machine (``TREE_SHARES``), so that its
+pods get CPU at all; a burst that still got less than 0.4 cores has no reaction to time.  It reports
 per round the probe's p50/p99/p99.9, BE's CPU seconds (its work) and a timeline (BE quota, LS and BE usage).
 
 Nothing here judges LS latency: on this machine neighbours move LS p99 by 4x between runs of one case.
@@ -47,6 +47,7 @@ PROBE_WORK = {"memory": (5000, 64), "compute": (5000, 0)}  # iterations, buffer 
 SETTLE = 0.5  # seconds with LS idle before the probe starts (BE's quota rises meanwhile)
 LEAD = 0.8  # probe seconds before the burst
 BURST = 3.0  # seconds of LS demand: a reaction later than that counts as the burst's length (tick mode)
+USE_FROM, USE_TO = 0.1, 0.6  # seconds into the burst over which LS's use sets the safe level
 MIN_BURST_CORES = 0.4  # a round whose burst got less (a starved machine) has no reaction to time
 TAIL = 0.5  # probe seconds after the burst
 TREE_SHARES = 8192  # the node's whole tree against the machine's other work (about eight busy tasks)
@@ -235,21 +236,22 @@ class Outcome:
 
     def _watch_quota(self, until: float) -> tuple[list[tuple[float, int]], float]:
         """BE's quota in the kernel, read every 2 ms until ``until``: its changes, timed from now; and the
-        LS pod's use after the burst's first 0.3 s, in cores: LS's demand as the kernel served it (on a
-        shared machine one busy loop may get less than a core)."""
+        LS pod's use from 0.1 to 0.6 s into the burst, in cores: LS's demand as the kernel served it at
+        its start (on a shared machine one busy loop may get less than a core; later, with BE throttled,
+        it gets more, which would move the bar after the fact)."""
         t0 = time.monotonic()
         changes = [(0.0, self.node.quota(self.be_dir))]
-        ls0: tuple[float, int] | None = None
+        ls: list[tuple[float, int]] = []
         while (now := time.monotonic()) < until:
             q = self.node.quota(self.be_dir)
             if q != changes[-1][1]:
                 changes.append((now - t0, q))
-            if ls0 is None and now - t0 >= 0.3:
-                ls0 = (now, self.node.usage_us(self.ls.dir))
+            if len(ls) < 2 and now - t0 >= (USE_FROM, USE_TO)[len(ls)]:
+                ls.append((now, self.node.usage_us(self.ls.dir)))
             time.sleep(0.002)
-        if ls0 is None:
+        if len(ls) < 2:
             return changes, 0.0
-        return changes, (self.node.usage_us(self.ls.dir) - ls0[1]) / 1e6 / max(time.monotonic() - ls0[0], 1e-3)
+        return changes, (ls[1][1] - ls[0][1]) / 1e6 / (ls[1][0] - ls[0][0])
 
     def _sample(self, t0: float, out: list[Sample], stop: threading.Event) -> None:
         node = self.node
