@@ -61,8 +61,15 @@ class Load:
 
 
 def be_quota(host: FakeHost) -> int:
-    with open(host.layout.file("cpu", host.layout.qos_dir(KubeQoS.BESTEFFORT), "cpu.cfs_quota_us")) as f:
-        return int(f.read())
+    """The BE quota file (a read that lands between the writer's truncation and its write sees nothing:
+    read again)."""
+    path = host.layout.file("cpu", host.layout.qos_dir(KubeQoS.BESTEFFORT), "cpu.cfs_quota_us")
+    while True:
+        with open(path) as f:
+            text = f.read().strip()
+        if text:
+            return int(text)
+        time.sleep(0.001)
 
 
 @pytest.mark.parametrize("blocker", ["pods-file decode", "slow job", "full disk under the audit log"])
