@@ -131,6 +131,20 @@ def _subtree_control(path: str) -> set[str]:
         return set()
 
 
+def rmdir_cgroup(path: str) -> None:
+    """rmdir one cgroup; one whose last process just died may be busy a moment longer (EBUSY)."""
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return
+            time.sleep(0.05)
+
+
 class KernelTree:
     """A private cgroup subtree in every hierarchy, seen through one symlink root.  On v1 the hierarchies
     of :data:`V1_OPTIONAL` named in ``controllers`` (``blkio``) are created too, and processes enter them."""
@@ -267,16 +281,7 @@ class KernelTree:
                 # what our processes started in our cgroups (v2 only can tell them apart so safely)
                 with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
                     f.write("1")
-            for _ in range(50):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as e:
-                    if e.errno != errno.EBUSY:
-                        break
-                    time.sleep(0.05)
+            rmdir_cgroup(path)
         if os.path.islink(self.root):
             os.unlink(self.root)
         elif os.path.isdir(self.root):

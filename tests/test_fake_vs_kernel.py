@@ -18,7 +18,6 @@ import errno
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,18 +232,9 @@ def _sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _remove(dirs: list[str]) -> None:
-    """rmdir, deepest first; a cgroup whose last process just died may be busy a moment longer."""
+    """rmdir, deepest first."""
     for d in sorted(dirs, key=lambda p: p.count("/"), reverse=True):
-        for _ in range(50):
-            try:
-                os.rmdir(d)
-                break
-            except FileNotFoundError:
-                break
-            except OSError as e:
-                if e.errno != errno.EBUSY:
-                    break
-                time.sleep(0.05)
+        kernelcg.rmdir_cgroup(d)
 
 
 def _compare(script: list[Op], real: list[str], fake: list[str]) -> list[str]:
