@@ -69,6 +69,8 @@ def test_churning_100_pods_leaves_the_maps_at_their_size(tmp_path: Any) -> None:
 
     def tick() -> None:
         now[0] = float(next(clock))
+        # a live node's /proc/stat moves (counters standing still are the proc-stat-frozen condition)
+        host.set_proc_stat([int(now[0] * 50)] * host.n_cpus, [int(now[0] * 50)] * host.n_cpus)
         for p in pods.values():
             for c in p.containers:
                 host.set_cpu_usage(host.container_dir(p.uid, c.name), next(usage))
