@@ -202,7 +202,8 @@ def test_a_broken_plugin_is_named_and_the_built_ins_keep_running(dists: Any) -> 
             assert "cpuSuppress" in names and "cpuBurst" in names and "testShares" in names
             assert "testKnobs" not in names  # its gate is off
             h.tick("testShares", NOW)
-            assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")) == "1234"
+            bu_shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
+            assert (h.read_file(bu_shares) or "").strip() == "1234"
             # /metrics: one qosmanager_plugin_info series per plugin, and the conditions
             fams = parse(AgentMetrics(store=h.store, manager=h.manager, process=False).registry.render())
             info = fams["qosmanager_plugin_info"]
@@ -231,13 +232,13 @@ def test_a_plugin_whose_tick_keeps_raising_is_stopped_and_what_it_changed_restor
             before = (h.read_file(shares) or "").strip()
             knobs("shares", "1234")
             h.tick("testKnobs", NOW)
-            assert h.read_file(shares) == "1234"
+            assert (h.read_file(shares) or "").strip() == "1234"
             knobs("raise")
             for i in range(1, plugins.MAX_FAILED_TICKS):
                 h.tick("testKnobs", NOW + i)
                 cond = h.store.conditions.get("plugin/TestKnobs")
                 assert cond is not None and f"{i} in a row" in cond.message and "the plugin broke" in cond.message
-            assert h.read_file(shares) == "1234"  # still running: nothing restored yet
+            assert (h.read_file(shares) or "").strip() == "1234"  # still running: nothing restored yet
             h.tick("testKnobs", NOW + plugins.MAX_FAILED_TICKS)
             cond = h.store.conditions.get("plugin/TestKnobs")
             assert cond is not None and "is stopped" in cond.message and "1 file(s)" in cond.message
@@ -321,9 +322,11 @@ def test_a_plugin_acts_only_in_its_own_name_and_through_validation(dists: Any, m
             cond = h.store.conditions.get("plugin/TestKnobs")
             assert cond is not None and reason in cond.message
             if mode == "spoof":  # its own write in the same tick still goes through
-                assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")) == "1500"
+                shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
+                assert (h.read_file(shares) or "").strip() == "1500"
             if mode == "plan-spoof":
-                assert h.read_file(h.cgroup_file("cpu", h.layout.qos_dir("BestEffort"), "cpu.shares")) == "3"
+                shares = h.cgroup_file("cpu", h.layout.qos_dir("BestEffort"), "cpu.shares")
+                assert (h.read_file(shares) or "").strip() == "3"
         finally:
             h.close()
 
