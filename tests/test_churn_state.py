@@ -26,16 +26,18 @@ UID = re.compile(r"pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12})")
 
 def _sizes(a: Agent) -> dict[str, int]:
     ex, co = a.executor, a.coordinator
-    return {"selections": len(a.collector._selections), "cache": len(ex._cache), "claims": len(ex._claims),
-            "where": len(ex._where), "originals": len(ex._originals), "plans": len(ex._plans),
-            "conflicts": len(ex._conflicts), "held": len(ex._held), "fds": len(ex.files._fds),
+    return {"selections": len(a.collector._selections), "cache": len(ex.cache.entries),
+            "claims": len(ex.claims.claims), "where": len(ex.locator.where), "originals": len(ex.originals.table),
+            "plans": len(ex.plans.plans), "conflicts": len(ex.claims.lost), "held": len(ex.fights.held),
+            "fds": len(ex.files._fds),
             "pending": len(co.pending), "backoff": len(co.backoff)}
 
 
 def _keys(a: Agent) -> list[str]:
     ex = a.executor
-    keys = [*map(str, ex._cache), *map(str, ex._claims), *map(str, ex._where), *map(str, ex._originals),
-            *map(str, ex._plans), *map(str, ex._groups), *map(str, ex.files._fds), *a.coordinator.pending,
+    keys = [*map(str, ex.cache.entries), *map(str, ex.claims.claims), *map(str, ex.locator.where),
+            *map(str, ex.originals.table), *map(str, ex.plans.plans), *map(str, ex.plans.groups),
+            *map(str, ex.files._fds), *a.coordinator.pending,
             *a.coordinator.backoff]
     return keys
 

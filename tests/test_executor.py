@@ -126,7 +126,7 @@ def test_v2_rendering(tmp_path) -> None:
     # reads give canonical values back
     assert ex.read("cpu.cfs_quota_us", BE) == "-1"
     put(layout, "cpu", BE, "cpu.weight", "39\n")
-    ex._cache.clear()
+    ex.cache.entries.clear()
     assert ex.read("cpu.shares", BE) == str((39 - 1) * 262142 // 9999 + 2)
 
 
@@ -310,8 +310,8 @@ def test_one_path_string_per_file_held(tmp_path, version: int) -> None:
     assert [r.status for r in ex.apply([Write("s", "cpu.cfs_burst_us", "9", dirs[0] + "/")])] == ["written"]
     assert read(paths[0]) == "9"
     # (not through the executor itself: its descriptor table keeps the paths of the 4 files it holds open)
-    held = _strings_held([ex._where, ex._cache, ex._claims, ex._plans, ex._groups, ex._originals], "/" + name,
-                         skip=ex)
+    held = _strings_held([ex.locator.where, ex.cache.entries, ex.claims.claims, ex.plans.plans, ex.plans.groups,
+                          ex.originals.table], "/" + name, skip=ex)
     # the dir with a trailing slash: its own display path and the absolute path kept for it
     assert len(held) == 100 + 2, len(held)
 

@@ -17,8 +17,11 @@ change, so ``--dry-run`` sends nothing and the audit sees all of it:
 Each request is audited (``"action": "kill"``, ``value`` the pids seen, ``how`` ``cgroup.kill`` or
 ``sigkill``) and the record flushed to disk *before* anything is sent; a ``cgroup.kill`` write that
 fails is audited again with its error.  Under a dry run the record says ``"stage": "dry-run"`` and
-nothing is sent.  :attr:`ExecutorStats.signals <qosmanager.executor.executor.ExecutorStats>` counts
+nothing is sent.  :attr:`ExecutorStats.signals <qosmanager.executor.types.ExecutorStats>` counts
 the signals sent, ``cgroup_kills`` the ``cgroup.kill`` writes.
+
+What it needs of the executor is :class:`KillDoor` (the executor is one; this module does not import
+it).
 """
 
 from __future__ import annotations
@@ -26,17 +29,31 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from qosmanager.executor.executor import Executor
+from qosmanager.executor.audit import AuditLog
+from qosmanager.executor.types import ExecutorStats
+from qosmanager.host.cgroups import CgroupLayout
 
 CGROUP_KILL = "cgroup.kill"
 # a cgroup.kill write failing with one of these means "not on this kernel / not for this cgroup"
 UNSUPPORTED = frozenset({errno.ENOENT, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS,
                          errno.ERANGE})
+
+
+class KillDoor(Protocol):
+    """What a kill needs of the executor: its layout, audit, clock, dry-run switch, counters and the one
+    place a signal is sent."""
+
+    layout: CgroupLayout
+    audit: AuditLog
+    clock: Callable[[], float]
+    dry_run: bool
+    stats: ExecutorStats
+
+    def _signal(self, pid: int, pidfd: int) -> int: ...
 
 
 @dataclass(slots=True)
@@ -64,7 +81,7 @@ class KillResult:
     sent: int = 0  # signals sent
 
 
-def kill(ex: Executor, k: Kill, now: float | None = None) -> KillResult:
+def kill(ex: KillDoor, k: Kill, now: float | None = None) -> KillResult:
     """:meth:`Executor.kill`: see the module docstring."""
     now = ex.clock() if now is None else now
     if k.cgroup:
@@ -90,7 +107,7 @@ def kill(ex: Executor, k: Kill, now: float | None = None) -> KillResult:
     return res
 
 
-def _cgroup_kill(ex: Executor, k: Kill, now: float) -> KillResult:
+def _cgroup_kill(ex: KillDoor, k: Kill, now: float) -> KillResult:
     layout = ex.layout
     parsed = layout.parse_pod_dir(k.cgroup) if layout.version == 2 else None
     if (parsed is None or layout.pod_dir(*parsed) != k.cgroup
@@ -119,7 +136,7 @@ def _cgroup_kill(ex: Executor, k: Kill, now: float) -> KillResult:
     return KillResult("cgroup.kill", "done")
 
 
-def _before(ex: Executor, k: Kill, how: str, now: float, **fields: Any) -> None:
+def _before(ex: KillDoor, k: Kill, how: str, now: float, **fields: Any) -> None:
     """The audit record of what is about to be sent, on disk before it is."""
     ex.audit.record(strategy=k.strategy, action="kill", target=k.target, uid=k.uid,
                     value=" ".join(map(str, k.pids)), executed=False, ts=now, reason=k.reason, how=how,
