@@ -9,21 +9,20 @@
 * :mod:`~qosmanager.exporter.health`: the ``/healthz`` checks;
 * :mod:`~qosmanager.exporter.server`: the HTTP server (one non-blocking thread no client can hold).
 
-:class:`Exporter` puts them together for one :class:`~qosmanager.agent.Agent`.
+:class:`Exporter` puts them together for one agent, read through a narrow view
+(:mod:`~qosmanager.exporter.view`): the exporter does not import the agent.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qosmanager.exporter.agent_metrics import AgentMetrics
 from qosmanager.exporter.health import Health, HealthBounds
 from qosmanager.exporter.registry import Counter, Gauge, Histogram, Registry
 from qosmanager.exporter.server import MAX_CLIENTS, MetricsServer, descriptor_reserve, parse_addr
-
-if TYPE_CHECKING:
-    from qosmanager.agent import Agent
+from qosmanager.exporter.view import AgentView
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +37,11 @@ class Exporter:
         self.server = MetricsServer(addr, metrics.registry.expose, health.check, max_clients=max_clients)
 
     @classmethod
-    def for_agent(cls, agent: Agent, addr: str | None = None, *, bounds: HealthBounds | None = None,
+    def for_agent(cls, agent: AgentView, addr: str | None = None, *, bounds: HealthBounds | None = None,
                   **kw: Any) -> Exporter:
-        """Bind to ``agent``'s parts; the address is checked now (a bad one is a ValueError), bound on
-        :meth:`start`.  The Kubernetes source is looked up as ``agent.kube_source`` at every read."""
+        """Bind to ``agent``'s parts (an :class:`~qosmanager.exporter.view.AgentView`); the address is
+        checked now (a bad one is a ValueError), bound on :meth:`start`.  The Kubernetes source is
+        looked up as ``agent.kube_source`` at every read."""
         cfg = agent.cfg
 
         def kube_source() -> object:
@@ -81,5 +81,5 @@ class Exporter:
         self.server.stop()
 
 
-__all__ = ["AgentMetrics", "Counter", "Exporter", "Gauge", "Health", "HealthBounds", "Histogram",
+__all__ = ["AgentMetrics", "AgentView", "Counter", "Exporter", "Gauge", "Health", "HealthBounds", "Histogram",
            "MetricsServer", "Registry", "descriptor_reserve", "parse_addr"]

@@ -27,8 +27,8 @@ from qosmanager.api.nodeslo import NodeSLOSpec
 from qosmanager.api.pod import ContainerMeta, PodMeta
 from qosmanager.eviction.types import EvictResult, EvictTask
 from qosmanager.executor.executor import Executor, MakeDir
+from qosmanager.framework.config import QoSConfig
 from qosmanager.framework.gates import FeatureGates
-from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.kubelet_cpu import SOURCE_FLAG, KubeletCPU
 from qosmanager.host.sysfs import NodeCPUInfo

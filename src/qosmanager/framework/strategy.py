@@ -21,35 +21,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from qosmanager.executor.executor import Request, Write, WriteResult
+from qosmanager.framework.config import QoSConfig
 from qosmanager.framework.gates import FeatureGates
 
 if TYPE_CHECKING:
     from qosmanager.framework.context import Context
     from qosmanager.framework.demand import Need
-
-
-@dataclass
-class QoSConfig:
-    """The QoS manager's flags (koordlet-qos §2.1), in seconds."""
-
-    collect_interval: float = 1.0
-    reconcile_interval: float = 1.0
-    cpu_suppress_interval: float = 1.0
-    cpu_evict_interval: float = 1.0
-    memory_evict_interval: float = 1.0
-    memory_evict_cool_time: float = 4.0
-    cpu_evict_cool_time: float = 20.0
-    force_update_seconds: float = 60.0
-    # the kubelet's CPU manager policy when given ("none" | "static"); None: read from the node
-    # (qosmanager.host.kubelet_cpu), else the topology annotation, else "none"
-    cpu_manager_policy: str | None = None
-
-    def interval(self, key: str) -> float:
-        return float(getattr(self, f"{key}_interval"))
 
 
 class Strategy(abc.ABC):

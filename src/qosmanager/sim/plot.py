@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from qosmanager.sim.simulate import SimResult
+    from qosmanager.sim.result import SimResult
 
 INSTALL_HINT = "--plot needs matplotlib: pip install 'qosmanager[plot]' (or pip install matplotlib)"
 
