@@ -365,3 +365,27 @@ def test_reads_renew_the_cache_of_a_file_it_knows(tmp_path) -> None:
     res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
     assert res[0].status == "written" and read(path) == "120000"
 
+
+
+def test_a_file_missing_in_a_directory_that_exists_is_a_failure_not_a_vanished_cgroup(tmp_path, caplog) -> None:
+    """The kernel makes a cgroup's files with the dir: one missing there is reported (logged once,
+    audited, counted), not skipped as a pod that went.  A knob marked optional (``if_exists``) and a
+    dir that is gone stay quiet."""
+    import logging
+
+    ex, layout, clock, audit = make(tmp_path)
+    put(layout, "cpu", BE, "cpu.shares", "2\n")  # the dir exists; cpu.cfs_quota_us does not
+    with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
+        for _ in range(3):
+            res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE, reason="suppress")])
+            assert res[0].status == "failed" and "ENOENT" in (res[0].error or "")
+            clock.t += 1
+    assert ex.stats.failed == 3 and ex.stats.missing == 0
+    failed = [r for r in audit.recent if not r["executed"]]
+    assert len(failed) == 1 and failed[0]["target"] == "cpu/kubepods/besteffort/cpu.cfs_quota_us"
+    assert len([r for r in caplog.records if "cpu.cfs_quota_us" in r.getMessage()]) == 1
+    # optional knob in the same dir; a file of a dir that is gone
+    res = ex.apply([Write("cpuBurst", "cpu.cfs_burst_us", "1000", BE),
+                    Write("cpuSuppress", "cpu.cfs_quota_us", "120000", f"{BE}/podgone")])
+    assert [r.status for r in res] == ["missing", "missing"]
+    assert ex.stats.failed == 3 and len([r for r in audit.recent if not r["executed"]]) == 1

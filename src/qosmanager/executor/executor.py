@@ -40,11 +40,13 @@ Cached descriptors count in the process's descriptor budget, shared with the col
 (:mod:`qosmanager.host.descriptors`); a file that gets no descriptor within it is read and
 written with open, pread or pwrite, close (one-shot), in the same order.
 
-A missing file is not an error: the cgroup is gone (or the knob does not exist on this kernel); it
-is skipped, counted and retried next time.  A write that fails the same way every tick (the kernel
-refuses the value, the file is read-only) is logged and audited the first time, then as a count at
-most every ``repeat_seconds`` (:mod:`.report`); every failure is still counted in
-:attr:`Executor.stats`.
+A missing file is not an error where its cgroup is gone (the directory too), where the knob is marked
+optional (``if_exists``: it does not exist on every kernel) or where a pid written is gone: it is
+skipped, counted (``missing``) and retried next time.  A file missing in a directory that exists is a
+failed write like any other (the kernel makes a cgroup's files with the directory).  A write that
+fails the same way every tick (the kernel refuses the value, the file is read-only) is logged and
+audited the first time, then as a count at most every ``repeat_seconds`` (:mod:`.report`); every
+failure is still counted in :attr:`Executor.stats`.
 
 **Plans.**  A strategy that hands over thousands of writes that rarely change wraps them in a
 :class:`Plan`: a key, a version the strategy computes cheaply, and a function that builds the writes;
@@ -437,7 +439,7 @@ class Executor:
             if isinstance(f, int):
                 it.current = None
                 it.result.error = os.strerror(-f)
-                it.result.status = "missing" if -f in IGNORABLE else "failed"
+                it.result.status = self._not_there(it, -f) if -f in IGNORABLE else "failed"
                 continue
             it.fd, it.truncate, it.one_shot = f[0], f[1], f[0] == ONE_SHOT
             if not it.write.compare:
@@ -455,7 +457,8 @@ class Executor:
                 if isinstance(c, str):
                     items[k].current, items[k].read = c, True
                 elif -c in IGNORABLE:
-                    items[k].result.status, items[k].result.error = "missing", os.strerror(-c)
+                    items[k].result.error = os.strerror(-c)
+                    items[k].result.status = self._not_there(items[k], -c)
                     self.files.drop(items[k].path)
 
     def _compare(self, items: list[Item], now: float) -> None:
@@ -521,12 +524,21 @@ class Executor:
                 if it.key in self.reporter:
                     self.reporter.recovered(it.key, it.write.strategy, it.target, now)
             else:
-                it.result.status = "missing" if e in IGNORABLE else "failed"
                 it.result.error = f"{errno.errorcode.get(e, str(e))}: {os.strerror(e)}"
+                it.result.status = self._not_there(it, e) if e in IGNORABLE else "failed"
                 if e in IGNORABLE:
                     self.files.drop(it.path)
-                else:
+                if it.result.status == "failed":
                     self._failed(it, content, now)
+
+    def _not_there(self, it: Item, err: int) -> str:
+        """``"missing"`` for a file whose cgroup is gone (its directory too), a pid that is gone, or a
+        knob marked optional (``if_exists``); ``"failed"`` for a file missing in a directory that exists:
+        the kernel should have made it, and a write that never lands is reported like any failure."""
+        if err != errno.ENOENT or it.resource.if_exists or not os.path.isdir(os.path.dirname(it.path)):
+            return "missing"
+        it.result.error = "ENOENT: no such file in a directory that exists"
+        return "failed"
 
     def _audit(self, it: Item, content: str) -> None:
         w = it.write
