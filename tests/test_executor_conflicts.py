@@ -14,12 +14,15 @@ from test_executor import BE, make, put, read
 
 QUOTA = "cpu.cfs_quota_us"
 COND = "executor/write-conflict/cpu.cfs_quota_us"
+# not a protection knob: those (the BE QoS dir's quota and cpuset) retry within seconds, see
+# test_executor_inforce.py
+DIR = "kubepods/burstable"
 
 
 def fight(tmp_path, **kw: Any):
     conditions = Conditions()
     ex, layout, clock, audit = make(tmp_path, conditions=conditions, **kw)
-    path = put(layout, "cpu", BE, QUOTA, "-1\n")
+    path = put(layout, "cpu", DIR, QUOTA, "-1\n")
     seen: list[WriteConflict] = []
     ex.on_conflict.append(seen.append)
     return ex, clock, audit, conditions, path, seen
@@ -32,7 +35,7 @@ def reset(path: str, value: str = "-1\n") -> None:
 
 def test_a_file_reset_every_tick_is_held_back_reported_once_and_retried_with_backoff(tmp_path) -> None:
     ex, clock, audit, conditions, path, seen = fight(tmp_path)
-    w = lambda: Write("cpuSuppress", QUOTA, "270000", BE, reason="suppress", cacheable=False)  # noqa: E731
+    w = lambda: Write("cpuSuppress", QUOTA, "270000", DIR, reason="suppress", cacheable=False)  # noqa: E731
     written_at: list[float] = []
     for _ in range(700):  # one tick a second; the other writer resets the quota after every tick
         st = ex.apply([w()])[0].status
@@ -46,10 +49,10 @@ def test_a_file_reset_every_tick_is_held_back_reported_once_and_retried_with_bac
     assert written_at[5:] == [65.0, 185.0, 425.0]
     assert len(seen) == 1 and seen[0].active
     assert (seen[0].target, seen[0].ours, seen[0].theirs, seen[0].times) == (
-        f"cpu/{BE}/{QUOTA}", "270000", "-1", 5)
+        f"cpu/{DIR}/{QUOTA}", "270000", "-1", 5)
     assert ex.conflicts() == {QUOTA: 1}
     cond = conditions.get(COND)
-    assert cond is not None and f"cpu/{BE}/{QUOTA}" in cond.message
+    assert cond is not None and f"cpu/{DIR}/{QUOTA}" in cond.message
     held = [r for r in audit.recent if r.get("error", "").startswith("conflict")]
     assert len(held) == 1 and held[0]["executed"] is False and held[0]["old"] == "-1"
     assert ex.stats.conflicts > 600
@@ -57,7 +60,7 @@ def test_a_file_reset_every_tick_is_held_back_reported_once_and_retried_with_bac
 
 def test_a_conflict_that_stops_clears_the_condition(tmp_path) -> None:
     ex, clock, _audit, conditions, path, seen = fight(tmp_path)
-    w = lambda: Write("cpuSuppress", QUOTA, "270000", BE, cacheable=False)  # noqa: E731
+    w = lambda: Write("cpuSuppress", QUOTA, "270000", DIR, cacheable=False)  # noqa: E731
     for _ in range(70):  # into the conflict and past the first retry (at 65 s)
         ex.apply([w()])
         reset(path)
@@ -79,7 +82,7 @@ def test_a_conflict_that_stops_clears_the_condition(tmp_path) -> None:
 def test_occasional_outside_changes_are_corrected_without_a_conflict(tmp_path) -> None:
     ex, clock, _audit, conditions, path, seen = fight(tmp_path)
     for k in range(300):
-        assert ex.apply([Write("s", QUOTA, "270000", BE, cacheable=False)])[0].status != "conflict"
+        assert ex.apply([Write("s", QUOTA, "270000", DIR, cacheable=False)])[0].status != "conflict"
         if k % 3 == 0:  # changed back now and then, our value sticking in between
             reset(path)
         clock.t += 1
@@ -89,7 +92,7 @@ def test_occasional_outside_changes_are_corrected_without_a_conflict(tmp_path) -
 def test_a_strategy_changing_its_own_value_is_no_conflict(tmp_path) -> None:
     ex, clock, _audit, _conditions, _path, seen = fight(tmp_path)
     for k in range(20):  # a new value every tick, nobody else writing
-        assert ex.apply([Write("s", QUOTA, str(200000 + 1000 * k), BE, cacheable=False)])[0].status == "written"
+        assert ex.apply([Write("s", QUOTA, str(200000 + 1000 * k), DIR, cacheable=False)])[0].status == "written"
         clock.t += 1
     assert seen == []
 
@@ -98,7 +101,7 @@ def test_a_reset_is_a_revert_even_when_the_wanted_value_moves(tmp_path) -> None:
     ex, clock, _audit, conditions, path, seen = fight(tmp_path)
     statuses = []
     for k in range(10):  # the strategy's value drifts; the other writer resets the file every tick
-        statuses.append(ex.apply([Write("s", QUOTA, str(200000 + 1000 * k), BE, cacheable=False)])[0].status)
+        statuses.append(ex.apply([Write("s", QUOTA, str(200000 + 1000 * k), DIR, cacheable=False)])[0].status)
         reset(path)
         clock.t += 1
     assert statuses[:5] == ["written"] * 5 and set(statuses[5:]) == {"conflict"}
@@ -108,7 +111,7 @@ def test_a_reset_is_a_revert_even_when_the_wanted_value_moves(tmp_path) -> None:
 def test_cached_writes_and_plans_are_watched_at_each_forced_recheck(tmp_path) -> None:
     ex, clock, _audit, conditions, path, seen = fight(tmp_path, force_seconds=10.0)
     version = ("q", 270000)
-    build = lambda: [Write("cpuBurst", QUOTA, "270000", BE)]  # noqa: E731
+    build = lambda: [Write("cpuBurst", QUOTA, "270000", DIR)]  # noqa: E731
     writes = 0
     for _ in range(300):
         writes += sum(r.status == "written" for r in ex.apply([Plan("cpuBurst", "q", version, build)]))
@@ -122,7 +125,7 @@ def test_cached_writes_and_plans_are_watched_at_each_forced_recheck(tmp_path) ->
 def test_dry_run_watches_nothing(tmp_path) -> None:
     ex, clock, _audit, _conditions, path, seen = fight(tmp_path, dry_run=True)
     for _ in range(200):
-        assert ex.apply([Write("s", QUOTA, "270000", BE, cacheable=False)])[0].status in ("dry-run", "cached")
+        assert ex.apply([Write("s", QUOTA, "270000", DIR, cacheable=False)])[0].status in ("dry-run", "cached")
         reset(path)
         clock.t += 1
     assert seen == [] and read(path) == "-1\n"
@@ -144,7 +147,8 @@ def test_a_pod_that_goes_ends_its_conflicts(tmp_path) -> None:
 
 def test_cpu_suppress_against_a_koordlet_like_writer() -> None:
     """The whole agent (cpuSuppress, cfsQuota policy) beside a writer that resets the BE quota to
-    unlimited after every tick: the fight is reported once and the quota is rewritten with backoff."""
+    unlimited after every tick: the fight is reported once and the quota, a protection knob, is
+    rewritten with a short backoff (1, 2, then every 4 s), never left to the other writer for longer."""
     from test_strategy_cpu_suppress import NOW, slo, usage, with_pods
     from test_strategy_cpu_suppress import make as make_node
 
@@ -158,7 +162,9 @@ def test_cpu_suppress_against_a_koordlet_like_writer() -> None:
         writes += sum(r.status == "written" for r in h.tick("cpuSuppress", NOW + k))
         h.write_file(be_quota, "-1\n")  # the other agent puts its own value back after every tick
     assert h.manager.stats["cpuSuppress"].errors == 0
-    assert 5 <= writes <= 8  # not 200
+    # written for five ticks, held at the fifth reset in a row, then retried after 1, 2, 4, 4, ... s:
+    # 200 ticks hold about 50 retries (not 200 writes, nor the 3 a minutes-long backoff would give)
+    assert 40 <= writes <= 5 + 195 // 4 + 2
     cond = h.store.conditions.get(COND)
     assert cond is not None and "besteffort" in cond.message
     assert h.executor.conflicts() == {QUOTA: 1}

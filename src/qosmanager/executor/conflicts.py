@@ -2,7 +2,8 @@
 
 Decides when a file is in a fight: found changed back (no longer what this agent last wrote or found
 there) at ``conflict_after`` checks in a row.  From then on it is not rewritten at every check but
-retried with backoff (``force_seconds`` doubling up to ``conflict_max_backoff``); the conflict is
+retried with backoff (``force_seconds`` doubling up to ``conflict_max_backoff``; 1, 2, then every 4 s
+for the protection knobs, :mod:`.inforce`: BE must not stay at another writer's value); the conflict is
 reported once when it starts and once when it ends (a warning, an audit record, the degraded
 condition ``executor/write-conflict/<resource>``, the ``on_conflict`` callbacks: the agent's Node
 Event).  A retry that finds this agent's value still in place ends it.  Watched are files holding one
@@ -11,13 +12,13 @@ value (not an entry of a table), not restores, and nothing under a dry run (noth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.cache import CacheEntry
-from qosmanager.executor.types import ExecutorStats, Item, Key, WriteConflict, log
+from qosmanager.executor.types import ExecutorStats, Item, Key, Write, WriteConflict, log
 
 if TYPE_CHECKING:
     from qosmanager.framework.conditions import Conditions
@@ -38,8 +39,13 @@ class Fight:
 
 class Fights:
     def __init__(self, audit: AuditLog, stats: ExecutorStats, conditions: Conditions | None, *, version: int,
-                 dry_run: bool, force_seconds: float, conflict_after: int, max_backoff: float) -> None:
+                 dry_run: bool, force_seconds: float, conflict_after: int, max_backoff: float,
+                 short: Callable[[Write], bool] | None = None, short_backoff: Sequence[float] = ()) -> None:
+        """``short``: the writes whose conflicts are retried after ``short_backoff`` (seconds, the last
+        repeated) instead of ``force_seconds`` doubling: the protection knobs (:mod:`.inforce`)."""
         self.audit = audit
+        self.short = short
+        self.short_backoff = tuple(short_backoff)
         self.version = version
         self.stats = stats
         self.conditions = conditions
@@ -83,12 +89,12 @@ class Fights:
         if f.active and now < f.retry_at:
             return self._hold(it, f)
         f.streak += 1
-        if f.active:  # the retry: written once more, the next one waits twice as long
-            f.retry_at = now + self._backoff(f.streak)
+        if f.active:  # the retry: written once more, the next one waits longer
+            f.retry_at = now + self._backoff(f.streak, it)
             return False
         if f.streak < self.conflict_after:
             return False
-        f.active, f.retry_at = True, now + self._backoff(f.streak)
+        f.active, f.retry_at = True, now + self._backoff(f.streak, it)
         self._changed(it, f, started=True)
         return self._hold(it, f)
 
@@ -113,8 +119,11 @@ class Fights:
         self.stats.conflicts += 1
         return True
 
-    def _backoff(self, streak: int) -> float:
-        return float(min(self.force_seconds * 2.0 ** min(streak - self.conflict_after, 30), self.max_backoff))
+    def _backoff(self, streak: int, it: Item) -> float:
+        n = streak - self.conflict_after
+        if self.short_backoff and self.short is not None and self.short(it.write):
+            return self.short_backoff[min(n, len(self.short_backoff) - 1)]
+        return float(min(self.force_seconds * 2.0 ** min(n, 30), self.max_backoff))
 
     def stuck(self, it: Item) -> None:
         """This agent's value is in the file: a fight over it is over."""

@@ -13,6 +13,7 @@ job is a room of its own, with its own state and tests:
 :mod:`.originals`  what a file held before a strategy changed it, and putting it back
 :mod:`.order`      the leveled order: parents first when limits rise, children first when they fall
 :mod:`.conflicts`  another writer changing a file back: held back, retried with backoff, reported
+:mod:`.inforce`    whether the BE protection decided is in force; a degraded condition where not
 :mod:`.report`     failures that repeat: said in full once, then as a count
 :mod:`.dryrun`     what ``--dry-run`` pretends is on the host
 :mod:`.mkdir`      directories (resctrl groups); :mod:`.kill` signals and ``cgroup.kill``
@@ -34,7 +35,8 @@ One :meth:`Executor.apply` call per scheduler round runs the batch pipeline, top
    (:mod:`.conflicts`);
 6. **order** the writes as a leveled update (:mod:`.order`);
 7. **write** each phase with one native batch call (cached descriptors, ``pwrite``, one errno per
-   file), cache what succeeded (failures never) and **audit** every write with its old and new value.
+   file), cache what succeeded (failures never) and **audit** every write with its old and new value;
+8. note whether the BE protection decided is **in force** (:mod:`.inforce`).
 
 Cached descriptors count in the process's descriptor budget, shared with the collector
 (:mod:`qosmanager.host.descriptors`); a file that gets no descriptor within it is read and
@@ -74,9 +76,10 @@ both go through it; every public entry (``apply``, ``read``, ``read_many``, ``mk
 so a batch is never interleaved with another: the write cache, the claims, the originals, the
 conflicts and the audit see one batch after the other.  Callbacks (``on_write``, ``on_batch``,
 ``on_conflict``) run with the lock held; they must not wait for another thread that takes it.
-Two reads from the metrics server's thread do not take it: :meth:`Executor.conflicts` (one copy of
-a dict, made without running Python code) and :attr:`Executor.stats` (integers), so a scrape never
-waits for a batch.  The rooms take no lock of their own: only the executor calls them.
+Three reads from the metrics server's thread do not take it: :meth:`Executor.conflicts` and
+:meth:`Executor.not_in_force` (one copy of a dict, made without running Python code) and
+:attr:`Executor.stats` (integers), so a scrape never waits for a batch.  The rooms take no lock of
+their own: only the executor calls them.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ from qosmanager.executor.cache import CacheEntry, WriteCache
 from qosmanager.executor.conflicts import CONFLICT_CONDITION, Fights
 from qosmanager.executor.dryrun import DryRun
 from qosmanager.executor.files import ONE_SHOT, FileTable
+from qosmanager.executor.inforce import BACKOFF, PROTECTED, InForce
 from qosmanager.executor.locate import Locator
 from qosmanager.executor.mkdir import Dirs
 from qosmanager.executor.originals import Originals
@@ -163,9 +167,11 @@ class Executor:
         self.claims = Claims(audit, self.stats)
         self.plans = Plans(force_seconds, self.stats)
         self.originals = Originals()
+        self.inforce = InForce(layout, conditions)
         self.fights = Fights(audit, self.stats, conditions, version=self.version, dry_run=dry_run,
                              force_seconds=force_seconds, conflict_after=conflict_after,
-                             max_backoff=conflict_max_backoff)
+                             max_backoff=conflict_max_backoff, short=self.inforce.protection,
+                             short_backoff=BACKOFF)
         self.reporter = Reporter(audit, repeat_seconds, clock)
         self.shadow = DryRun(force_seconds)
         self.dirs = Dirs(layout.roots, audit, self.shadow if dry_run else None)
@@ -268,12 +274,18 @@ class Executor:
         metrics server's)."""
         return self.fights.counts()
 
+    def not_in_force(self) -> dict[tuple[str, str], int]:
+        """Files whose decided protection (the BE quota, the BE cpuset) is not in force, by (strategy,
+        resource) (see :mod:`.inforce`; safe from another thread: the metrics server's)."""
+        return self.inforce.counts()
+
     def release(self, strategy: str) -> None:
         """Drop every claim, plan and write conflict of ``strategy`` (it was disabled or stopped)."""
         with self.lock:
             self.fights.drop([k for k in self.claims.keys_of(strategy) if k in self.fights.fights])
             self.claims.release(strategy)
             self.plans.release(strategy)
+            self.inforce.release(strategy)
 
     def restore(self, strategy: str, now: float | None = None) -> list[WriteResult]:
         """Write back what ``strategy`` found before it first changed each file, then release it."""
@@ -318,8 +330,11 @@ class Executor:
         results: list[WriteResult] = []
         items: dict[Key, Item] = {}
         cache, force, claims = self.cache.entries, self.force_seconds, self.claims.claims
+        inforce = self.inforce
         for w in writes:
             self.stats.requested += 1
+            if w.resource in PROTECTED and not w.recheck and inforce.protection(w):
+                w.recheck = True  # read every time: another writer's reset is undone within a tick
             # 2. validate: which file, and is the value one it takes
             loc = self._locate(w, results)
             if loc is None:
@@ -363,6 +378,7 @@ class Executor:
             self._compare(pending, now)  # 5./6. drop what is there already, order the rest
             self._execute(pending, now)  # 7. write, cache, audit
         self.plans.landed(spans, walked, results)
+        self.inforce.settle(results)
         self.reporter.sweep(now)
         self.audit.flush()
         if now - self._last_gc > self.force_seconds:

@@ -198,6 +198,10 @@ class AgentMetrics:
               "Files another writer keeps changing back (e.g. koordlet owning the same knob), by resource: "
               "rewritten with backoff instead of at every check",
               ("resource",), r).pull(self._write_conflicts)
+        Gauge("qosmanager_decided_not_in_force",
+              "Files whose decided BE protection (the BE QoS dir's CFS quota or cpuset) is not in force: "
+              "refused by the kernel or held back by a write conflict, by strategy and resource",
+              ("strategy", "resource"), r).pull(self._not_in_force)
         self.evictions = Counter(
             "qosmanager_evictions_total",
             "Eviction decisions by strategy, koordlet feature and result: evicted, decided (audited only "
@@ -435,6 +439,11 @@ class AgentMetrics:
         if self.executor is None:
             return None
         return {(resource,): float(n) for resource, n in self.executor.conflicts().items()}
+
+    def _not_in_force(self) -> Mapping[LabelValues, float] | None:
+        if self.executor is None:
+            return None
+        return {sk: float(n) for sk, n in self.executor.not_in_force().items()}
 
     def _strategy_errors(self) -> Mapping[LabelValues, float] | None:
         if self.manager is None:
