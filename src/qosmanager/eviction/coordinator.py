@@ -245,6 +245,7 @@ class EvictionCoordinator:
                     self._decide(strategy, task, victim, "skipped", False, refusal, result, now)
                     continue
                 ok, error, how = self._evict(strategy, pod, task, now)
+                quiet = bool(how.pop("quiet", False))  # a refused kill already said: counted, not audited
                 done.add(pod.uid)
                 if ok:
                     result.newly_evicted = True
@@ -258,7 +259,7 @@ class EvictionCoordinator:
                         break
                 else:
                     self._decide(strategy, task, victim, "failed", False, self._reason(task, victim), result,
-                                 now, error, how)
+                                 now, error, how, audit=not quiet)
         self.audit.flush()
         return result
 
@@ -283,15 +284,16 @@ class EvictionCoordinator:
 
     def _decide(self, strategy: str, task: EvictTask, victim: Victim, action: str, executed: bool,
                 reason: str, result: EvictResult, now: float, error: str | None = None,
-                how: Mapping[str, Any] | None = None) -> None:
+                how: Mapping[str, Any] | None = None, audit: bool = True) -> None:
         d = EvictDecision(victim.pod, task.feature, action, executed, reason, error)
         result.decisions.append(d)
         self.history.append(d)
         if len(self.history) > 10_000:
             del self.history[:5000]
         extra = {"feature": task.feature, "mode": "dry-run" if self.dry_run else self.mode, **(how or {})}
-        self.audit.record(strategy=strategy, action="evict", target=victim.pod.key, uid=victim.pod.uid,
-                          reason=reason, executed=executed, error=error, ts=now, **extra)
+        if audit:
+            self.audit.record(strategy=strategy, action="evict", target=victim.pod.key, uid=victim.pod.uid,
+                              reason=reason, executed=executed, error=error, ts=now, **extra)
         for cb in self.on_decision:
             cb(d, strategy)
 
@@ -359,10 +361,11 @@ class EvictionCoordinator:
         me, parent = os.getpid(), os.getppid()
         forbidden = sorted({p for p in scan.pids if p <= 1 or p in (me, parent)}
                            | {p for p in (1, me, parent) if self._in_pod(p, pod_rel) == "ok"})
-        if forbidden:
-            log.warning("kill %s: %s holds pid(s) %s (init, the agent or its parent): no %s, each "
-                        "process is checked and signalled on its own", pod.key, pod_rel, _few(forbidden),
-                        CGROUP_KILL)
+        if forbidden:  # said once, then counted (the executor's refusals)
+            self.executor.refuse_kill(Kill(
+                strategy, pod.key, pod.uid, forbidden, cgroup=pod_rel, extra={"feature": task.feature},
+                reason=task.koordlet_reason), f"{pod_rel} holds pid(s) {_few(forbidden)} (init, the agent or "
+                f"its parent): no {CGROUP_KILL}, each process is checked and signalled on its own", now)
             return None, f"not {CGROUP_KILL}: the pod's cgroups hold pid(s) {_few(forbidden)}"
         named: list[int] = []
         unchecked = 0
@@ -401,6 +404,7 @@ class EvictionCoordinator:
         decided: set[int] = set()  # signalled, or left alone for good (strangers, unchecked)
         held: dict[int, int] = {}  # signalled pid -> its pidfd (-1: none): exited, or still dying?
         problems: list[str] = []
+        never: list[int] = []  # pid 1, the agent, its parent: refused every round while they are there
         killed = rounds = 0
         capped = scan.capped
         try:
@@ -431,6 +435,8 @@ class EvictionCoordinator:
                             strangers.append(pid)
                         elif verdict != "gone":
                             problems.append(f"pid {pid}: {verdict}")
+                            if pid <= 1 or pid in (os.getpid(), os.getppid()):
+                                never.append(pid)
                     self._strangers(pod, strangers)
                     if targets:
                         rounds = rnd
@@ -462,8 +468,14 @@ class EvictionCoordinator:
                             "beyond were not signalled")
         extra = {"kill": "sigkill", "killed": killed, "rounds": rounds}
         if problems:
-            for p in problems:
-                log.warning("kill %s: %s", pod.key, p)
+            if never and len(never) == len(problems):  # only those refused: said once, then counted
+                first = self.executor.refuse_kill(Kill(
+                    strategy, pod.key, pod.uid, sorted(never), extra={"feature": task.feature},
+                    reason=task.koordlet_reason), "; ".join(problems), now)
+                extra["quiet"] = not first
+            else:
+                for p in problems:
+                    log.warning("kill %s: %s", pod.key, p)
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             return False, "; ".join(problems[:5]) + more, extra
         return True, None, extra

@@ -72,7 +72,7 @@ sent under ``--dry-run``.
 
 **Threads.**  One lock: :attr:`Executor.lock`, a re-entrant lock.  The tick thread and the fast path
 both go through it; every public entry (``apply``, ``read``, ``read_many``, ``mkdir``, ``kill``,
-``restore``, ``release``, ``forget``, ``owner``, ``close``) takes it and holds it for the whole call,
+``refuse_kill``, ``restore``, ``release``, ``forget``, ``owner``, ``close``) takes it and holds it for the whole call,
 so a batch is never interleaved with another: the write cache, the claims, the originals, the
 conflicts and the audit see one batch after the other.  Callbacks (``on_write``, ``on_batch``,
 ``on_conflict``) run with the lock held; they must not wait for another thread that takes it.
@@ -175,6 +175,7 @@ class Executor:
         self.reporter = Reporter(audit, repeat_seconds, clock)
         self.shadow = DryRun(force_seconds)
         self.dirs = Dirs(layout.roots, audit, self.shadow if dry_run else None)
+        self.refusals = _kill.Refusals(audit, self.stats, repeat_seconds, clock)
         # called when a conflict with another writer starts and when it ends (the agent's Node Event)
         self.on_conflict: list[Callable[[WriteConflict], None]] = self.fights.on_conflict
         self.on_write: list[Callable[[WriteResult], None]] = []
@@ -203,6 +204,12 @@ class Executor:
         """SIGKILL a pod's processes, pid by pid or by its ``cgroup.kill`` (see :mod:`.kill`)."""
         with self.lock:
             return _kill.kill(self, k, now)
+
+    def refuse_kill(self, k: _kill.Kill, why: str, now: float | None = None) -> bool:
+        """A kill the caller does not send, because of ``why``: logged and audited the first time, then
+        counted (see :mod:`.kill`); True the first time."""
+        with self.lock:
+            return self.refusals.refuse(k, why, self.clock() if now is None else now)
 
     def _signal(self, pid: int, pidfd: int) -> int:
         """The one place the agent sends a signal: SIGKILL; 0 or the errno."""

@@ -20,6 +20,12 @@ fails is audited again with its error.  Under a dry run the record says ``"stage
 nothing is sent.  :attr:`ExecutorStats.signals <qosmanager.executor.types.ExecutorStats>` counts
 the signals sent, ``cgroup_kills`` the ``cgroup.kill`` writes.
 
+A kill the caller refuses every round (the pod's cgroups hold pid 1, the agent or its parent: those
+are never signalled) is said through :class:`Refusals` (:meth:`Executor.refuse_kill
+<qosmanager.executor.executor.Executor.refuse_kill>`): logged and audited (``"stage": "refused"``) the
+first time, then counted in ``ExecutorStats.kills_refused`` and summed up with a ``repeats`` count at
+most every ``repeat_seconds``, not one warning and one record per round.
+
 What it needs of the executor is :class:`KillDoor` (the executor is one; this module does not import
 it).
 """
@@ -27,6 +33,7 @@ it).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +43,9 @@ from typing import Any, Protocol
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.types import ExecutorStats
 from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.logfmt import Repeat, RepeatLimiter
+
+log = logging.getLogger(__name__)
 
 CGROUP_KILL = "cgroup.kill"
 # a cgroup.kill write failing with one of these means "not on this kernel / not for this cgroup"
@@ -142,6 +152,38 @@ def _before(ex: KillDoor, k: Kill, how: str, now: float, **fields: Any) -> None:
                     value=" ".join(map(str, k.pids)), executed=False, ts=now, reason=k.reason, how=how,
                     stage="dry-run" if ex.dry_run else "before-signal", **fields, **k.extra)
     ex.audit.flush()
+
+
+class Refusals:
+    """Kills refused every round: said once, then counted (see the module docstring)."""
+
+    def __init__(self, audit: AuditLog, stats: ExecutorStats, repeat_seconds: float,
+                 clock: Callable[[], float]) -> None:
+        self.audit = audit
+        self.stats = stats
+        self.repeats = RepeatLimiter(repeat_seconds, clock=clock)
+
+    def refuse(self, k: Kill, why: str, now: float) -> bool:
+        """``k`` is not sent, because of ``why``; True the first time (said in full), False for a
+        repeat (counted; summed up at most every ``repeat_seconds``)."""
+        self.stats.kills_refused += 1
+        key = (k.target, "cgroup.kill" if k.cgroup else "sigkill")
+        rep = self.repeats.hit(key, why, (k, why), now)
+        if rep is not None:
+            self._say(rep, k, why, now)
+        for _, (dk, dwhy), drep in self.repeats.due(now):
+            self._say(drep, dk, dwhy, now)
+        return rep is not None and rep.first
+
+    def _say(self, rep: Repeat, k: Kill, why: str, now: float) -> None:
+        times = "" if rep.first else f" ({rep.times()})"
+        log.warning("kill %s refused%s: %s", k.target, times, why)
+        fields: dict[str, Any] = {} if rep.first else {"repeats": rep.count}
+        self.audit.record(strategy=k.strategy, action="kill", target=k.target, uid=k.uid,
+                          value=" ".join(map(str, k.pids)), executed=False, ts=now, reason=k.reason,
+                          how="cgroup.kill" if k.cgroup else "sigkill", stage="refused", error=why,
+                          **fields, **k.extra)
+        self.audit.flush()
 
 
 def write_cgroup_kill(path: str) -> None:

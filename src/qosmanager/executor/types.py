@@ -207,3 +207,4 @@ class ExecutorStats:
     conflicts: int = 0  # writes held back: another writer keeps changing the file back
     signals: int = 0  # SIGKILLs sent (kill-mode eviction)
     cgroup_kills: int = 0  # cgroup.kill writes (kill-mode eviction on cgroup v2)
+    kills_refused: int = 0  # kills refused (the victim's cgroups hold pid 1, the agent or its parent)
