@@ -337,10 +337,10 @@ class Executor:
         results: list[WriteResult] = []
         items: dict[Key, Item] = {}
         cache, force, claims = self.cache.entries, self.force_seconds, self.claims.claims
-        inforce = self.inforce
+        be_dir = self.inforce.be_dir()
         for w in writes:
             self.stats.requested += 1
-            if w.resource in PROTECTED and not w.recheck and inforce.protection(w):
+            if w.cgroup == be_dir and w.resource in PROTECTED:
                 w.recheck = True  # read every time: another writer's reset is undone within a tick
             # 2. validate: which file, and is the value one it takes
             loc = self._locate(w, results)
@@ -385,7 +385,7 @@ class Executor:
             self._compare(pending, now)  # 5./6. drop what is there already, order the rest
             self._execute(pending, now)  # 7. write, cache, audit
         self.plans.landed(spans, walked, results)
-        self.inforce.settle(results)
+        self.inforce.settle(results, be_dir)
         self.reporter.sweep(now)
         self.audit.flush()
         if now - self._last_gc > self.force_seconds:

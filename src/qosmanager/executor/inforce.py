@@ -44,17 +44,21 @@ class InForce:
         # (strategy, resource) -> target -> why it is not in force
         self.missing: dict[tuple[str, str], dict[str, str]] = {}
 
-    def protection(self, w: Write) -> bool:
-        return w.resource in PROTECTED and w.cgroup == self.layout.qos_dir(KubeQoS.BESTEFFORT)
+    def be_dir(self) -> str:
+        """The BE QoS dir, whose protection files these are."""
+        return self.layout.qos_dir(KubeQoS.BESTEFFORT)
 
-    def settle(self, results: Iterable[WriteResult]) -> None:
+    def protection(self, w: Write) -> bool:
+        return w.resource in PROTECTED and w.cgroup == self.be_dir()
+
+    def settle(self, results: Iterable[WriteResult], be_dir: str) -> None:
         """Note which protection writes of a batch are in force, and say so in the conditions."""
         changed: set[tuple[str, str]] = set()
         for r in results:
             w = r.write
-            if w.resource not in PROTECTED or (r.status not in IN_FORCE and r.status not in NOT_IN_FORCE):
+            if w.cgroup != be_dir or w.resource not in PROTECTED:
                 continue
-            if not self.protection(w):
+            if r.status not in IN_FORCE and r.status not in NOT_IN_FORCE:
                 continue
             sk = (w.strategy, w.resource)
             files = self.missing.get(sk)
