@@ -101,7 +101,7 @@ from qosmanager.executor.cache import CacheEntry, WriteCache
 from qosmanager.executor.conflicts import CONFLICT_CONDITION, Fights
 from qosmanager.executor.dryrun import DryRun
 from qosmanager.executor.files import ONE_SHOT, FileTable
-from qosmanager.executor.inforce import BACKOFF, PROTECTED, InForce
+from qosmanager.executor.inforce import BACKOFF, InForce
 from qosmanager.executor.locate import Locator
 from qosmanager.executor.mkdir import Dirs
 from qosmanager.executor.originals import Originals
@@ -337,11 +337,8 @@ class Executor:
         results: list[WriteResult] = []
         items: dict[Key, Item] = {}
         cache, force, claims = self.cache.entries, self.force_seconds, self.claims.claims
-        be_dir = self.inforce.be_dir()
         for w in writes:
             self.stats.requested += 1
-            if w.cgroup == be_dir and w.resource in PROTECTED:
-                w.recheck = True  # read every time: another writer's reset is undone within a tick
             # 2. validate: which file, and is the value one it takes
             loc = self._locate(w, results)
             if loc is None:
@@ -385,7 +382,7 @@ class Executor:
             self._compare(pending, now)  # 5./6. drop what is there already, order the rest
             self._execute(pending, now)  # 7. write, cache, audit
         self.plans.landed(spans, walked, results)
-        self.inforce.settle(results, be_dir)
+        self.inforce.settle(results, self.inforce.be_dir())
         self.reporter.sweep(now)
         self.audit.flush()
         if now - self._last_gc > self.force_seconds:
@@ -547,11 +544,12 @@ class Executor:
                 if it.key in self.reporter:
                     self.reporter.recovered(it.key, it.write.strategy, it.target, now)
             else:
+                # gone after it was opened: its cgroup is being removed (a file never there failed above)
+                it.result.status = "missing" if e in IGNORABLE else "failed"
                 it.result.error = f"{errno.errorcode.get(e, str(e))}: {os.strerror(e)}"
-                it.result.status = self._not_there(it, e) if e in IGNORABLE else "failed"
                 if e in IGNORABLE:
                     self.files.drop(it.path)
-                if it.result.status == "failed":
+                else:
                     self._failed(it, content, now)
 
     def _not_there(self, it: Item, err: int) -> str:

@@ -10,10 +10,10 @@ and why (so ``/healthz`` never says "ok" while BE runs unlimited); in force agai
 :meth:`InForce.counts` (files not in force by strategy and resource) is exported as
 ``qosmanager_decided_not_in_force``.
 
-Protection files are read at every write, whatever the write cache vouches for, so another writer's
-reset (the kubelet's systemd driver sets the BE slice's quota back to unlimited about once a minute) is
-undone within a tick, and counts as no fight as long as this agent's value sticks in between.  They
-also get a short conflict backoff (:data:`BACKOFF`, see :mod:`.conflicts`): BE must not stay at
+cpuSuppress writes them uncached, so they are read at every tick: another writer's reset (the kubelet's
+systemd driver sets the BE slice's quota back to unlimited about once a minute) is undone within a
+tick, and counts as no fight as long as this agent's value sticks in between.  They also get a short
+conflict backoff (:data:`BACKOFF`, see :mod:`.conflicts`): BE must not stay at
 another writer's value for minutes.
 """
 
