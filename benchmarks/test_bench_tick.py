@@ -34,6 +34,8 @@ def node(request: Any, tmpfs_dir: str) -> Any:
     store.set_pods(objs)
     col = Collector(host.layout, MetricCache(), store)
     col.sync()
+    while col.backlog:  # a pass starts at most TRACK_PER_PASS new pods
+        col.sync()
     assert col.stats.containers == n and col.stats.pending == 0
     yield n, col, store, objs, [pod_object(p) for p in spare]
     col.close()

@@ -367,6 +367,11 @@ class Collector:
             for cb in self.on_pod_removed:
                 cb(gone_dirs)
 
+    @property
+    def backlog(self) -> int:
+        """New pods left for the next passes (at most :data:`TRACK_PER_PASS` start per pass)."""
+        return self._backlog
+
     def _note_backlog(self, backlog: int, total: int) -> None:
         """``collector/pod-backlog`` while pods wait for their readers; logged when it starts and ends."""
         if backlog:
