@@ -86,16 +86,26 @@ def test_cfs_quota_suppression(tmp_path) -> None:
                 assert be_used >= min(seen) * 0.6, context
             assert ls_used >= 0.7 * ls_before, f"LS before the agent {ls_before:.2f} cores; " + context
 
-            # LS stops: the budget grows, but by at most 10 % of the node per tick
+            # LS stops: the budget grows, but by at most 10 % of the node per tick.  It can grow only if
+            # the node's other processes leave room: on a machine busy outside the pods (a shared
+            # runner) the formula keeps BE at the floor, rightly, and there is no rise to see
             last_before = node.quota(be_dir)
+            room = cap * THRESHOLD / 100 - system  # BE's budget once LS stops, at this system use
+            rise_expected = room > last_before / PERIOD_US + 0.3
             stop_at = time.time()
             for p in ls.procs:
                 p.kill()
-            agent.wait_for("a higher BE quota", lambda: node.quota(be_dir) > last_before, 30)
+            if rise_expected:
+                agent.wait_for("a higher BE quota", lambda: node.quota(be_dir) > last_before, 30)
+            else:
+                print(f"no room for BE once LS stops (budget {room:.2f} cores at system use {system:.2f}): "
+                      "the bounded rise is not checked on this busy machine")
             time.sleep(1.5)
         writes = [(r["ts"], quota_value(r["value"])) for r in agent.audit("cpuSuppress")
                   if r["action"] == "write" and r["executed"] and r["target"].endswith(QUOTA_FILES)]
         assert writes and node.quota(be_dir) == writes[-1][1], "the kernel holds the agent's last write"
+        if not rise_expected:
+            return
         step = int(cap * PERIOD_US * 0.1)
         after = [v for ts, v in writes if ts >= stop_at - 1.0]
         rises = [b - a for a, b in itertools.pairwise(after) if b > a]
