@@ -166,9 +166,22 @@ class Guests:
         return self.reports[guest.name]
 
     def _run(self, guest: Guest) -> GuestReport:
-        share = self.tmp / guest.name
+        """Boot the guest and run its tests.  A guest that wrote no report at all (QEMU without KVM
+        sometimes panics at boot or dies mid-run: "IO-APIC + timer doesn't work") is booted once more;
+        what our tests break in the kernel breaks it twice, and both failures are reported."""
+        first = self._boot(guest, "")
+        if not first.error:
+            return first
+        print(f"\nguest {guest.name}: {first.error.splitlines()[0]}; booting it once more")
+        second = self._boot(guest, "-retry")
+        if second.error:
+            second.error = f"{second.error}\n(the first boot too: {first.error})"
+        return second
+
+    def _boot(self, guest: Guest, suffix: str) -> GuestReport:
+        share = self.tmp / (guest.name + suffix)
         share.mkdir()
-        disk = self.tmp / f"{guest.name}.img"
+        disk = self.tmp / f"{guest.name}{suffix}.img"
         with open(disk, "wb") as f:
             f.truncate(DISK_BYTES)
         try:
