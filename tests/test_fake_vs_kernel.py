@@ -187,6 +187,12 @@ def v2_script(sleeper: int, disk: str | None) -> list[Op]:
         Op("write", "q/memory.high", "1G"), Op("read", "q/memory.high"),
         Op("write", "q/memory.max", "1048577"), Op("read", "q/memory.max"),
         Op("write", "q/memory.min", "5000"), Op("read", "q/memory.min"),
+        # memory protection (memoryHigh): the event counters, proactive reclaim of an empty cgroup
+        Op("read", "q/memory.events"), Op("read", "q/memory.events.local"),
+        *(Op("write", "q/memory.reclaim", v) for v in ("abc", "-1", "\n", "max", "1M junk", "1Mx",
+                                                       "1M swappiness=201", "0", "1000", "1M",
+                                                       "1M swappiness=60")),
+        Op("write", "q/memory.high", "8192"), Op("read", "q/memory.high"), Op("write", "q/memory.high", "max"),
         Op("write", "q/io.max", "nonsense"), Op("write", "q/io.max", f"{absent} rbps=1"),
         Op("write", "q/cgroup.subtree_control", "+cpu +cpuset +memory"), Op("read", "q/cgroup.subtree_control"),
         Op("mkdir", "q/leaf"), Op("read", "q/leaf/cgroup.controllers"), Op("read", "q/leaf/memory.high"),

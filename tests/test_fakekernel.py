@@ -260,6 +260,75 @@ def test_v2_memory_and_io_max(tmp_path: Path) -> None:
     assert _read(f"{d}/io.max") == ""
 
 
+def _charge(h: FakeHost, d: str, anon: int, file: int) -> None:
+    """What a load model does: the cgroup holds ``anon`` + ``file`` bytes (the fake charges nothing)."""
+    h.set_memory(os.path.relpath(d, h.roots.cgroup), 0, anon, 0, file // 2, file - file // 2)
+
+
+def test_v2_memory_high_below_usage_reclaims_page_cache_only(tmp_path: Path) -> None:
+    h = _v2(tmp_path)
+    parent = h.layout.abs_dir("", "p")
+    _k(h).mkdir(parent)
+    assert _write(h, f"{parent}/cgroup.subtree_control", "+memory") == 0
+    d = f"{parent}/c"
+    _k(h).mkdir(d)
+    _charge(h, d, 64 << 20, 32 << 20)
+    h.write("cgroup/p/memory.current", f"{96 << 20}\n")
+    assert _write(h, f"{d}/memory.high", str(80 << 20)) == 0  # 16 MiB of the 32 MiB cache goes
+    assert _read(f"{d}/memory.current") == f"{80 << 20}\n"
+    assert _read(f"{parent}/memory.current") == f"{80 << 20}\n"  # the parent's count shrinks with it
+    assert f"file {16 << 20}\n" in _read(f"{d}/memory.stat")
+    assert _write(h, f"{d}/memory.high", str(32 << 20)) == 0  # below anon: the writer gets no error ...
+    assert _read(f"{d}/memory.current") == f"{64 << 20}\n"  # ... and anon stays (no swap)
+    assert _k(h).take_reclaimed(d) == 32 << 20
+    assert _k(h).take_reclaimed(d) == 0
+    assert _k(h).memory_high(d) == 32 << 20
+    assert _write(h, f"{parent}/memory.high", str(16 << 20)) == 0
+    assert _k(h).memory_high(d) == 16 << 20  # the lowest of the cgroup's and its ancestors'
+
+
+def test_v2_memory_reclaim(tmp_path: Path) -> None:
+    h = _v2(tmp_path)
+    d = h.layout.abs_dir("", "r")
+    _k(h).mkdir(d)
+    assert _read(f"{d}/memory.reclaim") == ""
+    _charge(h, d, 10 << 20, 8 << 20)
+    for bad in ("abc", "-1", "", "\n", "max", "1M junk", "1M swappiness=201", "1Mx", "08"):
+        assert _write(h, f"{d}/memory.reclaim", bad) == (0 if bad == "" else errno.EINVAL), bad
+    assert _write(h, f"{d}/memory.reclaim", "0") == 0
+    assert _write(h, f"{d}/memory.reclaim", "3M swappiness=60") == 0
+    assert _read(f"{d}/memory.current") == f"{15 << 20}\n"
+    assert _write(h, f"{d}/memory.reclaim", "1000") == 0  # less than a page: nothing to do
+    assert _read(f"{d}/memory.current") == f"{15 << 20}\n"
+    assert _write(h, f"{d}/memory.reclaim", "8M") == errno.EAGAIN  # only 5 MiB of cache left: it goes
+    assert _read(f"{d}/memory.current") == f"{10 << 20}\n"
+    assert _k(h).take_reclaimed(d) == 8 << 20
+    assert _read(f"{d}/memory.reclaim") == ""
+
+
+def test_v2_memory_events_count_up_the_tree(tmp_path: Path) -> None:
+    h = _v2(tmp_path)
+    parent = h.layout.abs_dir("", "p")
+    _k(h).mkdir(parent)
+    assert _write(h, f"{parent}/cgroup.subtree_control", "+memory") == 0
+    d = f"{parent}/c"
+    _k(h).mkdir(d)
+    assert _read(f"{d}/memory.events") == "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"
+    _k(h).memory_event(d, "high", 3)
+    assert "high 3\n" in _read(f"{d}/memory.events") and "high 3\n" in _read(f"{d}/memory.events.local")
+    assert "high 3\n" in _read(f"{parent}/memory.events")  # hierarchical
+    assert "high 0\n" in _read(f"{parent}/memory.events.local")
+
+
+def test_fake_host_cgroups_have_the_memory_protection_files(tmp_path: Path) -> None:
+    for h in (_v2(tmp_path / "a"), _v2(tmp_path / "b", kernel=False)):
+        be = h.layout.qos_dir("BestEffort")
+        for name in ("memory.high", "memory.events", "memory.events.local", "memory.reclaim"):
+            assert os.path.exists(h.layout.file("", be, name)), name
+    h1 = _v1(tmp_path / "c", kernel=False)
+    assert os.path.exists(h1.layout.file("memory", h1.layout.qos_dir("BestEffort"), "memory.soft_limit_in_bytes"))
+
+
 def test_v2_no_internal_processes(tmp_path: Path) -> None:
     h = _v2(tmp_path)
     k = _k(h)

@@ -66,6 +66,7 @@ from qosmanager.host.sysfs import Processor
 from qosmanager.sim.fakekernel import (
     BLKIO_THROTTLE_FILES,
     CFS_PERIOD_US,
+    MEMORY_EVENTS_ZERO,
     PSI_ZERO,
     V1_CPU_STAT_KEYS,
     V1_HIERARCHIES,
@@ -233,6 +234,7 @@ class FakeHost:
                             *procs]),
                 ("memory", [("memory.stat", self._v1_memory_stat().encode()),
                             ("memory.limit_in_bytes", b"%d\n" % V1_MEMORY_UNLIMITED),
+                            ("memory.soft_limit_in_bytes", b"%d\n" % V1_MEMORY_UNLIMITED),
                             ("memory.usage_in_bytes", b"0\n"), *procs]),
                 ("blkio", [*((n, b"") for n in BLKIO_THROTTLE_FILES), *procs]),
             ]
@@ -257,7 +259,9 @@ class FakeHost:
                     ("cpu.weight", b"%d\n" % shares_to_weight(shares)),
                     ("cpu.max.burst", b"0\n"), ("cpuset.cpus", b"\n"), ("cpuset.mems", b"\n"),
                     ("memory.current", b"0\n"), ("memory.min", b"0\n"), ("memory.low", b"0\n"),
-                    ("memory.high", b"max\n"), ("memory.max", b"max\n"), ("io.max", b""),
+                    ("memory.high", b"max\n"), ("memory.max", b"max\n"),
+                    ("memory.events", MEMORY_EVENTS_ZERO.encode()),
+                    ("memory.events.local", MEMORY_EVENTS_ZERO.encode()), ("memory.reclaim", b""), ("io.max", b""),
                     ("io.weight", b"default 100\n"),
                 ]
             tmpl = [("", files)]

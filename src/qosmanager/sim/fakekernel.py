@@ -26,11 +26,19 @@ What it models (each rule is the kernel's, the errno too):
   ``cgroup.procs`` naming a pid that does not exist (ESRCH), v1 cpusets without CPUs (ENOSPC), v2
   cgroups with controllers enabled for their children (EBUSY); a malformed ``io.max`` or blkio
   throttle line (EINVAL), a device that is not a whole disk (ENODEV), a zero io.max value (ERANGE);
-  ``cgroup.subtree_control`` naming an unknown controller (EINVAL), one the cgroup does not have
-  (ENOENT), enabling below processes or disabling what a child uses (EBUSY); resctrl ``schemata``
+  ``memory.reclaim`` with anything but "<bytes> [swappiness=0..200]" (EINVAL), or more than the cgroup's
+  page cache to give (what there is goes, then EAGAIN); ``cgroup.subtree_control`` naming an unknown
+  controller (EINVAL), one the cgroup does not have (ENOENT), enabling below processes or disabling
+  what a child uses (EBUSY); resctrl ``schemata``
   lines with an unknown resource or domain, a mask that is empty, too wide or not contiguous, a
   bandwidth outside [min_bandwidth, 100], or no final newline (EINVAL; nothing of a refused write
   applies).
+* **memory.high and memory.reclaim** take page cache back: a memory.high written below memory.current
+  reclaims down to it, a memory.reclaim write reclaims its amount (the cgroup's ``memory.stat`` file
+  pages and the memory.current of it and its ancestors shrink).  The load model asks
+  :meth:`FakeKernel.memory_high` what is in force, holds the cgroup's usage under it (BE growth stalls
+  at the cap), counts ``high`` in ``memory.events`` (:meth:`FakeKernel.memory_event`) and learns
+  what was reclaimed (:meth:`FakeKernel.take_reclaimed`).
 * **reads** come back in the kernel's format: ``cpu.max`` "max 100000", ``memory.high`` "max",
   page-rounded byte counts, canonical CPU lists, schemata with every resource and every cache id,
   ``tasks`` with the threads moved in (and moved out of their previous group).
@@ -107,13 +115,18 @@ V2_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec", "nr_periods", "nr_
 V2_ROOT_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec")
 BLKIO_THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
                         "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
+MEMORY_EVENT_KEYS = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+MEMORY_EVENTS_ZERO = "".join(f"{k} 0\n" for k in MEMORY_EVENT_KEYS)
+MAX_SWAPPINESS = 200
 PSI_ZERO = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
             "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 
 # What the fake does not model, each a documented difference the proof-by-difference test exempts.
 KNOWN_LIMITS = {
     "memory-usage": "no memory is charged: a limit below usage is not refused (the kernel reclaims, then "
-                    "EBUSY on v1) and memory.max never OOM-kills",
+                    "EBUSY on v1) and memory.max never OOM-kills; usage is what the load model writes, held "
+                    "under memory.high by it (sim.load), and reclaim (memory.high, memory.reclaim) takes page "
+                    "cache only, as a kernel without swap does",
     "threads": "a pid is a process with one thread: tasks and cgroup.procs hold the same ids, and v2 "
                "cgroup.threads takes any pid the way cgroup.procs does; v2 threaded cgroups and thread roots "
                "(a process beside enabled threaded controllers makes its cgroup one, EOPNOTSUPP below it) "
@@ -254,6 +267,33 @@ def _read_or(path: str, default: str) -> str:
         return default
 
 
+def _int_file(path: str) -> int:
+    try:
+        return int(_read(path).strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _parse_stat(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ln in text.splitlines():
+        k, _, v = ln.partition(" ")
+        if k and v.strip().lstrip("-").isdigit():
+            out[k] = int(v)
+    return out
+
+
+def _bump(path: str, key: str, n: int) -> None:
+    """Add ``n`` to ``key`` of a flat-keyed file (memory.events) that exists."""
+    if not os.path.exists(path):
+        return
+    values = _parse_stat(_read_or(path, ""))
+    if key not in values:
+        return
+    values[key] += n
+    _put(path, "".join(f"{k} {v}\n" for k, v in values.items()))
+
+
 # ----------------------------------------------------------------------------------------------
 # the kernel
 # ----------------------------------------------------------------------------------------------
@@ -280,6 +320,7 @@ class FakeKernel:
         self.sys_root = os.path.normpath(roots.sys)
         self.pids: set[int] = set()
         self._lock = threading.Lock()
+        self._reclaimed: dict[str, int] = {}  # cgroup dir -> page cache bytes reclaimed (take_reclaimed)
         self._files: dict[str, Callable[[str, str, str, str], str]] = self._rules()
 
     # ---------------------------------------------------------------- processes
@@ -384,7 +425,8 @@ class FakeKernel:
             files.update({"memory.current": "0\n", "memory.min": "0\n", "memory.low": "0\n",
                           "memory.high": "max\n", "memory.max": "max\n", "memory.peak": "0\n",
                           "memory.oom.group": "0\n", "memory.stat": _kv(V2_MEMORY_STAT_KEYS),
-                          "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+                          "memory.events": MEMORY_EVENTS_ZERO, "memory.events.local": MEMORY_EVENTS_ZERO,
+                          "memory.reclaim": "",
                           "memory.swap.current": "0\n", "memory.swap.max": "max\n"})
         if "io" in controllers:
             files.update({"io.max": "", "io.weight": "default 100\n", "io.stat": ""})
@@ -483,7 +525,8 @@ class FakeKernel:
             r.update({
                 "cgroup.threads": self._w_procs, "cpu.max": self._w_cpu_max, "cpu.max.burst": self._w_burst,
                 "cpu.weight": self._w_weight, "cpuset.cpus": self._w_cpuset, "cpuset.mems": self._w_cpuset,
-                "memory.high": self._w_v2_memory, "memory.max": self._w_v2_memory,
+                "memory.high": self._w_v2_high, "memory.max": self._w_v2_memory,
+                "memory.reclaim": self._w_v2_reclaim,
                 "memory.low": self._w_v2_memory, "memory.min": self._w_v2_memory,
                 "memory.swap.max": self._w_v2_memory, "io.max": self._w_io_max, "io.weight": self._w_io_weight,
                 "cgroup.subtree_control": self._w_subtree_control,
@@ -645,6 +688,87 @@ class FakeKernel:
     def _w_v2_memory(self, mount: str, d: str, name: str, text: str) -> str:
         pages = memparse_pages(text, "max")
         return "max\n" if pages == PAGE_COUNTER_MAX else f"{pages * PAGE_SIZE}\n"
+
+    def _w_v2_high(self, mount: str, d: str, name: str, text: str) -> str:
+        """memory_high_write: the new high applies at once, and the writer reclaims the cgroup down to it
+        (here: its page cache, the only memory the fake can take back without swap)."""
+        body = self._w_v2_memory(mount, d, name, text)
+        if body != "max\n":
+            current = _int_file(os.path.join(d, "memory.current"))
+            if current > int(body):
+                self._reclaim(mount, d, current - int(body))
+        return body
+
+    def _w_v2_reclaim(self, mount: str, d: str, name: str, text: str) -> str:
+        """memory_reclaim (6.12): "<bytes>[KMG...] [swappiness=N]"; reclaims that much (whole pages), or
+        what it can and EAGAIN; the file reads back nothing (the kernel's is write-only)."""
+        s = text.strip()
+        m = re.match(r"(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([kKmMgGtTpPeE]?)", s)
+        if m is None:
+            raise KernelError(errno.EINVAL)
+        for tok in s[m.end():].strip().split(" "):
+            if not tok:
+                continue
+            sw = re.fullmatch(r"swappiness=(-?\d+)", tok)
+            if sw is None or not 0 <= int(sw.group(1)) <= MAX_SWAPPINESS:
+                raise KernelError(errno.EINVAL)
+        pages = memparse_pages(m.group(0), "\0")
+        want = pages * PAGE_SIZE
+        if want and self._reclaim(mount, d, want) < want:
+            raise KernelError(errno.EAGAIN, "could not reclaim as much as asked")
+        return ""
+
+    # ---- the memory model's hooks (the fake charges nothing itself: the load model asks)
+    def _reclaim(self, mount: str, d: str, want: int) -> int:
+        """Take up to ``want`` bytes of page cache from ``d`` (whole pages): its memory.stat ``file`` and
+        LRU lists and the memory.current of it and its ancestors shrink; the load model learns of it
+        from :meth:`take_reclaimed`.  Returns the bytes reclaimed."""
+        stat_path = os.path.join(d, "memory.stat")
+        stat = _parse_stat(_read_or(stat_path, ""))
+        got = min(want, stat.get("file", 0)) // PAGE_SIZE * PAGE_SIZE
+        if got <= 0:
+            return 0
+        inactive = min(got, stat.get("inactive_file", 0))
+        stat["file"] = stat.get("file", 0) - got
+        stat["inactive_file"] = stat.get("inactive_file", 0) - inactive
+        stat["active_file"] = max(0, stat.get("active_file", 0) - (got - inactive))
+        _put(stat_path, "".join(f"{k} {v}\n" for k, v in stat.items()))
+        cur = d
+        while cur != mount and cur.startswith(mount):
+            path = os.path.join(cur, "memory.current")
+            if os.path.exists(path):
+                _put(path, f"{max(0, _int_file(path) - got)}\n")
+            cur = os.path.dirname(cur)
+        self._reclaimed[d] = self._reclaimed.get(d, 0) + got
+        return got
+
+    def take_reclaimed(self, d: str) -> int:
+        """Bytes of ``d``'s page cache reclaimed by memory.high and memory.reclaim writes since the last
+        call (the load model takes them out of its page cache)."""
+        with self._lock:
+            return self._reclaimed.pop(os.path.normpath(d), 0)
+
+    def memory_high(self, d: str) -> int | None:
+        """The memory.high in force on ``d`` (v2): the lowest of it and its ancestors' (the root has
+        none), in bytes; None when every one is "max"."""
+        d = os.path.normpath(d)
+        out: int | None = None
+        while d != self.cgroup_root and d.startswith(self.cgroup_root + "/"):
+            text = _read_or(os.path.join(d, "memory.high"), "max").strip()
+            if text and text != "max":
+                out = int(text) if out is None else min(out, int(text))
+            d = os.path.dirname(d)
+        return out
+
+    def memory_event(self, d: str, event: str, n: int = 1) -> None:
+        """memcg_memory_event: ``event`` happened ``n`` times in ``d``: its memory.events.local, and the
+        hierarchical memory.events of it and every ancestor, count it."""
+        d = os.path.normpath(d)
+        with self._lock:
+            _bump(os.path.join(d, "memory.events.local"), event, n)
+            while d != self.cgroup_root and d.startswith(self.cgroup_root + "/"):
+                _bump(os.path.join(d, "memory.events"), event, n)
+                d = os.path.dirname(d)
 
     # ---- block devices
     def _disks(self) -> set[str]:
