@@ -13,7 +13,7 @@ import pytest
 
 from qosmanager.framework.fastpath import INTERVAL, FastPath
 from qosmanager.sim.harness import Harness
-from test_strategy_cpu_suppress import BE_POD, LS, make, read_quota, slo, with_pods
+from test_strategy_cpu_suppress import BE_POD, LS, be_dirs, make, read_cpuset, read_quota, slo, with_pods
 
 NOW = 1000.0
 CPUS = 8
@@ -49,10 +49,10 @@ class Counters:
                              f"usage_usec {int(used * 1e6)}\nuser_usec 0\nsystem_usec 0\n")
 
 
-def setup(version: int = 1, policy: str = "cfsQuota") -> tuple[Harness, Counters, FastPath, list[float]]:
+def setup(version: int = 1, policy: str = "cfsQuota", **kw: Any) -> tuple[Harness, Counters, FastPath, list[float]]:
     """A cfsQuota decision by the tick (LS 1 core, BE 1 core, 65 % of 8 CPUs: BE quota 420000), then a
     fast path on the same strategy, its clock the counters' time."""
-    h = make(version, n_cpus=CPUS)
+    h = make(version, n_cpus=CPUS, **kw)
     with_pods(h)
     slo(h, policy=policy)
     t = NOW - 1
@@ -133,10 +133,7 @@ def test_the_tick_stays_below_the_fast_paths_budget_then_raises_in_steps() -> No
 
 
 def test_it_stays_out_where_the_tick_alone_decides() -> None:
-    """The cpuset policy, and a tick that has not decided yet: the fast path watches, writes nothing."""
-    _h, c, fp, _ = setup(policy="cpuset")
-    fp.step()
-    assert steps(fp, c, 3, ls=6.0) == [None] * 3
+    """A tick that has not decided yet: the fast path watches, writes nothing."""
     h2 = make(1, n_cpus=CPUS)
     with_pods(h2)
     slo(h2, policy="cfsQuota")
@@ -195,3 +192,69 @@ def test_a_rise_seen_in_part_is_followed_to_its_level() -> None:
     steps(fp, c, 12, ls=3.2)  # settled: nothing more
     steps(fp, c, 3, ls=3.35)  # 0.15 more, over half a second after the last write: within the hysteresis
     assert read_quota(h) == followed
+
+
+# ---------------------------------------------------------------------------------------------
+# the cpuset policy: the fast path narrows BE's cpuset with the tick's picks, children first
+# The fake host's 8 CPUs are 4 cores x 2 threads (CPU c and c + 4 siblings), one NUMA node: the picks
+# for n CPUs are the pairs (0,4), (1,5), ... first, then single CPUs in core order.
+
+
+def cpusets(h: Harness) -> dict[str, str]:
+    return {d: read_cpuset(h, d) for d in be_dirs(h)}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpuset_policy_a_rise_in_ls_demand_narrows_be_within_two_samples(version: int) -> None:
+    h, c, fp, observed = setup(version, policy="cpuset")
+    # the tick: 5200m - LS 1000m = 4200m -> 5 CPUs: pairs (0,4), (1,5), then 2
+    assert set(cpusets(h).values()) == {"0-2,4-5"}
+    fp.step()
+    assert steps(fp, c, 4, ls=1.0) == [None] * 4, "a steady load writes nothing"
+    # 3900m is 4 CPUs' worth, within the hysteresis (0.2 cores) of the 5 BE holds: left to the tick
+    assert steps(fp, c, 4, ls=1.3) == [None] * 4
+    # LS goes to 4 cores: 1200m -> at least 2 CPUs, the pair (0,4), in every BE dir (v1: children first,
+    # the fake kernel refuses a parent narrowed below a child)
+    writes = steps(fp, c, 2, ls=4.0)
+    assert any(writes)
+    assert cpusets(h) == {d: "0,4" for d in be_dirs(h)}
+    assert h.strategy("cpuSuppress").held_cpuset == ("0,4", False)  # type: ignore[attr-defined]
+    recs = [r for r in h.recorded.writes if r["file"].endswith("cpuset.cpus")]
+    assert recs and all(r["strategy"] == "cpuSuppress" for r in recs)
+    assert observed and all(0 < x <= 2 * INTERVAL + 1e-9 for x in observed)
+    assert steps(fp, c, 4, ls=4.0) == [None] * 4, "the load stays: nothing more to write"
+    assert steps(fp, c, 4, ls=0.0) == [None] * 4, "LS fell: widening is the tick's, in bounded steps"
+    assert set(cpusets(h).values()) == {"0,4"}
+
+
+def test_cpuset_policy_the_tick_stays_below_the_fast_paths_budget_then_widens_in_steps() -> None:
+    h, c, fp, _ = setup(policy="cpuset")
+    fp.step()
+    steps(fp, c, 2, ls=4.0)
+    assert set(cpusets(h).values()) == {"0,4"}
+    # the tick's window still holds the quiet time: LS 2 cores on average (3200m -> 4 CPUs)
+    t = NOW + 0.5
+    h.add_samples("node_cpu_usage", [(t, 3.0)])
+    h.add_samples("kubepods_cpu_usage", [(t, 3.0)])
+    h.add_samples("besteffort_cpu_usage", [(t, 1.0)])
+    h.tick("cpuSuppress", NOW + 1)
+    assert set(cpusets(h).values()) == {"0,4"}, "the tick does not widen BE while the fast path sees the load"
+    c.t += 1.0  # the fast path's budget expires: the tick widens by ceil(8 x 10 %) = 1 CPU
+    for name, v in (("node_cpu_usage", 3.0), ("kubepods_cpu_usage", 3.0), ("besteffort_cpu_usage", 1.0)):
+        h.add_samples(name, [(NOW + 1.5, v)])
+    h.tick("cpuSuppress", NOW + 2)
+    assert set(cpusets(h).values()) == {"0-1,4"}
+
+
+def test_cpuset_policy_with_a_static_cpu_manager_narrows_only_containers() -> None:
+    """The kubelet's static CPU manager: the QoS and pod dirs keep every BE CPU, containers are narrowed."""
+    from test_strategy_cpu_suppress import nrt
+
+    h, c, fp, _ = setup(policy="cpuset", node_annotations=nrt(policy="static"))
+    qos_and_pod, containers = be_dirs(h)[:2], be_dirs(h)[2:]
+    assert {read_cpuset(h, d) for d in qos_and_pod} == {"0-7"}
+    assert {read_cpuset(h, d) for d in containers} == {"0-2,4-5"}
+    fp.step()
+    steps(fp, c, 2, ls=4.0)
+    assert {read_cpuset(h, d) for d in qos_and_pod} == {"0-7"}
+    assert {read_cpuset(h, d) for d in containers} == {"0,4"}

@@ -18,9 +18,17 @@ node per tick): the strategy's tick takes the lower of its own budget and the fa
 (:attr:`FastPath.cap`), so the tick's one-second averages, which still hold the quiet time before a
 burst, do not raise BE again while LS's load lasts.
 
-The fast path acts only where the tick's decision is exact from the QoS dirs alone: the cfsQuota
-policy in use, a decision from data (not the fail-safe hold), and no pod whose class differs from its
-kube QoS dir (those are read one by one at the tick); on cgroup v1, no BE pod or container whose own
+Under the cpuset policy it narrows BE's cpuset the same way: when the budget (plus the hysteresis)
+needs fewer whole CPUs than BE holds, the CPUs the tick would pick for it (koordlet's picks, from the
+LSR and LS pools of the tick's last decision, at least two) go to the dirs the tick last wrote (the QoS
+dir, pods and containers; containers only with a static kubelet CPU manager), as the tick's own
+``be-cpuset`` plan: the executor narrows children before parents (v1 refuses a parent cpuset below a
+child's), and the plan's next version from the tick is compared with what the fast path wrote.  The
+tick takes the fast path's budget as its cap here too, and widens again by one CPU in ten per tick.
+
+The fast path acts only where the tick's decision is exact from the QoS dirs alone: the policy in use
+(cfsQuota or cpuset), a decision from data (not the fail-safe hold), and no pod whose class differs from its
+kube QoS dir (those are read one by one at the tick); on cgroup v1, for the quota, no BE pod or container whose own
 quota is above the new BE quota (the kernel refuses a parent's quota below a child's: the tick lowers the
 children first, and the cap brings it there at its next run).  The host applications' term comes from the tick's
 last decision; with host applications configured the system term does too.  Otherwise it watches and
@@ -35,28 +43,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA
+from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
 from qosmanager.api.pod import KUBE_QOS_BESTEFFORT
-from qosmanager.executor.executor import Executor, Write
+from qosmanager.executor.executor import Executor, Plan, Write
 from qosmanager.host.cgroups import CgroupLayout
+from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.procfs import clock_ticks, parse_proc_stat
 from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.states.store import StateStore
 from qosmanager.strategies._helpers import FilteredUsage, go_div
 from qosmanager.strategies.cpu_suppress import (
+    BE_MIN_CPUSET_CORES,
     BE_MIN_QUOTA,
+    CPUSET,
     POLICY_USING,
     QUOTA,
     REASON,
     SUPPRESS_BYPASS_QUOTA_DELTA_RATIO,
     CPUSuppress,
     calculate_be_suppress_cpu,
+    pick_be_cpuset,
 )
 
 log = logging.getLogger(__name__)
@@ -198,7 +211,7 @@ class FastPath:
         del self._samples[:-SYSTEM_SAMPLES]
         return s
 
-    def step(self) -> Write | None:
+    def step(self) -> Write | Plan | None:
         """Read the counters; lower BE's quota when LS demand rose.  Returns the write, if any."""
         now = self.sample()
         if now is None or len(self._samples) < 3:
@@ -209,20 +222,23 @@ class FastPath:
         if dt <= 0 or span <= 0:
             return None
         system = (now.node - oldest.node - (now.kubepods - oldest.kubepods)) / span
-        quota = self.budget(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt)
-        if quota is None:
+        milli = self.budget_milli(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt)
+        if milli is None:
             self._cap = None
             return None
+        quota = max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
         self._cap = (now.mono, quota)
         s = self.strategy
-        held = s.held_quota
         node = self.store.node
-        if held is None or node is None:
+        if node is None:
             return None
         bypass = node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
         # a rise seen mid-window shows in part first: right after a write it is followed to its level
         hysteresis = bypass if now.mono < self._follow_until else max(bypass, HYSTERESIS_CORES * CFS_PERIOD_US)
-        if held != -1 and quota > held - hysteresis:
+        if self._policy() == CPU_SUPPRESS_POLICY_CPUSET:
+            return self._lower_cpuset(milli, hysteresis, now, first)
+        held = s.held_quota
+        if held is None or (held != -1 and quota > held - hysteresis):
             return None
         if self.layout.version == 1 and self._child_above(quota):
             return None  # v1 refuses a parent quota below a child's: the tick lowers the children first
@@ -231,12 +247,48 @@ class FastPath:
                          f"{dt * 1e3:.0f} ms")
         results = self.executor.apply([w])
         s.held_quota = quota
+        self._wrote(now, first, bool(results))
+        return w
+
+    def _wrote(self, now: Sample, first: Sample, applied: bool) -> None:
         self.writes += 1
         self._follow_until = now.mono + FOLLOW
-        if self.observe is not None and results:
+        if self.observe is not None and applied:
             # from the start of the window that showed the rise to the limit in the kernel
             self.observe(self.monotonic() - first.mono)
-        return w
+
+    def _lower_cpuset(self, milli: int, hysteresis: float, now: Sample, first: Sample) -> Plan | None:
+        """The cpuset policy: BE's cpuset narrowed at once to the CPUs the tick would pick for this budget
+        (from the pools and dirs of its last decision), when that is fewer CPUs than BE holds.  The budget
+        must fall short of BE's CPUs by the hysteresis too, so noise at a whole CPU does not flap it.  The
+        write is the tick's own plan (``be-cpuset``) in the executor: children narrowed before parents."""
+        s = self.strategy
+        held, basis = s.held_cpuset, s.cpuset_basis
+        if held is None or basis is None or not (basis.lsr or basis.ls):
+            return None
+        try:
+            count = len(parse_cpu_list(held[0]))
+        except ValueError:
+            return None
+        slack = hysteresis * 1000 / CFS_PERIOD_US  # milli-cores
+        n = max(math.ceil((milli + slack) / 1000), BE_MIN_CPUSET_CORES)
+        if n >= count:
+            return None
+        value = format_cpu_list(pick_be_cpuset(n, basis.lsr, basis.ls))
+        if not value:
+            return None
+        reason = (f"{REASON} (fast path): BE cpuset {value} ({n} CPUs for {milli}m): the non-BE load rose "
+                  f"within {(now.mono - first.mono) * 1e3:.0f} ms")
+        dirs = basis.dirs
+
+        def build() -> list[Write]:
+            return [s.write(CPUSET, d, value, reason) for d in dirs]
+
+        plan = Plan(s.name, "be-cpuset", [(list(dirs), value)], build)
+        results = self.executor.apply([plan])
+        s.held_cpuset = (value, basis.containers_only)
+        self._wrote(now, first, bool(results))
+        return plan
 
     def _child_above(self, quota: int) -> bool:
         """Whether a BE pod or container has its own quota above ``quota`` (as the tick last saw them)."""
@@ -246,19 +298,28 @@ class FastPath:
             return True
         return any(q > quota for q in own if q >= 0)
 
+    def _policy(self) -> str:
+        """The suppress policy the NodeSLO asks for: the tick takes every value but cfsQuota as cpuset."""
+        policy = self.store.nodeslo.resource_used_threshold_with_be.cpu_suppress_policy
+        return CPU_SUPPRESS_POLICY_CFS_QUOTA if policy == CPU_SUPPRESS_POLICY_CFS_QUOTA else CPU_SUPPRESS_POLICY_CPUSET
+
     def budget(self, system: float, kubepods: float, be: float) -> int | None:
-        """BE's quota by cpuSuppress's formula from these rates (cores: node less kubepods, kubepods, the
-        BE dir), or None where the fast path does not decide (see the module docstring)."""
+        """BE's quota (µs per period) by cpuSuppress's formula from these rates; see :meth:`budget_milli`."""
+        milli = self.budget_milli(system, kubepods, be)
+        return None if milli is None else max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+
+    def budget_milli(self, system: float, kubepods: float, be: float) -> int | None:
+        """BE's budget (milli-cores) by cpuSuppress's formula from these rates (cores: node less kubepods,
+        kubepods, the BE dir), or None where the fast path does not decide (see the module docstring)."""
         s = self.strategy
         last = s.last_suppress
         node = self.store.node
         slo = self.store.nodeslo
         split = s.last_split
-        if (last is None or node is None or split is None or split.corrections
-                or s.policy_status.get(CPU_SUPPRESS_POLICY_CFS_QUOTA) != POLICY_USING or s.holding):
+        if last is None or node is None or split is None or split.corrections or s.holding:
             return None
         thr = slo.resource_used_threshold_with_be
-        if thr.cpu_suppress_policy != CPU_SUPPRESS_POLICY_CFS_QUOTA or thr.cpu_suppress_threshold_percent is None:
+        if s.policy_status.get(self._policy()) != POLICY_USING or thr.cpu_suppress_threshold_percent is None:
             return None
         pods = max(kubepods - be, 0.0)
         if slo.host_applications:
@@ -268,7 +329,7 @@ class FastPath:
         used = FilteredUsage(pods, last.used.host_apps, system)
         q = calculate_be_suppress_cpu(node, kubepods + system, {}, {}, (), {}, thr.cpu_suppress_threshold_percent,
                                       thr.cpu_suppress_min_percent, used)
-        return max(go_div(q.milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
+        return q.milli
 
 
 __all__ = ["INTERVAL", "REACT_FAST", "REACT_MODES", "REACT_TICK", "FastPath", "Sample"]

@@ -132,6 +132,17 @@ class _PodCPUSets:
     hook_pod_dirs: frozenset[str]  # pod dirs whose cpuset the BE cpuset hook manages (BECPUManager)
 
 
+@dataclass(frozen=True, slots=True)
+class CPUSetBasis:
+    """What the last cpuset decision picked from and wrote to, for the fast path
+    (:mod:`qosmanager.framework.fastpath`) to narrow BE's cpuset between ticks with the same picks."""
+
+    lsr: tuple[Processor, ...]  # CPUs shared with LSR pods
+    ls: tuple[Processor, ...]  # the rest BE may have
+    dirs: tuple[str, ...]  # where the BE cpuset is written (containers only with a static CPU manager)
+    containers_only: bool
+
+
 @register
 class CPUSuppress(Strategy):
     """BE CPU suppression by cpuset or CFS quota (see the module docstring)."""
@@ -163,6 +174,7 @@ class CPUSuppress(Strategy):
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
         self.quota_cap: Callable[[], int | None] | None = None
+        self.cpuset_basis: CPUSetBasis | None = None  # the last cpuset decision's pools and dirs
 
     @property
     def last_split(self) -> ClassSplit | None:
@@ -423,7 +435,11 @@ class CPUSuppress(Strategy):
                 lsr.append(p)
             elif owner != QOS_LSE:  # LSE CPUs are never given to BE
                 ls.append(p)
-        n = max(math.ceil(q.milli / 1000), BE_MIN_CPUSET_CORES)
+        milli = q.milli
+        cap = self.quota_cap() if self.quota_cap is not None else None
+        if cap is not None:  # the fast path saw more non-BE load in the last 100 ms than this window shows
+            milli = min(milli, cap * 1000 // CFS_PERIOD_US)
+        n = max(math.ceil(milli / 1000), BE_MIN_CPUSET_CORES)
         max_increase = math.ceil(len(cpu_info.processors) * BE_MAX_INCREASE_CPU_PERCENT)
         if n - len(old) > max_increase:
             n = len(old) + max_increase  # scale up slowly, down at once
@@ -432,16 +448,11 @@ class CPUSuppress(Strategy):
             # reserved, system-exclusive or LSE; there is simply no CPU to give BE, so leave it be.
             log.warning("cpuSuppress: no CPU is available to BE pods (all reserved, system-exclusive or LSE)")
             return []
-        n_lsr = n * len(lsr) // (len(lsr) + len(ls))
-        be: list[int] = []
-        if n_lsr > 0:
-            be += pick_be_cpus(n_lsr, lsr)
-        if n - n_lsr > 0:
-            be += pick_be_cpus(n - n_lsr, ls)
-        return self._apply_be_cpuset(ctx, be_dir, be, q)
+        be = pick_be_cpuset(n, lsr, ls)
+        return self._apply_be_cpuset(ctx, be_dir, be, q, (tuple(lsr), tuple(ls)))
 
-    def _apply_be_cpuset(self, ctx: Context, be_dir: str, be: list[int],
-                         q: SuppressQuantity) -> list[Request]:
+    def _apply_be_cpuset(self, ctx: Context, be_dir: str, be: list[int], q: SuppressQuantity,
+                         pools: tuple[tuple[Processor, ...], tuple[Processor, ...]]) -> list[Request]:
         """``applyBESuppressCPUSet``: with a static kubelet CPU manager only containers are narrowed
         (the QoS and pod dirs keep every BE CPU); otherwise the QoS dir, pods and containers all get
         the BE cpuset.  The executor widens parents first and narrows children first."""
@@ -463,12 +474,14 @@ class CPUSuppress(Strategy):
             if value:
                 plan.append((split[CONTAINER_DEPTH], value))
                 self.held_cpuset = (value, True)
+                self.cpuset_basis = CPUSetBasis(*pools, tuple(split[CONTAINER_DEPTH]), True)
             self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
             return self._emit_cpuset(ctx, plan, reason)
         if not value:
             return []
         self.held_cpuset = (value, False)
         paths = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
+        self.cpuset_basis = CPUSetBasis(*pools, tuple(paths), False)
         return self._emit_cpuset(ctx, [(paths, value)], reason)
 
     def _read_be_cpuset(self, ctx: Context, be_dir: str, cpu_info: NodeCPUInfo) -> list[int] | None:
@@ -516,7 +529,7 @@ class CPUSuppress(Strategy):
 
     def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Request]:
         """``recoverCPUSetIfNeed``: every BE dir down to ``max_depth`` gets the whole BE cpuset."""
-        self.held_cpuset = None
+        self.held_cpuset = self.cpuset_basis = None
         full = self._be_cpuset_value(ctx)
         if full is None:
             return []
@@ -527,7 +540,7 @@ class CPUSuppress(Strategy):
     def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Request]:
         """``recoverCPUSetForBECPUManager``: like the recovery, but containers of pods whose cpuset
         the BE cpuset hook manages (``resource-status`` with a cpuset or NUMA resources) are left alone."""
-        self.held_cpuset = None
+        self.held_cpuset = self.cpuset_basis = None
         full = self._be_cpuset_value(ctx)
         if full is None:
             return []
@@ -662,6 +675,18 @@ def calculate_be_suppress_cpu(node: NodeMeta, node_used: float, pod_used: Mappin
     return SuppressQuantity(milli, capacity, threshold_percent, used, min_milli)
 
 
+def pick_be_cpuset(n: int, lsr: Sequence[Processor], ls: Sequence[Processor]) -> list[int]:
+    """``n`` BE CPUs out of the LSR pool and the rest, in proportion to the pools' sizes (koordlet's
+    ``adjustByCPUSet``); the caller has checked that some pool is not empty."""
+    n_lsr = n * len(lsr) // (len(lsr) + len(ls))
+    be: list[int] = []
+    if n_lsr > 0:
+        be += pick_be_cpus(n_lsr, lsr)
+    if n - n_lsr > 0:
+        be += pick_be_cpus(n - n_lsr, ls)
+    return be
+
+
 def pick_be_cpus(cpus: int, procs: Sequence[Processor]) -> list[int]:
     """``calculateBESuppressCPUSetPolicy``: ``cpus`` CPUs out of ``procs``, spread over NUMA node /
     socket buckets round-robin, full hyper-thread pairs first, then single CPUs.
@@ -748,4 +773,5 @@ def _pod_dir(ctx: Context, pod: PodMeta) -> str | None:
         return None
 
 
-__all__ = ["CPUSuppress", "SuppressQuantity", "calculate_be_suppress_cpu", "pick_be_cpus"]
+__all__ = ["CPUSetBasis", "CPUSuppress", "SuppressQuantity", "calculate_be_suppress_cpu", "pick_be_cpus",
+           "pick_be_cpuset"]
