@@ -159,17 +159,49 @@ def test_unreadable_counters_are_skipped_and_read_again() -> None:
     assert read_quota(h) == 120000
 
 
-def test_v1_a_be_child_with_its_own_quota_above_the_budget_is_left_to_the_tick() -> None:
-    """cgroup v1 refuses a BE dir quota below a child's: the fast path does not try; the tick, capped by
-    the fast path's budget, lowers the child first and then the BE dir."""
+def child_quota(h: Harness, rel: str) -> int:
+    return int(h.read_file(h.cgroup_file("cpu", rel, "cpu.cfs_quota_us")) or "")
+
+
+def test_v1_be_children_with_their_own_quota_above_the_budget_are_lowered_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A koordinator node: koordlet's batch-cpu hook gave the BE pod and its container 100000 (1 core).
+    cgroup v1 (and the fake kernel) refuse a BE dir quota below them: the fast path lowers them first,
+    a BE pod the tick has not seen yet too, then the BE dir; the tick gives them their own back."""
+    from qosmanager.sim.fakehost import FakeContainer, FakePod
+    from qosmanager.sim.objects import pod_object
+
+    monkeypatch.setattr(Harness, "koordinator_default", True)
     h, c, fp, _ = setup()
-    s = h.strategy("cpuSuppress")
-    s.child_own["kubepods/besteffort/podbe-1"] = 300000  # type: ignore[attr-defined]
+    _, pod, ctr, _sandbox = be_dirs(h)
+    assert read_quota(h) == 420000 and child_quota(h, pod) == child_quota(h, ctr) == 100000
+    # a second BE pod arrives (2 cores of batch-cpu: 200000) and no tick runs before LS's burst
+    late = FakePod("be-2", "default", "be2", BE_POD.qos, [FakeContainer("c", "containerd://" + "f" * 64)])
+    h.set_pods([pod_object(LS), pod_object(BE_POD), pod_object(late, cpu_milli=2000)])
+    late_pod = h.host.pod_dir("be-2")
+    late_ctr = f"{late_pod}/{'f' * 64}"
+    assert child_quota(h, late_pod) == child_quota(h, late_ctr) == 200000
     fp.step()
-    assert steps(fp, c, 3, ls=4.0) == [None] * 3
-    assert read_quota(h) == 420000
-    cap = fp.cap()
-    assert cap is not None and abs(cap - 120000) <= 1000  # the budget from the last 100 ms
+    n = len(h.recorded.writes)
+    assert any(steps(fp, c, 2, ls=4.5))  # 5200m - 4500m = 700m: 70000, below both pods
+    assert read_quota(h) == 70000, "the BE dir's quota is in force (the fake kernel refuses it above a child)"
+    assert {d: child_quota(h, d) for d in (pod, ctr, late_pod, late_ctr)} == dict.fromkeys(
+        (pod, ctr, late_pod, late_ctr), 70000)
+    order = [w["file"] for w in h.recorded.writes[n:]]
+    assert order[-1].endswith("besteffort/cpu.cfs_quota_us"), "the BE dir last"
+    assert order.index(f"cpu/{ctr}/cpu.cfs_quota_us") < order.index(f"cpu/{pod}/cpu.cfs_quota_us")
+    # LS calms down, the fast path's budget expires: the tick raises BE by 80000 a tick, parents first,
+    # and the pods get their own quotas back as the BE quota passes them
+    c.t += 1.0
+    seen = []
+    for k in range(1, 4):
+        for name, v in (("node_cpu_usage", 2.0), ("kubepods_cpu_usage", 2.0), ("besteffort_cpu_usage", 1.0)):
+            h.add_samples(name, [(NOW + k - 0.5, v)])
+        for uid in (LS.uid, BE_POD.uid):
+            h.add_samples("pod_cpu_usage", [(NOW + k - 0.5, 1.0)], pod=uid)
+        h.tick("cpuSuppress", NOW + k)
+        seen.append((read_quota(h), child_quota(h, ctr), child_quota(h, late_ctr)))
+    assert seen == [(150000, 100000, 150000), (230000, 100000, 200000), (310000, 100000, 200000)]
 
 
 def test_a_rise_seen_in_part_is_followed_to_its_level() -> None:

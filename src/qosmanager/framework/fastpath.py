@@ -28,11 +28,16 @@ tick takes the fast path's budget as its cap here too, and widens again by one C
 
 The fast path acts only where the tick's decision is exact from the QoS dirs alone: the policy in use
 (cfsQuota or cpuset), a decision from data (not the fail-safe hold), and no pod whose class differs from its
-kube QoS dir (those are read one by one at the tick); on cgroup v1, for the quota, no BE pod or container whose own
-quota is above the new BE quota (the kernel refuses a parent's quota below a child's: the tick lowers the
-children first, and the cap brings it there at its next run).  The host applications' term comes from the tick's
+kube QoS dir (those are read one by one at the tick).  The host applications' term comes from the tick's
 last decision; with host applications configured the system term does too.  Otherwise it watches and
 does nothing; cpuSuppress alone decides, at its pace.
+
+On cgroup v1 a BE pod or container may hold a quota of its own (koordlet's batch-cpu hook), and the
+kernel refuses a parent's quota below a child's (EINVAL).  With the BE dir's quota, the fast path lowers
+every BE pod and container whose quota in the kernel is above it to the same value, in the same executor
+batch (falling limits go children first), keeping cpuSuppress's record of their own quotas so that the
+tick gives them back as the budget rises.  The BE tree is walked again whenever the pod set changed, so a
+pod the tick has not seen yet is read before its parent goes below it.
 
 Nothing the scheduler's thread does blocks it: a pods-file decode, a relist, a slow strategy, or an
 audit log on a full disk run elsewhere; its only shared step is the executor's lock for its one write.
@@ -62,6 +67,7 @@ from qosmanager.strategies._helpers import FilteredUsage, go_div
 from qosmanager.strategies.cpu_suppress import (
     BE_MIN_CPUSET_CORES,
     BE_MIN_QUOTA,
+    CONTAINER_DEPTH,
     CPUSET,
     POLICY_USING,
     QUOTA,
@@ -155,6 +161,7 @@ class FastPath:
         # the fast path's latest budget (µs per period) and when: the tick never goes above it
         self._cap: tuple[float, int] | None = None
         self._follow_until = float("-inf")
+        self._children: tuple[int, list[str]] | None = None  # (pods generation, BE children's dirs): v1
         self.writes = 0
         self.samples = 0
         self.errors = 0
@@ -240,12 +247,13 @@ class FastPath:
         held = s.held_quota
         if held is None or (held != -1 and quota > held - hysteresis):
             return None
-        if self.layout.version == 1 and self._child_above(quota):
-            return None  # v1 refuses a parent quota below a child's: the tick lowers the children first
         w = Write(s.name, QUOTA, str(quota), self.be_dir, cacheable=False,
                   reason=f"{REASON} (fast path): BE quota {quota}: the non-BE load rose within "
                          f"{dt * 1e3:.0f} ms")
-        results = self.executor.apply([w])
+        writes = [w]
+        if self.layout.version == 1:  # v1 refuses a parent quota below a child's: children go first
+            writes = [*self._lower_children(quota), w]
+        results = self.executor.apply(writes)
         s.held_quota = quota
         self._wrote(now, first, bool(results))
         return w
@@ -290,13 +298,40 @@ class FastPath:
         self._wrote(now, first, bool(results))
         return plan
 
-    def _child_above(self, quota: int) -> bool:
-        """Whether a BE pod or container has its own quota above ``quota`` (as the tick last saw them)."""
-        try:
-            own = tuple(self.strategy.child_own.values())
-        except RuntimeError:  # the tick changed them meanwhile: take the safe answer
-            return True
-        return any(q > quota for q in own if q >= 0)
+    def _lower_children(self, quota: int) -> list[Write]:
+        """cgroup v1: every BE pod and container whose quota in the kernel is above ``quota`` lowered to it,
+        as cpuSuppress's tick does (``CPUSuppress.fit_children``), with its bookkeeping: a child's own quota
+        is the one found there (unless this strategy wrote it), so the tick gives it back as the budget
+        rises.  The BE tree is walked again when the pod set changed (a new pod's quota is read before the
+        BE dir goes below it); the executor writes falling limits children first, the BE dir last."""
+        s = self.strategy
+        dirs = self._be_children()
+        values = self.executor.read_many(QUOTA, dirs)
+        out: list[Write] = []
+        with s.children_lock:
+            own, lowered = s.child_own, s.child_lowered
+            for d, text in zip(dirs, values):
+                try:
+                    cur = int((text or "").strip())
+                except ValueError:
+                    continue
+                if cur < 0 or cur <= quota:
+                    continue  # unlimited children take the parent's limit; lower ones fit under it
+                if lowered.get(d) != cur:
+                    own[d] = cur  # its owner's (koordlet's batch-cpu hook), not ours
+                lowered[d] = quota
+                out.append(Write(s.name, QUOTA, str(quota), d, cacheable=False,
+                                 reason=f"{REASON} (fast path): quota {quota}, the BE quota's (its own "
+                                        f"{own[d]}; cgroup v1 refuses a parent quota below a child's)"))
+        return out
+
+    def _be_children(self) -> list[str]:
+        """The BE pods' and containers' cpu dirs (walked again when the pod set changed)."""
+        gen = self.store.pods_generation
+        if self._children is None or self._children[0] != gen:
+            walk = self.layout.dirs_up_to_depth("cpu", self.be_dir, CONTAINER_DEPTH)[1:]
+            self._children = (gen, walk)
+        return self._children[1]
 
     def _policy(self) -> str:
         """The suppress policy the NodeSLO asks for: the tick takes every value but cfsQuota as cpuset."""

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -170,6 +171,7 @@ class CPUSuppress(Strategy):
         # the quotas this strategy lowered some of them to (see the module docstring)
         self.child_own: dict[str, int] = {}
         self.child_lowered: dict[str, int] = {}
+        self.children_lock = threading.Lock()  # the fast path lowers children from its own thread
         self._children_scanned = False  # every BE child read once (a restart finds lowered ones)
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
@@ -313,6 +315,11 @@ class CPUSuppress(Strategy):
         return [w, *children]
 
     def fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
+        """See :meth:`_fit_children` (under :attr:`children_lock`: the fast path writes the same maps)."""
+        with self.children_lock:
+            return self._fit_children(ctx, be_dir, be_now, budget)
+
+    def _fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
         """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
         (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
         ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
