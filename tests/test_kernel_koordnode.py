@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
@@ -116,3 +117,40 @@ def test_batch_pod_quota_back_after_an_agent_restart(tmp_path) -> None:
             agent.wait_for("the pod's own quota back",
                            lambda: node.quota(be.dir) == node.quota(ctr) == BATCH_QUOTA, 30)
             assert not refused_writes(agent.audit("cpuSuppress"))
+
+
+def test_a_kubelet_resetting_the_be_quota_is_undone_every_time_without_backoff(tmp_path) -> None:
+    """The kubelet's systemd driver puts the BE slice's quota back to unlimited about once a minute
+    (koordinator #1734).  Six such resets, each some ticks after the last one was undone: every one is
+    written over (the audit's write finds the kernel at -1), none is held back as a fight, and the log
+    never reports a conflict.  The BE quota is at its floor (a steady budget, so the ticks in between
+    write nothing: the resets are far apart, not checks in a row); on v1 above the batch pod's lowered
+    quota's ceiling (the kernel takes -1 on a parent over a limited child)."""
+    with real_node(tmp_path) as node, proc_view(node, cpus=node.cpus, busy=0.5) as view:
+        be = batch_pod(node)
+        be_dir = node.layout.qos_dir("BestEffort")
+        floor = 25 * node.cpus * 1000  # cpuSuppressMinPercent 25: the budget is the floor
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 1, "cpuSuppressMinPercent": 25,
+            "cpuSuppressPolicy": "cfsQuota"}})
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
+            agent.wait_for("the BE quota at its floor", lambda: node.quota(be_dir) == floor, 60)
+            if node.version == 1 and floor < BATCH_QUOTA:
+                assert node.quota(be.dir) <= floor
+            resets = 0
+            for _ in range(6):
+                time.sleep(2.0)  # pacing, no bound: some ticks with nothing to write before the next reset
+                node.set_quota(be_dir, -1)
+                resets += 1
+                agent.wait_for(f"reset {resets} undone", lambda: node.quota(be_dir) == floor, 30)
+            log = agent.log()
+        records = agent.audit("cpuSuppress")
+        undone = [r for r in records if r.get("action") == "write" and r["executed"]
+                  and r["target"].endswith(("/cpu.cfs_quota_us", "/cpu.max")) and be_dir in r["target"]
+                  and str(r.get("old")).split()[0] in ("-1", "max")]
+        assert len(undone) >= resets, [(r["old"], r["value"]) for r in undone]
+        fights = [r for r in records if "conflict" in str(r.get("error") or "")]
+        assert not fights, fights[:2]
+        assert "changed back by another writer" not in log, log
+        assert not refused_writes(records), refused_writes(records)[:3]
+

@@ -37,7 +37,10 @@ at the standard 100 ms period, the one koordlet and the kubelet write.  cgroup v
 already ordered by the executor: neither needs this step.
 
 Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of
-the node are skipped.  The policy not in use is recovered (quota back to unlimited, cpuset back
+the node are skipped (not written, only read-compared, so the executor sees this agent's value in
+place between two resets by another writer and never takes them for a fight), except from unlimited:
+koordlet would keep BE unlimited whenever its budget is under 1 % of the node, and the kubelet's
+systemd driver resets the BE slice to unlimited about once a minute (koordinator #1734).  The policy not in use is recovered (quota back to unlimited, cpuset back
 to every CPU BE may have), and both are recovered when the NodeSLO switches suppression off.
 With the ``BECPUManager`` gate the BE cpuset belongs to the runtime hooks and only recovery runs.
 
@@ -288,10 +291,15 @@ class CPUSuppress(Strategy):
             return []  # unreadable: koordlet gives up for this tick
         cores = node.cpu_capacity_cores  # Quantity.Value(): fractional capacity rounds up
         min_delta = cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
-        if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA:
+        if abs(new_quota - current) < min_delta and new_quota != BE_MIN_QUOTA and current != BE_UNSET_QUOTA:
             self.held_quota = current  # the decision: keep what is there
-            # a change under 1 % of the node is not worth a write; BE children still fit under it
-            return self.fit_children(ctx, be_dir, current, current)
+            # a change under 1 % of the node is not worth a write; BE children still fit under it.  The
+            # quota is still sent (read-compared, nothing written): the executor then sees this agent's
+            # value in place, so resets by another writer far apart (the kubelet's, once a minute) are
+            # never counted as checks in a row of a fight
+            return [*self.fit_children(ctx, be_dir, current, current),
+                    self.write(QUOTA, be_dir, current, f"{REASON}: keep the BE quota {current} "
+                               f"(under 1 % of the node from {new_quota})", cacheable=False)]
         max_increase = cores * CFS_PERIOD_US * BE_MAX_INCREASE_CPU_PERCENT
         if new_quota - current > max_increase and current != BE_UNSET_QUOTA:
             new_quota = current + int(max_increase)  # scale up slowly; down at once; none from unlimited
