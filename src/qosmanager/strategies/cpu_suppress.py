@@ -36,13 +36,14 @@ at the standard 100 ms period, the one koordlet and the kubelet write.  cgroup v
 ``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
 already ordered by the executor: neither needs this step.
 
-Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of
-the node are skipped (not written, only read-compared, so the executor sees this agent's value in
-place between two resets by another writer and never takes them for a fight), except from unlimited:
+Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of the
+node are skipped (not written, only read-compared, so the executor sees this agent's value in place
+between two resets by another writer and never takes them for a fight), except from unlimited:
 koordlet would keep BE unlimited whenever its budget is under 1 % of the node, and the kubelet's
-systemd driver resets the BE slice to unlimited about once a minute (koordinator #1734).  The policy not in use is recovered (quota back to unlimited, cpuset back
-to every CPU BE may have), and both are recovered when the NodeSLO switches suppression off.
-With the ``BECPUManager`` gate the BE cpuset belongs to the runtime hooks and only recovery runs.
+systemd driver resets the BE slice to unlimited about once a minute (koordinator #1734). The policy
+not in use is recovered (quota back to unlimited, cpuset back to every CPU BE may have), and both
+are recovered when the NodeSLO switches suppression off. With the ``BECPUManager`` gate the BE
+cpuset belongs to the runtime hooks and only recovery runs.
 
 **Fail safe** (a departure from koordlet, which simply stops): when node CPU usage cannot be read
 (``/proc/stat`` garbled or missing: no ``node_cpu_usage`` sample in the window), the strategy holds
