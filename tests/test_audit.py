@@ -139,3 +139,41 @@ def test_a_rotation_that_fails_keeps_the_audit_going(tmp_path, caplog) -> None:
     log.close()
     assert len(path.read_text().splitlines()) == 20  # nothing lost: still the same file
     assert sum("cannot rotate audit log" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_reopen_after_logrotate_moved_the_file_writes_to_a_new_one(tmp_path) -> None:
+    """SIGHUP after logrotate renamed the file: the records before go to the moved file (flushed first),
+    the later ones to a new file at the path."""
+    path = str(tmp_path / "audit.log")
+    a = AuditLog(path)
+    a.record(strategy="s", action="write", target="t", reason="before", executed=True)
+    os.rename(path, path + ".1")  # logrotate (no copytruncate)
+    a.record(strategy="s", action="write", target="t", reason="buffered", executed=True)
+    a.reopen()
+    a.record(strategy="s", action="write", target="t", reason="after", executed=True)
+    a.close()
+    with open(path + ".1") as f:
+        assert [json.loads(line)["reason"] for line in f] == ["before", "buffered"]
+    with open(path) as f:
+        assert [json.loads(line)["reason"] for line in f] == ["after"]
+
+
+def test_reopen_that_cannot_open_counts_and_tries_again_at_the_next_flush(tmp_path) -> None:
+    conditions = Conditions()
+    d = tmp_path / "logs"
+    path = str(d / "audit.log")
+    a = AuditLog(path, conditions=conditions)
+    os.rename(d, tmp_path / "moved")
+    d.write_text("")  # where the directory was, a file: the path cannot be opened (ENOTDIR)
+    a.reopen()
+    a.record(strategy="s", action="write", target="t", reason="lost", executed=True)
+    a.flush()
+    assert a.dropped == 1 and conditions.get(AuditLog.CONDITION) is not None
+    d.unlink()
+    d.mkdir()
+    a.record(strategy="s", action="write", target="t", reason="kept", executed=True)
+    a.flush()
+    a.close()
+    assert conditions.get(AuditLog.CONDITION) is None
+    with open(path) as f:
+        assert [json.loads(line)["reason"] for line in f] == ["kept"]

@@ -489,12 +489,14 @@ def test_run_and_simulate_tune_the_allocator_first(monkeypatch: pytest.MonkeyPat
     assert calls == ["tune", command]
 
 
-def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
-    """SIGHUP killed the agent without a word; now it is logged and the state files are read again,
-    even one whose size and modification time did not change."""
+def test_sighup_is_logged_reads_the_state_files_again_and_reopens_the_audit_log(tmp_path) -> None:
+    """SIGHUP killed the agent without a word; now it is logged, the state files are read again, even
+    one whose size and modification time did not change, and the audit log logrotate moved away is
+    opened afresh at its path."""
     host, _, files = fake_node(tmp_path)
-    proc = subprocess.Popen(run_args(host, files, "--collect-interval", "200ms"), stderr=subprocess.PIPE,
-                            text=True)
+    audit = tmp_path / "audit.log"
+    proc = subprocess.Popen(run_args(host, files, "--collect-interval", "200ms", "--audit-log", str(audit)),
+                            stderr=subprocess.PIPE, text=True)
     try:
         path = files["pods"]
         st = os.stat(path)
@@ -502,8 +504,13 @@ def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
         with open(path, "r+") as f:  # the same size, inode and modification time: no change to stat
             f.write("{" + " " * (st.st_size - 1))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.rename(audit, tmp_path / "audit.log.1")  # logrotate, without copytruncate
         proc.send_signal(signal.SIGHUP)
-        time.sleep(2.0)
+        deadline = time.monotonic() + 60
+        while not audit.exists():
+            assert proc.poll() is None, "SIGHUP stopped the agent"
+            assert time.monotonic() < deadline, "the audit log was not opened afresh"
+            time.sleep(0.05)
         assert proc.poll() is None, "SIGHUP stopped the agent"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -513,8 +520,8 @@ def test_sighup_is_logged_and_reads_the_state_files_again(tmp_path) -> None:
             proc.kill()
             proc.wait()
     err = "".join(lines)
-    hup = [line for line in lines if "received SIGHUP: reading the state files again at the next tick" in line]
-    assert len(hup) == 1 and str(path) in hup[0], err
+    hup = [line for line in lines if "received SIGHUP: reading the state files again now" in line]
+    assert len(hup) == 1 and str(path) in hup[0] and f"audit log {audit} reopened" in hup[0], err
     assert f"cannot parse pods file {path}" in err  # read again, and its new content refused
 
 

@@ -3,7 +3,9 @@
 ``qosmanager run`` builds an :class:`Agent` from its flags; ``simulate`` and the tests
 build one directly.  Stopping (``--duration``, SIGTERM, SIGINT) leaves every file as it
 is, so a restarted agent continues seamlessly: it re-reads what it finds and only
-writes what differs.  SIGHUP is logged and has the state files read again (standalone).
+writes what differs.  SIGHUP is logged and, at the next collect, reopens the audit log (logrotate) and
+has the state read again: the state files (standalone), or the pods, Node and NodeSLO listed afresh
+(Kubernetes mode).
 
 State comes from files (standalone: ``--pods-file``, ``--node-file``, ``--node-slo-file``) or
 from the API server (Kubernetes mode: ``--kubeconfig``, or the in-cluster service account when
@@ -156,6 +158,7 @@ class Agent:
         self.events: EventRecorder | None = None
         self.eviction_check: EvictionAPICheck | None = None  # Kubernetes mode, --evict-mode api
         self.source: FileSource | KubeSource
+        self._reload_asked = False  # SIGHUP: acted on at the next collect (the handler takes no lock)
         if kubernetes_mode(cfg):
             self.source = self._kube_source(cfg, clock)
         else:
@@ -334,6 +337,9 @@ class Agent:
         return self._cpu_info
 
     def collect(self, now: float) -> None:
+        if self._reload_asked:
+            self._reload_asked = False
+            self._reload()
         self.source.poll(now)
         if self.planner is not None:
             self.collector.plan = self.plan(now)
@@ -378,15 +384,25 @@ class Agent:
         self.stop_event.set()
 
     def reload(self) -> None:
-        """SIGHUP: standalone, every state file is read again at the next tick (changed or not);
-        the Kubernetes source follows the API server's watches, so there is nothing to re-read."""
+        """SIGHUP (the signal handler): acted on at the next collect, on the agent's thread, since a
+        handler that took the audit log's or the client's lock could wait forever on its own thread."""
+        self._reload_asked = True
+
+    def _reload(self) -> None:
+        """What SIGHUP does: the audit log is opened afresh (after logrotate moved it away; the originals
+        file is the agent's own, never rotated); standalone, every state file is read again now, changed
+        or not; in Kubernetes mode the pods, the Node and the NodeSLO are listed afresh and watched on from
+        there (a watch that missed a change is caught up)."""
+        self.audit.reopen()
+        audit = f"; audit log {self.cfg.audit_log} reopened" if self.cfg.audit_log else ""
         if isinstance(self.source, FileSource):
             self.source.reread()
-            log.warning("received SIGHUP: reading the state files again at the next tick (%s)",
-                        ", ".join(f.path for f in self.source.files))
+            log.warning("received SIGHUP: reading the state files again now (%s)%s",
+                        ", ".join(f.path for f in self.source.files), audit)
         else:
-            log.warning("received SIGHUP: the state comes from the API server's watches, nothing to "
-                        "re-read; the agent goes on")
+            self.source.relist()
+            log.warning("received SIGHUP: listing the pods, the Node and the NodeSLO afresh from the API "
+                        "server%s", audit)
 
     def startup_summary(self) -> tuple[str, dict[str, object]]:
         """What this agent runs, as one line and as fields (``--log-format json``)."""

@@ -233,6 +233,28 @@ class AuditLog:
         finally:
             self._open()  # the same file again when a rename failed
 
+    def reopen(self) -> None:
+        """Flush to the file open now, then open ``path`` afresh (SIGHUP, after logrotate moved the
+        file away: records go to the new file).  Never raises: a file that cannot be opened is tried
+        again at the next flush, its records counted as dropped meanwhile, as for a failed rotation."""
+        if not self.path or self._closed:
+            return
+        self.flush()
+        with self._lock:
+            if self._closed:
+                return
+            fd, self._fd = self._fd, -1
+            self._partial = False
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    log.error("cannot close audit log %s: %s", self.path, e.strerror or e)
+            try:
+                self._open()
+            except OSError as e:
+                self._failed("open", e, 0)
+
     def close(self) -> None:
         """Flush and close; never raises (the agent is stopping: nothing may turn that into a crash)."""
         if self._closed:

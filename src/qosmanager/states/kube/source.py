@@ -266,6 +266,8 @@ class Reflector:
         self.last_error_ts = 0.0
         self.thread: threading.Thread | None = None
         self.on_relist: list[Callable[[], None]] = []  # called (on this thread) when a 410 forces a relist
+        self._relist = threading.Event()  # asked for (SIGHUP): list afresh, then watch from there
+        self.requested_relists = 0
         self._lists = 0
         self._absent_logged = False
 
@@ -276,6 +278,21 @@ class Reflector:
     def start(self) -> None:
         self.thread = threading.Thread(target=self.run, name=f"kube-{self.resource}", daemon=True)
         self.thread.start()
+
+    def request_relist(self) -> None:
+        """List again as soon as possible (another thread: the agent's on SIGHUP).  A watch blocked on
+        the stream is woken; that is no error, no watch restart and no lost connection."""
+        self._relist.set()
+        self.client.interrupt(self.channel)
+
+    def _relist_asked(self) -> bool:
+        """Whether a relist was asked for (the request is taken: the caller lists next)."""
+        if not self._relist.is_set():
+            return False
+        self._relist.clear()
+        self.requested_relists += 1
+        log.info("kube %s: listing again as asked (SIGHUP)", self.resource)
+        return True
 
     def health(self) -> ReflectorHealth:
         return ReflectorHealth(self.resource, self.connected, self.synced, self.last_sync,
@@ -289,6 +306,8 @@ class Reflector:
                     self.stop.wait(self.absent_retry * (1.0 + 0.5 * self.backoff.rng.random()))
                     continue
             except KubeError as e:
+                if self._relist_asked():
+                    continue  # the interruption was the request itself: list again at once
                 self._failed("list", e)
                 self.stop.wait(self._retry_delay(e))
                 continue
@@ -335,6 +354,8 @@ class Reflector:
         a server or proxy that cuts every stream at once is asked again ever more slowly.
         """
         while not self.stop.is_set():
+            if self._relist_asked():
+                return
             lo, hi = self.watch_timeout
             timeout = self.backoff.rng.uniform(lo, hi) if hi > lo else lo
             started = time.monotonic()
@@ -348,7 +369,7 @@ class Reflector:
                 else:
                     self.backoff.reset()  # the server ended the stream on time: watch again at once
             except KubeError as e:
-                if self.stop.is_set():
+                if self.stop.is_set() or self._relist_asked():
                     return
                 if e.gone:
                     self.relists += 1
@@ -466,6 +487,12 @@ class KubeSource:
         for r in self.reflectors.values():
             if r.thread is not None:
                 r.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def relist(self) -> None:
+        """List the pods, the Node and the NodeSLO afresh now, then watch on from there (SIGHUP: an
+        operator who doubts a watch missed a change); the state is applied at the next :meth:`poll`."""
+        for r in self.reflectors.values():
+            r.request_relist()
 
     # ------------------------------------------------------------------ the agent's side
     def poll(self, now: float | None = None) -> bool:
