@@ -312,8 +312,10 @@ class Agent:
             out.append(rec)
         return out
 
-    def wait_for(self, what: str, check: Callable[[], Any], timeout: float) -> Any:
-        """Poll ``check`` until it returns something true; fail with the agent's log after ``timeout``."""
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float,
+                 detail: Callable[[], str] | None = None) -> Any:
+        """Poll ``check`` until it returns something true; fail with the agent's log (and ``detail()``,
+        what the test knows of the node's state) after ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             value = check()
@@ -322,7 +324,8 @@ class Agent:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the agent exited ({self.proc.returncode}) before {what}:\n{self.log()}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"waited {timeout:.0f} s in vain for {what}; agent log:\n{self.log()}")
+                extra = f"\n{detail()}" if detail is not None else ""
+                raise AssertionError(f"waited {timeout:.0f} s in vain for {what}{extra}; agent log:\n{self.log()}")
             time.sleep(0.1)
 
     def started(self) -> bool:
