@@ -32,6 +32,7 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -262,7 +263,7 @@ class KernelTree:
         """Start a CPU-bound child and move it into ``rel`` of the cpu and cpuacct hierarchies (v1) or
         the unified one (v2).  It stays in its memory cgroup."""
         code = f"import time\nt = time.time() + {seconds}\nwhile time.time() < t:\n    pass\n"
-        proc = subprocess.Popen(["python3", "-c", code])
+        proc = subprocess.Popen([sys.executable, "-c", code])
         self._procs.append(proc)
         hierarchies = ("cpu", "cpuacct") if self.version == 1 else ("",)
         for h in hierarchies:
