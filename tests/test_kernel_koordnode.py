@@ -13,7 +13,10 @@ does not move the budget.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -124,9 +127,10 @@ def test_a_kubelet_resetting_the_be_quota_is_undone_every_time_without_backoff(t
     (koordinator #1734).  Six such resets, each some ticks after the last one was undone: every one is
     written over (the audit's write finds the kernel at -1), none is held back as a fight, and the log
     never reports a conflict.  The BE quota is at its floor (a steady budget, so the ticks in between
-    write nothing: the resets are far apart, not checks in a row); on v1 above the batch pod's lowered
-    quota's ceiling (the kernel takes -1 on a parent over a limited child)."""
-    with real_node(tmp_path) as node, proc_view(node, cpus=node.cpus, busy=0.5) as view:
+    write nothing: the resets are far apart, not checks in a row), the batch pod lowered under it (the
+    kernel takes -1 on a parent over a limited child).  cgroup v1 only: the guest's v2 run is kept
+    short, and the executor's fight rule is the same there (``test_kubelet_reset.py``)."""
+    with real_node(tmp_path, version=1) as node, proc_view(node, cpus=node.cpus, busy=0.5) as view:
         be = batch_pod(node)
         be_dir = node.layout.qos_dir("BestEffort")
         floor = 25 * node.cpus * 1000  # cpuSuppressMinPercent 25: the budget is the floor
@@ -135,8 +139,7 @@ def test_a_kubelet_resetting_the_be_quota_is_undone_every_time_without_backoff(t
             "cpuSuppressPolicy": "cfsQuota"}})
         with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root) as agent:
             agent.wait_for("the BE quota at its floor", lambda: node.quota(be_dir) == floor, 60)
-            if node.version == 1 and floor < BATCH_QUOTA:
-                assert node.quota(be.dir) <= floor
+            assert node.quota(be.dir) <= floor
             resets = 0
             for _ in range(6):
                 time.sleep(2.0)  # pacing, no bound: some ticks with nothing to write before the next reset
@@ -146,11 +149,50 @@ def test_a_kubelet_resetting_the_be_quota_is_undone_every_time_without_backoff(t
             log = agent.log()
         records = agent.audit("cpuSuppress")
         undone = [r for r in records if r.get("action") == "write" and r["executed"]
-                  and r["target"].endswith(("/cpu.cfs_quota_us", "/cpu.max")) and be_dir in r["target"]
-                  and str(r.get("old")).split()[0] in ("-1", "max")]
+                  and r["target"].endswith("/cpu.cfs_quota_us") and be_dir in r["target"]
+                  and str(r.get("old")) == "-1"]
         assert len(undone) >= resets, [(r["old"], r["value"]) for r in undone]
         fights = [r for r in records if "conflict" in str(r.get("error") or "")]
         assert not fights, fights[:2]
         assert "changed back by another writer" not in log, log
         assert not refused_writes(records), refused_writes(records)[:3]
 
+
+def test_a_stopped_agent_leaves_the_batch_pod_under_the_be_quota_and_restore_gives_it_back(tmp_path) -> None:
+    """SIGTERM leaves every file as it is, so BE stays suppressed between two agents.  On v1 the
+    lowered pod and container stay at the BE quota: the kernel refuses a child above its parent, so
+    their own 150000 cannot come back while the BE quota is in force (a restarted agent gives it back
+    as the budget allows, ``test_batch_pod_quota_back_after_an_agent_restart``).  Uninstall does:
+    ``qosmanager restore`` writes the BE dir's -1, then the pod's and the container's 150000 (parents
+    first), none refused.  cgroup v1 only: v2 takes a parent below its children, so nothing is lowered."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs: a budget above 1.5 cores")
+    originals = str(tmp_path / "originals.jsonl")
+    with real_node(tmp_path, version=1) as node, proc_view(node, cpus=node.cpus, busy=0.1) as view:
+        be = batch_pod(node)
+        ctr = be.containers[0]
+        be_dir = node.layout.qos_dir("BestEffort")
+        node.write_nodeslo(suppress_slo(low_threshold(node)))
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--proc-root", view.root,
+                        "--originals-file", originals) as agent:
+            agent.wait_for("a BE quota below the batch pod's", lambda: 0 < node.quota(be_dir) < BATCH_QUOTA, 60)
+        assert agent.proc.returncode == 0, agent.log()
+        budget = node.quota(be_dir)
+        assert 0 < budget < BATCH_QUOTA, "a stop keeps BE suppressed"
+        assert node.quota(be.dir) == node.quota(ctr) == budget
+        assert refused(node, ctr, BATCH_QUOTA) == errno.EINVAL  # the kernel's rule: not while BE is held
+        assert not refused_writes(agent.audit("cpuSuppress"))
+
+        audit = str(tmp_path / "restore-audit.jsonl")
+        done = subprocess.run([sys.executable, "-m", "qosmanager", "restore", *node.tree.agent_flags(),
+                               "--originals-file", originals, "--audit-log", audit],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert node.quota(be_dir) == -1
+        assert node.quota(be.dir) == node.quota(ctr) == BATCH_QUOTA
+        with open(audit) as f:
+            writes = [json.loads(line) for line in f]
+        order = [w["target"] for w in writes if w["action"] == "write" and w["executed"]]
+        # parents first: the kernel refuses anything else
+        assert [t.rsplit("/", 1)[0].removeprefix("cpu/") for t in order] == [be_dir, be.dir, ctr], order
+        assert not [w for w in writes if w.get("error")], writes

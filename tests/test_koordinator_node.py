@@ -451,3 +451,29 @@ def test_a_steady_budget_reads_only_the_children_it_lowered(monkeypatch: pytest.
     falling = read_in(NOW + 2, ls_used=4.3)  # 400m
     assert any(p.endswith(small_file) for p in falling)
     assert snapshot(h) == {BE_DIR: 40_000, pod: 40_000, ctr: 40_000}
+
+
+def test_a_stop_leaves_the_children_under_the_be_quota_and_uninstall_gives_them_back(tmp_path: Path) -> None:
+    """A stop writes nothing (BE stays suppressed between two agents), so on v1 the lowered children stay
+    at the BE quota (v1 refuses them their own quota above it: ``test_kernel_koordnode.py``).  ``qosmanager
+    restore`` from the originals the agent kept writes the BE dir's -1, then the pod's and the
+    container's own quota, parents first, with no moment of a child above its parent."""
+    from qosmanager.executor.executor import Executor
+    from qosmanager.restore import OriginalsJournal, read_originals, restore
+
+    h = make()
+    journal = OriginalsJournal(str(tmp_path / "originals.jsonl"), h.executor)
+    h.executor.on_write.append(journal.on_write)
+    slo(h)
+    pod, ctr = dirs(h)
+    tick(h, NOW, ls_used=4.2)
+    journal.close()  # the agent stops: nothing else is written
+    left = snapshot(h)
+    assert left == {BE_DIR: 50_000, pod: 50_000, ctr: 50_000}
+    n = len(h.recorded.writes)
+    uninstall = Executor(h.layout, h.audit)  # the restore command's own, after the agent is gone
+    done = restore(uninstall, read_originals(str(tmp_path / "originals.jsonl")))
+    assert sorted(done) == ["written"], done
+    writes = quota_writes(h, n)
+    assert writes == [(BE_DIR, -1), (pod, BATCH_QUOTA), (ctr, BATCH_QUOTA)], writes
+    assert not v1_violations(left, writes)

@@ -32,7 +32,10 @@ there before lowering it, or a value found later that the strategy did not write
 re-wrote it).  A child found at exactly the BE dir's quota and below the quota the batch-resource
 rule gives its pod's ``batch-cpu`` limit is taken as lowered by an earlier run of the agent: its own
 quota is the rule's (an agent restart gives children their own quotas back).  Quotas are compared
-at the standard 100 ms period, the one koordlet and the kubelet write.  cgroup v2 allows a parent
+at the standard 100 ms period, the one koordlet and the kubelet write.  A stopping agent writes
+nothing (BE stays suppressed between two agents), so lowered children stay at the BE quota: v1
+refuses them more while it is in force.  The next agent gives them back as its budget allows;
+``qosmanager restore`` (uninstall) writes the BE dir's original first, then theirs.  cgroup v2 allows a parent
 ``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
 already ordered by the executor: neither needs this step.
 
