@@ -23,35 +23,59 @@ hierarchy (a kernel booted with ``cgroup_disable=memory`` beside a mounted memor
 a ``memory.stat`` that vanished) still yields the numbers of the files that exist, and
 the missing files are retried with the same backoff.  The kube QoS cgroups are retried
 every pass; those still missing after :data:`QOS_GRACE_PASSES` passes are named in the
-``collector/qos-cgroups`` degraded condition.  ``/proc/stat`` and ``/proc/meminfo``
-stand alone too: a file or field that cannot be read drops only the series it feeds
-(``collector/proc-stat``, ``collector/proc-meminfo``).  A ``/proc/stat`` sample that went
-backwards is skipped, the one before staying the baseline (``collector/proc-stat-backwards``), and
-CPU counters that stand still are frozen (``collector/proc-stat-frozen``): no node CPU usage from
-them.  One pass starts the readers of at most :data:`TRACK_PER_PASS` new pods; a bigger pod set is
-taken over several passes (``collector/pod-backlog``), the node and kube QoS-dir counters being read
-from the first.
+``collector/qos-cgroups`` degraded condition.  One pass starts the readers of at most
+:data:`TRACK_PER_PASS` new pods; a bigger pod set is taken over several passes
+(``collector/pod-backlog``), the node and kube QoS-dir counters being read from the first.
+
+Map of the file (:class:`Collector`, top to bottom) and its rooms:
+
+* the kube QoS dirs and the BE quota files (which stat files a slot reads: ``slots``);
+* discovery: ``sync()`` diffs pods and host applications into tracked slots; the
+  open / close / retry machinery of those slots is :mod:`qosmanager.metrics.slots`;
+* the tick: ``collect()`` reads, reaps and stores; demand mode's reads
+  (``_read_planned``, ``refresh``), the slot selection itself being
+  :mod:`qosmanager.metrics.selection`;
+* the node-level series (``_store_node``) from the readers, the BE real limit, and the
+  node's own ``/proc`` counters (:mod:`qosmanager.metrics.nodecounters`: ``/proc/stat`` and
+  ``/proc/meminfo``, each file standing alone, samples that go backwards or stand still).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from qosmanager._native import STATE_FREE, STATE_LIVE, NodeReader, StatReader, monotonic_ns, sysio
 from qosmanager.api.pod import PodMeta
-from qosmanager.framework.demand import BE_CONTAINERS, CONTAINER, F_CPUSET, POD, CollectPlan, files_of
+from qosmanager.framework.demand import CONTAINER, F_CPUSET, POD, CollectPlan, files_of
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.procfs import clock_ticks
-from qosmanager.logfmt import RepeatLimiter, shown
 from qosmanager.metrics import cache as mc
+from qosmanager.metrics.nodecounters import (  # noqa: F401  (re-exported: the collector's conditions)
+    COND_PROC_MEMINFO,
+    COND_PROC_STAT,
+    COND_PROC_STAT_BACKWARDS,
+    COND_PROC_STAT_FROZEN,
+    PROC_STAT_BACKWARDS_RESET,
+    PROC_STAT_FROZEN_SECONDS,
+    NodeCounters,
+)
+from qosmanager.metrics.selection import Selections
+from qosmanager.metrics.slots import (  # noqa: F401  (re-exported)
+    FILE_KEYS,
+    MAX_BACKOFF,
+    CollectorStats,
+    Slots,
+    Tracked,
+    TrackedPod,
+    probe_controllers,
+    stat_paths,
+)
 from qosmanager.states.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -59,79 +83,18 @@ log = logging.getLogger(__name__)
 QOS_DIRS = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)  # slot 0 = the kubepods root
 BE_SLOT = 2
 TERMINAL_PHASES = ("Succeeded", "Failed")
-MAX_BACKOFF = 30.0
 # collector passes the kube QoS cgroups get to appear before the condition names them
 QOS_GRACE_PASSES = 5
-# a slot's files, in the readers' FILE_* order
-FILE_KEYS = ("usage", "cpu_stat", "memory_stat", "cpuset")
 # v1 hierarchy of each file
 FILE_HIERARCHY = {"usage": "cpuacct", "cpu_stat": "cpu", "memory_stat": "memory", "cpuset": "cpuset"}
 COND_QOS = "collector/qos-cgroups"
-COND_PROC_STAT = "collector/proc-stat"
-COND_PROC_STAT_BACKWARDS = "collector/proc-stat-backwards"  # a sample below the one before: skipped
-COND_PROC_STAT_FROZEN = "collector/proc-stat-frozen"  # the CPU counters stand still
-# A /proc/stat sample below the baseline is skipped (it would make the next good one a burst that
-# pins BE at the floor); this many in a row are a reset (a counter that restarted): the new baseline.
-PROC_STAT_BACKWARDS_RESET = 5
-# The cpu line's ticks (idle included) grow by USER_HZ x CPUs each second on a live node: standing
-# still this long, they are frozen, and node CPU usage is not sampled from them.
-PROC_STAT_FROZEN_SECONDS = 5.0
 # New pods whose readers one pass opens at most: at 100,000 pods the first pass took 8.7 s and no BE
 # limit was decided for 28 s.  The rest wait for the next passes (``collector/pod-backlog``); the
 # node and kube QoS-dir counters, which the BE limit is decided from, are read every pass meanwhile.
 TRACK_PER_PASS = 2000
 COND_POD_BACKLOG = "collector/pod-backlog"
-COND_PROC_MEMINFO = "collector/proc-meminfo"
 COLLECT_ALL, COLLECT_DEMAND = "all", "demand"
 COLLECT_MODES = (COLLECT_ALL, COLLECT_DEMAND)
-
-
-_Selection = tuple[CollectPlan, np.ndarray, np.ndarray]  # plan, slots, files of each
-
-
-@dataclass(slots=True)
-class Tracked:
-    """A cgroup the collector follows: its cache column (== reader slot) and its dir.
-
-    Its files' paths are not kept: they are made from ``rel`` when a file is opened
-    (:meth:`Collector.files`), which happens when the cgroup appears and on retries.  Kept,
-    they were three or four absolute paths per cgroup (about 12 MiB at 10,000 pods)."""
-
-    key: str
-    col: int
-    rel: str
-    cpuset: bool = False  # its cpuset file is read too (BE containers)
-    open: bool = False
-    retry_at: float = 0.0
-    backoff: float = 0.0
-    # files of a live slot that are missing (absent in their hierarchy, or vanished): their retry
-    files_retry_at: float = 0.0
-    files_backoff: float = 0.0
-
-
-@dataclass
-class TrackedPod:
-    meta: PodMeta
-    cg: Tracked
-    containers: dict[str, Tracked] = field(default_factory=dict)  # container id -> tracked
-
-
-@dataclass
-class CollectorStats:
-    ticks: int = 0
-    pods: int = 0
-    containers: int = 0
-    pending: int = 0
-    partial: int = 0  # tracked cgroups with some of their files missing
-    opened: int = 0
-    closed: int = 0
-    vanished: int = 0
-    read_errors: int = 0
-    pod_reads: int = 0  # pod slots read by the last tick (demand mode: what the plan asked for)
-    container_reads: int = 0
-    refreshed: int = 0  # pod slots read on a strategy's demand between ticks, in total
-    last_tick_seconds: float = 0.0
-    last_sync_seconds: float = 0.0
 
 
 class Collector:
@@ -160,7 +123,7 @@ class Collector:
         self.version = layout.version
         self.stats = CollectorStats()
         self.on_pod_removed: list[Callable[[list[str]], None]] = []
-        self._files = self._probe_controllers()
+        self._files = probe_controllers(layout)
         gap = int(max_gap_seconds * 1e9)
         # one descriptor budget for the readers and the executor; files beyond it are read in reopen
         # mode (the three kube QoS dirs are few and always kept open: the budget's base reserve)
@@ -173,23 +136,19 @@ class Collector:
         self.app_reader = StatReader(cache.hostapps.cols, self.version, gap, budget.total)
         budget.add_holder(self._held_fds)
         self.node_reader = NodeReader(layout.roots.proc_path("stat"), layout.roots.proc_path("meminfo"))
-        self._clk_tck = clock_ticks()
-        self._prev_node: tuple[int, int, int] | None = None  # (busy ticks, all ticks, monotonic ns)
-        self._stat_backwards = 0  # samples in a row below the baseline
+        self.node = NodeCounters(self.node_reader, layout.roots, store.conditions, clock_ticks(), clock)
         self._backlog = 0  # new pods left for the next pass (TRACK_PER_PASS)
-        self._stat_moved_ns = 0  # monotonic ns when the cpu line's ticks last grew
-        self._node_errors = RepeatLimiter(300.0, clock=clock)  # a bad /proc/stat: said once, then counted
         self._pods: dict[str, TrackedPod] = {}
         self._failed: dict[str, str] = {}  # pods that could not be tracked: uid -> why (logged once)
         self._apps: dict[str, Tracked] = {}
-        self._pending: dict[tuple[str, str], Tracked] = {}
-        self._partial: dict[tuple[str, str], Tracked] = {}
+        self.slots = Slots({"pod": self.pod_reader, "container": self.ctr_reader, "app": self.app_reader},
+                           budget, self.stats, self.files, self._opened)
         self._pods_gen = -1
         self._slo_gen = -1
         self._be_cpu_request = 0.0
         self._be_ctr_mask = np.zeros(0, dtype=bool)
         self._quota_fds: np.ndarray | None = None
-        self._qos_paths = [self._paths(self.layout.qos_dir(q), cpuset=(slot == BE_SLOT))
+        self._qos_paths = [stat_paths(layout, self._files, layout.qos_dir(q), cpuset=(slot == BE_SLOT))
                            for slot, q in enumerate(QOS_DIRS)]
         self._qos_seen = False  # every kube QoS dir has been seen in every hierarchy read
         self._open_qos_dirs()
@@ -199,48 +158,11 @@ class Collector:
         self._ctr_cpuset_known = np.zeros(0, dtype=np.int32)
         self._track_gen = 0
         self._ctr_rates_read = False
-        self._selections: dict[tuple[str, tuple[int, ...], int, int], _Selection] = {}
-        self._masks: dict[tuple[str, object], tuple[int, np.ndarray]] = {}
+        self._selections = Selections()
 
     # ------------------------------------------------------------------
-    # which stat files exist on this host (decided once)
+    # the kube QoS dirs and the BE quota files (which stat files exist: slots.probe_controllers)
     # ------------------------------------------------------------------
-    def _probe_controllers(self) -> dict[str, bool]:
-        lay = self.layout
-        if self.version == 1:
-            def has(sub: str) -> bool:
-                return os.path.isdir(lay.abs_dir(sub, ""))
-            return {"usage": has("cpuacct"), "cpu_stat": has("cpu"), "memory_stat": has("memory"),
-                    "cpuset": has("cpuset")}
-        root = lay.abs_dir("", lay.kubepods_dir())
-        ctl = ""
-        for d in (root, lay.abs_dir("", "")):
-            try:
-                with open(os.path.join(d, "cgroup.controllers")) as f:
-                    ctl = f.read()
-                break
-            except OSError:
-                continue
-        names = set(ctl.split())
-        return {"usage": False, "cpu_stat": True, "memory_stat": "memory" in names,
-                "cpuset": "cpuset" in names}
-
-    def _paths(self, rel: str, cpuset: bool) -> dict[str, str | None]:
-        lay, f = self.layout, self._files
-        if self.version == 1:
-            return {
-                "usage": lay.file("cpuacct", rel, "cpuacct.usage") if f["usage"] else None,
-                "cpu_stat": lay.file("cpu", rel, "cpu.stat") if f["cpu_stat"] else None,
-                "memory_stat": lay.file("memory", rel, "memory.stat") if f["memory_stat"] else None,
-                "cpuset": lay.file("cpuset", rel, "cpuset.cpus") if cpuset and f["cpuset"] else None,
-            }
-        return {
-            "usage": None,
-            "cpu_stat": lay.file("", rel, "cpu.stat"),
-            "memory_stat": lay.file("", rel, "memory.stat") if f["memory_stat"] else None,
-            "cpuset": lay.file("", rel, "cpuset.cpus.effective") if cpuset and f["cpuset"] else None,
-        }
-
     def _open_qos_dirs(self) -> None:
         """Open (or complete) the kube QoS slots and the BE quota files; cheap enough for every pass
         while something is missing (three slots)."""
@@ -319,12 +241,12 @@ class Collector:
         if self.store.nodeslo_generation != self._slo_gen:
             self._slo_gen = self.store.nodeslo_generation
             self._sync_apps(now)
-        if self._pending:
-            self._retry(now)
-        if self._partial:
-            self._retry_files(now)
-        self.stats.pending = len(self._pending)
-        self.stats.partial = len(self._partial)
+        if self.slots.pending:
+            self.slots.retry(now)
+        if self.slots.partial:
+            self.slots.retry_files(now)
+        self.stats.pending = len(self.slots.pending)
+        self.stats.partial = len(self.slots.partial)
         self.stats.last_sync_seconds = time.perf_counter() - t0
 
     def _sync_pods(self, pods: dict[str, PodMeta], now: float) -> None:
@@ -406,7 +328,7 @@ class Collector:
         cg = Tracked(meta.uid, col, rel)
         tp = TrackedPod(meta, cg)
         self._pods[meta.uid] = tp
-        self._open(self.pod_reader, cg, "pod", now)
+        self.slots.open(cg, "pod", now)
         self._track_containers(tp, meta, now)
 
     def _track_containers(self, tp: TrackedPod, meta: PodMeta, now: float) -> None:
@@ -423,7 +345,7 @@ class Collector:
             self._ensure_capacity(self.ctr_reader, self.cache.containers.cols)
             tr = Tracked(c.container_id, col, rel, cpuset=be)
             tp.containers[c.container_id] = tr
-            self._open(self.ctr_reader, tr, "container", now)
+            self.slots.open(tr, "container", now)
 
     def _update_pod(self, tp: TrackedPod, meta: PodMeta, now: float) -> None:
         new_rel = self.layout.pod_dir(meta.kube_qos, meta.uid)
@@ -433,22 +355,22 @@ class Collector:
             return
         ids = {c.container_id for c in meta.containers if c.container_id}
         for cid in [cid for cid in tp.containers if cid not in ids]:
-            self._close(self.ctr_reader, self.cache.containers, tp.containers.pop(cid), "container")
+            self.slots.close(self.cache.containers, tp.containers.pop(cid), "container")
         tp.meta = meta
         self._track_containers(tp, meta, now)
 
     def _untrack_pod(self, uid: str) -> str:
         tp = self._pods.pop(uid)
         for tr in tp.containers.values():
-            self._close(self.ctr_reader, self.cache.containers, tr, "container")
-        self._close(self.pod_reader, self.cache.pods, tp.cg, "pod")
+            self.slots.close(self.cache.containers, tr, "container")
+        self.slots.close(self.cache.pods, tp.cg, "pod")
         return tp.cg.rel
 
     def _sync_apps(self, now: float) -> None:
         apps = {a["name"]: a for a in self.store.nodeslo.merged.get("hostApplications") or []
                 if isinstance(a, dict) and a.get("name")}
         for name in [n for n in self._apps if n not in apps]:
-            self._close(self.app_reader, self.cache.hostapps, self._apps.pop(name), "app")
+            self.slots.close(self.cache.hostapps, self._apps.pop(name), "app")
         for name, app in apps.items():
             try:
                 rel = self.layout.host_app_dir(app)
@@ -459,12 +381,12 @@ class Collector:
             if tr is not None and tr.rel == rel:
                 continue
             if tr is not None:
-                self._close(self.app_reader, self.cache.hostapps, tr, "app")
+                self.slots.close(self.cache.hostapps, tr, "app")
             col = self.cache.hostapps.column(name)
             self._ensure_capacity(self.app_reader, self.cache.hostapps.cols)
             tr = Tracked(name, col, rel)
             self._apps[name] = tr
-            self._open(self.app_reader, tr, "app", now)
+            self.slots.open(tr, "app", now)
 
     # ------------------------------------------------------------------
     # slots
@@ -473,9 +395,6 @@ class Collector:
     def _ensure_capacity(reader: StatReader, cols: int) -> None:
         if reader.capacity < cols:
             reader.resize(cols)
-
-    def _reader_for(self, kind: str) -> StatReader:
-        return {"pod": self.pod_reader, "container": self.ctr_reader, "app": self.app_reader}[kind]
 
     @property
     def fd_budget(self) -> int:
@@ -486,97 +405,12 @@ class Collector:
 
     def files(self, tr: Tracked) -> dict[str, str | None]:
         """The stat files of a tracked cgroup, by the readers' keys (None: not read on this host)."""
-        return self._paths(tr.rel, tr.cpuset)
+        return stat_paths(self.layout, self._files, tr.rel, tr.cpuset)
 
-    def _open(self, reader: StatReader, tr: Tracked, kind: str, now: float) -> None:
-        files = self.files(tr)
-        need = sum(1 for p in files.values() if p is not None)
-        if self.budget.available() < need:
-            self.budget.reclaim(need)  # the executor's cached descriptors give way to the readers
-        reader.max_fds = reader.open_fds + self.budget.available()
-        err = reader.open(tr.col, **files)
-        if kind == "container" and tr.col < len(self._ctr_cpuset_known):
-            self._ctr_cpuset_known[tr.col] = -1
-        if err == 0:
-            tr.open = True
-            tr.backoff = 0.0
-            self._pending.pop((kind, tr.key), None)
-            self.stats.opened += 1
-            if reader.missing[tr.col]:
-                tr.files_backoff = 0.0
-                self._schedule_files(tr, kind, now)
-            else:
-                self._partial.pop((kind, tr.key), None)
-            return
-        tr.open = False
-        tr.backoff = min(MAX_BACKOFF, max(1.0, tr.backoff * 2))
-        tr.retry_at = now + tr.backoff
-        self._pending[(kind, tr.key)] = tr
-        if err != errno.ENOENT:
-            log.warning("cannot open stat files of %s %s: %s", kind, shown(tr.rel), os.strerror(err))
-
-    def _close(self, reader: StatReader, group: mc.SeriesGroup, tr: Tracked, kind: str) -> None:
-        reader.close(tr.col)
-        group.release(tr.key)
-        self._pending.pop((kind, tr.key), None)
-        self._partial.pop((kind, tr.key), None)
-        self.stats.closed += 1
-
-    def _schedule_files(self, tr: Tracked, kind: str, now: float) -> None:
-        """Retry the missing files of a live slot with the same backoff as a missing cgroup."""
-        tr.files_backoff = min(MAX_BACKOFF, max(1.0, tr.files_backoff * 2))
-        tr.files_retry_at = now + tr.files_backoff
-        self._partial[(kind, tr.key)] = tr
-
-    def _retry_files(self, now: float) -> None:
-        for (kind, key), tr in list(self._partial.items()):
-            if now < tr.files_retry_at:
-                continue
-            reader = self._reader_for(kind)
-            if reader.state[tr.col] != STATE_LIVE:
-                del self._partial[(kind, key)]  # dead or closed: the whole slot is reopened instead
-                continue
-            missing = int(reader.missing[tr.col])
-            files = self.files(tr)
-            for f, name in enumerate(FILE_KEYS):
-                path = files.get(name)
-                if missing & (1 << f) and path is not None:
-                    reader.open_file(tr.col, f, path)
-            if reader.missing[tr.col]:
-                self._schedule_files(tr, kind, now)
-            else:
-                tr.files_backoff = 0.0
-                del self._partial[(kind, key)]
-
-    def _note_vanished_files(self, reader: StatReader, kind: str, index: dict[int, Tracked],
-                             now: float) -> None:
-        """Files that vanished this read from slots that live on: retry them."""
-        for col in np.flatnonzero(reader.vanished[: reader.high_water]).tolist():
-            tr = index.get(col)
-            if tr is not None and reader.state[col] == STATE_LIVE and (kind, tr.key) not in self._partial:
-                tr.files_backoff = 0.0
-                self._schedule_files(tr, kind, now)
-
-    def _retry(self, now: float) -> None:
-        for (kind, _), tr in list(self._pending.items()):
-            if now >= tr.retry_at:
-                self._open(self._reader_for(kind), tr, kind, now)
-
-    def _reap_dead(self, reader: StatReader, kind: str, index: dict[int, Tracked], now: float) -> None:
-        dead = np.flatnonzero(reader.died[: reader.high_water])
-        if not dead.size:
-            return
-        self.stats.vanished += int(dead.size)
-        for col in dead.tolist():
-            tr = index.get(col)
-            if tr is None:
-                continue
-            reader.close(col)
-            self._partial.pop((kind, tr.key), None)
-            tr.open = False
-            tr.backoff = 1.0
-            tr.retry_at = now + 1.0
-            self._pending[(kind, tr.key)] = tr
+    def _opened(self, kind: str, col: int) -> None:
+        """A slot was (re)opened: a container's last cpuset count read (demand mode) is unknown."""
+        if kind == "container" and col < len(self._ctr_cpuset_known):
+            self._ctr_cpuset_known[col] = -1
 
     def _refresh_be_mask(self) -> None:
         mask = np.zeros(self.ctr_reader.capacity, dtype=bool)
@@ -668,61 +502,10 @@ class Collector:
         self._ctr_rates_read = bool((cfiles & (15 ^ F_CPUSET)).any())  # more than cpusets (not cached)
 
     def _selection(self, kind: str, plan: CollectPlan) -> tuple[np.ndarray, np.ndarray]:
-        """The slots of ``kind`` this tick reads and the files of each (bits); the same plan at the
-        same turn of its cadences over the same tracked set gives the same selection (kept)."""
+        """The slots of ``kind`` this tick reads and the files of each (bits)."""
         reader = self.pod_reader if kind == POD else self.ctr_reader
-        hw = reader.high_water
-        tick = self.stats.ticks
-        turns = tuple(tick % d.every for d in plan.demands if d.kind == kind)
-        key = (kind, turns, hw, self._track_gen)
-        hit = self._selections.get(key)
-        if hit is not None and hit[0] == plan:
-            return hit[1], hit[2]
-        files = np.zeros(hw, dtype=np.uint8)
-        for d in plan.demands:
-            if d.kind != kind or not hw:
-                continue
-            mask = self._key_mask(kind, d.keys, hw)
-            if d.every > 1:  # each key every d.every ticks, the keys spread evenly over the ticks
-                turn = (np.arange(hw) % d.every) == (tick % d.every)
-                mask = turn if mask is None else mask & turn
-            if mask is None:
-                files |= d.files
-            else:
-                files[mask] |= d.files
-        slots = np.flatnonzero(files)
-        if len(self._selections) > 256 or next(iter(self._selections), key)[3] != key[3]:
-            # a selection holds arrays of the tracked set's size: those of an earlier tracked set
-            # (pods came or went) are never asked for again (all kept share one generation)
-            self._selections.clear()
-        self._selections[key] = (plan, slots, files[slots])
-        return slots, files[slots]
-
-    def _key_mask(self, kind: str, keys: frozenset[str] | str | None, hw: int) -> np.ndarray | None:
-        """The slots of ``keys`` (None: all, ``"be"``: the BestEffort containers), kept until the
-        tracked set changes."""
-        if keys is None:
-            return None
-        if keys == BE_CONTAINERS:
-            mask = np.zeros(hw, dtype=bool)
-            n = min(hw, len(self._be_ctr_mask))
-            mask[:n] = self._be_ctr_mask[:n]
-            return mask
-        hit = self._masks.get((kind, keys))
-        if hit is not None and hit[0] == self._track_gen and len(hit[1]) == hw:
-            return hit[1]
-        mask = np.zeros(hw, dtype=bool)
-        if kind == POD:
-            cols = [tp.cg.col for uid in keys if (tp := self._pods.get(uid)) is not None]
-        else:
-            ids = {cid: tr.col for tp in self._pods.values() for cid, tr in tp.containers.items()}
-            cols = [c for cid in keys if (c := ids.get(cid)) is not None]
-        cols = [c for c in cols if c < hw]
-        mask[cols] = True
-        if len(self._masks) > 64:  # plans come and go with the pod set: keep only the recent masks
-            self._masks.clear()
-        self._masks[(kind, keys)] = (self._track_gen, mask)
-        return mask
+        return self._selections.select(kind, plan, reader.high_water, self.stats.ticks, self._track_gen,
+                                       self._be_ctr_mask, self._pods)
 
     def refresh(self, metric: str, now: float | None = None) -> int:
         """Read now, for a strategy about to act on it, a pod metric the last tick did not read
@@ -764,16 +547,16 @@ class Collector:
 
     def _reap_all(self, now: float) -> None:
         pods, ctrs, apps = self._indexes()
-        self._reap_dead(self.pod_reader, "pod", pods, now)
-        self._reap_dead(self.ctr_reader, "container", ctrs, now)
-        self._reap_dead(self.app_reader, "app", apps, now)
+        self.slots.reap_dead("pod", pods, now)
+        self.slots.reap_dead("container", ctrs, now)
+        self.slots.reap_dead("app", apps, now)
 
     def _note_vanished(self, now: float) -> None:
         pods, ctrs, apps = self._indexes()
-        self._note_vanished_files(self.pod_reader, "pod", pods, now)
-        self._note_vanished_files(self.ctr_reader, "container", ctrs, now)
-        self._note_vanished_files(self.app_reader, "app", apps, now)
-        self.stats.partial = len(self._partial)
+        self.slots.note_vanished_files("pod", pods, now)
+        self.slots.note_vanished_files("container", ctrs, now)
+        self.slots.note_vanished_files("app", apps, now)
+        self.stats.partial = len(self.slots.partial)
 
     @staticmethod
     def _store_group(group: mc.SeriesGroup, reader: StatReader, now: float, throttle: bool = True) -> None:
@@ -797,12 +580,12 @@ class Collector:
         # node CPU from /proc/stat ticks, memory from /proc/meminfo: each file (and each
         # field) feeds only its own series
         node_cpu = float("nan")
-        busy = self._read_proc_stat() if plan is None or plan.node_cpu else None
+        busy = self.node.busy_ticks() if plan is None or plan.node_cpu else None
         if busy is not None:
-            node_cpu = self._node_cpu(busy, int(self.node_reader.total_ticks), self.mono())
+            node_cpu = self.node.cpu_cores(busy, int(self.node_reader.total_ticks), self.mono())
             put("node_cpu_usage", node_cpu)
         node_mem = float("nan")
-        total_kb, free_kb, avail_kb = (self._read_proc_meminfo() if plan is None or plan.node_memory
+        total_kb, free_kb, avail_kb = (self.node.memory_kib() if plan is None or plan.node_memory
                                        else (-1, -1, -1))
         if total_kb >= 0 and avail_kb >= 0:
             node_mem = float(max(total_kb - avail_kb, 0) * 1024)
@@ -841,94 +624,6 @@ class Collector:
                 put("be_cpu_real_limit", limit)
         self.cache.node.column(mc.NODE_KEY)
         self.cache.node.append_row(now, row)
-
-    def _node_problem(self, key: str, message: str | None, error: BaseException | None = None) -> None:
-        """Raise or clear a node counter condition; the log says a failure once (by its kind, not
-        its text: a garbled file quotes changing counters), then as a count every few minutes."""
-        conditions = self.store.conditions
-        if message is None:
-            conditions.clear(key)
-            if key in self._node_errors:
-                rep = self._node_errors.clear(key)
-                log.warning("%s readable again%s", key.rpartition("/")[2].replace("-", "/"),
-                            f" (it failed {rep.times()})" if rep is not None else "")
-            return
-        conditions.set(key, message)
-        rep = self._node_errors.hit(key, (type(error).__name__, getattr(error, "errno", None)))
-        if rep is not None:
-            log.warning("%s%s", message, "" if rep.first else f" (failed {rep.times()})")
-
-    def _node_cpu(self, busy: int, every: int, t: int) -> float:
-        """Node CPU cores from busy ticks since the baseline sample, NaN when there is none.
-
-        A sample below the baseline (busy or all ticks) is skipped and the baseline stays: taken as
-        the baseline, it made the next good sample a burst of usage that pinned BE at the floor.
-        :data:`PROC_STAT_BACKWARDS_RESET` such samples in a row are a counter that restarted: the
-        latest becomes the baseline.  Ticks that stand still for :data:`PROC_STAT_FROZEN_SECONDS`
-        are frozen counters: NaN (what reads node CPU holds its last decision) and a condition."""
-        prev = self._prev_node
-        if prev is None:
-            self._prev_node, self._stat_moved_ns = (busy, every, t), t
-            return float("nan")
-        pb, pe, pt = prev
-        if busy < pb or every < pe:
-            self._stat_backwards += 1
-            reset = self._stat_backwards >= PROC_STAT_BACKWARDS_RESET
-            self._node_problem(COND_PROC_STAT_BACKWARDS, (
-                f"/proc/stat went backwards (busy ticks {busy} after {pb}, all ticks {every} after {pe}), "
-                f"{self._stat_backwards} sample(s) in a row: "
-                + ("taken as a counter reset, the new baseline" if reset else
-                   "skipped, the earlier sample stays the baseline; node_cpu_usage is not sampled")))
-            if reset:
-                self._prev_node, self._stat_moved_ns, self._stat_backwards = (busy, every, t), t, 0
-            return float("nan")
-        if self._stat_backwards:
-            self._stat_backwards = 0
-            self._node_problem(COND_PROC_STAT_BACKWARDS, None)
-        if every > pe:
-            self._stat_moved_ns = t
-            self._node_problem(COND_PROC_STAT_FROZEN, None)
-        elif (t - self._stat_moved_ns) / 1e9 >= PROC_STAT_FROZEN_SECONDS:
-            self._node_problem(COND_PROC_STAT_FROZEN, (
-                f"the CPU counters of /proc/stat have not moved for {(t - self._stat_moved_ns) / 1e9:.0f} s "
-                f"(all ticks {every}): frozen; node_cpu_usage and sys_cpu_usage are not sampled"))
-            return float("nan")
-        self._prev_node = (busy, every, t)
-        dt = (t - pt) / 1e9
-        return (busy - pb) / (dt * self._clk_tck) if dt > 0 else float("nan")
-
-    def _read_proc_stat(self) -> int | None:
-        path = self.layout.roots.proc_path("stat")
-        try:
-            busy = int(self.node_reader.read_stat())
-        except (OSError, ValueError) as e:
-            self._node_problem(COND_PROC_STAT, f"cannot read node CPU usage from {path}: {e}; "
-                                               "node_cpu_usage and sys_cpu_usage are not sampled", e)
-            return None
-        self._node_problem(COND_PROC_STAT, None)
-        return busy
-
-    def _read_proc_meminfo(self) -> tuple[int, int, int]:
-        """``(MemTotal, MemFree, MemAvailable)`` in KiB, -1 for what cannot be read."""
-        path = self.layout.roots.proc_path("meminfo")
-        try:
-            total, free, avail = (int(v) for v in self.node_reader.read_meminfo())
-        except (OSError, ValueError) as e:
-            self._node_problem(COND_PROC_MEMINFO, f"cannot read node memory from {path}: {e}; "
-                                                  "the node memory series are not sampled", e)
-            return -1, -1, -1
-        lacking = [k for k, v in (("MemTotal", total), ("MemFree", free), ("MemAvailable", avail)) if v < 0]
-        if lacking:
-            lost = []
-            if total < 0 or avail < 0:
-                lost += ["node_memory_usage", "sys_memory_usage"]
-            if total < 0 or free < 0:
-                lost.append("node_memory_usage_with_page_cache")
-            self._node_problem(COND_PROC_MEMINFO, f"{path} has no valid {', '.join(lacking)}: "
-                                                  f"{', '.join(lost)} not sampled")
-        else:
-            self._node_problem(COND_PROC_MEMINFO, None)
-        return total, free, avail
 
     def _be_real_limit(self, known: np.ndarray | None = None) -> float | None:
         """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota.
