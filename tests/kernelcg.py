@@ -120,6 +120,9 @@ def unavailable(version: int = 1, controllers: tuple[str, ...] = ()) -> str | No
     return None
 
 
+TREE_CPU_SHARES = 16 * 1024  # a test node weighs as much as 16 busy unrelated tasks (cgroup v1)
+
+
 def _v1_extra(controllers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in V1_OPTIONAL if c in controllers)
 
@@ -171,6 +174,7 @@ class KernelTree:
                     self.bases[h] = base
                     os.symlink(base, os.path.join(self.root, h))
                 self._init_cpuset(self.bases["cpuset"])
+                self._outweigh_neighbours(self.bases["cpu"])
             else:
                 self.mount = hierarchy_dir("unified")
                 self.own = own[""]
@@ -183,6 +187,15 @@ class KernelTree:
         except BaseException:
             self.cleanup()
             raise
+
+    @staticmethod
+    def _outweigh_neighbours(path: str) -> None:
+        """The tree weighs :data:`TREE_CPU_SHARES` against the other tasks of its parent, as kubepods
+        (the allocatable CPU's shares) outweighs a node's few daemons.  On a machine shared with busy
+        unrelated processes a test node at the default 1,024 shares gets one busy task's part (0.15
+        cores of 2 at load 12), and the kernel then measures the neighbours, not the agent's limits."""
+        with open(os.path.join(path, "cpu.shares"), "w") as f:
+            f.write(str(TREE_CPU_SHARES))
 
     @staticmethod
     def _init_cpuset(path: str) -> None:

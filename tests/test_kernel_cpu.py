@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import itertools
 import re
+import socket
+import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -28,6 +31,25 @@ def quota_value(text: str) -> int:
     """An audited quota: ``70000`` (v1) or ``70000 100000`` (v2 cpu.max); unlimited is -1."""
     q = text.split()[0]
     return -1 if q == "max" else int(q)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ls_used_gauge(port: int) -> float | None:
+    """``koordlet_be_suppress_ls_used_cpu_cores``: the non-BE pods' use cpuSuppress's last tick counted."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("koordlet_be_suppress_ls_used_cpu_cores{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def suppress_slo(policy: str, threshold: int = THRESHOLD) -> dict:
@@ -84,7 +106,14 @@ def test_cfs_quota_suppression(tmp_path) -> None:
             assert be_used <= max(seen) * 1.1 + 0.05, context
             if node_used < cap - 0.3:  # CPU was idle: BE, wanting two CPUs, took what its quota allows
                 assert be_used >= min(seen) * 0.6, context
-            assert ls_used >= 0.7 * ls_before, f"LS before the agent {ls_before:.2f} cores; " + context
+            # LS keeps its CPU: its quota is its own, and wherever the node had CPU to spare LS got what
+            # it had beside unlimited BE.  On a node saturated by processes outside the pods (a shared
+            # runner) LS competes with them, not with BE, and no rate here can tell the agent's part
+            assert node.quota(ls.dir) == 50_000, "the agent leaves LS's own quota alone"
+            if node_used < cap - 0.3:
+                assert ls_used >= 0.7 * ls_before, f"LS before the agent {ls_before:.2f} cores; " + context
+            else:
+                print(f"node saturated outside the pods ({context}): LS's rate is not judged")
 
             # LS stops: the budget grows, but by at most 10 % of the node per tick.  It can grow only if
             # the node's other processes leave room: on a machine busy outside the pods (a shared
@@ -126,14 +155,29 @@ def test_pod_missing_its_memory_cgroup_still_counts(tmp_path) -> None:
         for pod in (complete, partial, be):
             node.start(pod)
         node.write_nodeslo(suppress_slo("cfsQuota", threshold=100))
-        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
-            def explained(since: float = 0.0) -> list[float]:
-                return [float(m.group(1)) for r in agent.audit("cpuSuppress")
-                        if r["ts"] >= since and (m := NON_BE_TERM.search(r.get("reason", "")))]
-            agent.wait_for("a BE quota decision", explained, 60)
-            t0 = time.time()
-            (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 2.0)
-            terms = agent.wait_for("decisions while the kernel was measured", lambda: explained(t0), 10)
+        port = free_port()
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--metrics-addr", f"127.0.0.1:{port}") as agent:
+            agent.wait_for("a BE quota decision", lambda: ls_used_gauge(port) is not None, 60)
+            # what the agent subtracted on each tick while the kernel was measured: the gauge is set on
+            # every tick (the audit sees only quota changes, and a node saturated by other work keeps
+            # BE's quota at the floor, unchanged)
+            terms: list[float] = []
+            stop = threading.Event()
+
+            def sample() -> None:
+                while not stop.wait(0.25):
+                    value = ls_used_gauge(port)
+                    if value is not None:
+                        terms.append(value)
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            try:
+                (used_a, used_b), _ = node.rates([complete.dir, partial.dir], 2.0)
+            finally:
+                stop.set()
+                sampler.join()
+            assert terms, "the agent's LS-used gauge while the kernel was measured"
         context = f"kernel: complete pod {used_a:.2f}, partial pod {used_b:.2f} cores; the agent counted {terms}"
         assert used_b > 0.1, "the partial pod's process runs: " + context
         median = sorted(terms)[len(terms) // 2]
