@@ -36,8 +36,9 @@ def test_the_gates_are_split_into_acted_on_and_accepted() -> None:
     assert set(ACTED_ON) | set(ACCEPTED_ONLY) == set(KNOWN) and not set(ACTED_ON) & set(ACCEPTED_ONLY)
     strategy_gates = {g for cls in load_strategies().values() for g in cls.gates}
     assert strategy_gates <= set(ACTED_ON)
-    # BECPUManager changes what cpuSuppress does; BECPUIdle puts the BE QoS dir in cpu.idle
-    assert set(ACTED_ON) - strategy_gates == {"BECPUManager", "BECPUIdle"}
+    # BECPUManager changes what cpuSuppress does; BECPUIdle puts the BE QoS dir in cpu.idle;
+    # BEMemoryReclaim adds level 2 to memoryHigh
+    assert set(ACTED_ON) - strategy_gates == {"BECPUManager", "BECPUIdle", "BEMemoryReclaim"}
     text = " ".join(subcommands()["run"].format_help().split())
     acted, accepted = text.split("Accepted for koordlet compatibility", 1)
     for gate in ACTED_ON:

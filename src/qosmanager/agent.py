@@ -455,6 +455,7 @@ class Agent:
     def close(self) -> None:
         if self.fastpath is not None:
             self.fastpath.stop()
+        self.manager.exit_writes(self.clock())
         if self.exporter is not None:
             self.exporter.stop()
         if self._kube is not None:

@@ -14,8 +14,8 @@ import pkgutil
 from qosmanager.framework.strategy import REGISTRY, Strategy
 
 # the order strategies are listed and, at equal due times, run
-ORDER = ("cpuSuppress", "cpuBurst", "cpuEvict", "memoryEvict", "cgroupReconcile", "resctrlReconcile",
-         "systemConfigReconcile", "blkioReconcile")
+ORDER = ("cpuSuppress", "cpuBurst", "cpuEvict", "memoryHigh", "memoryEvict", "cgroupReconcile",
+         "resctrlReconcile", "systemConfigReconcile", "blkioReconcile")
 
 
 def builtin_strategies() -> dict[str, type[Strategy]]:

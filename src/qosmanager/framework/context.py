@@ -29,6 +29,7 @@ from qosmanager.eviction.types import EvictResult, EvictTask
 from qosmanager.executor.executor import Executor, MakeDir
 from qosmanager.framework.config import QoSConfig
 from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.memlevel import MemoryProtection
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.kubelet_cpu import SOURCE_FLAG, KubeletCPU
 from qosmanager.host.sysfs import NodeCPUInfo
@@ -59,6 +60,8 @@ class Shared:
     # demand-driven collection: read a pod metric now that the last collector tick left out
     # (metric name, now); None: everything is collected (read-everything mode, replay)
     refresh: Callable[[str, float], object] | None = None
+    # the memory protection level memoryHigh has in force (qosmanager.framework.memlevel)
+    memory_protection: MemoryProtection = field(default_factory=MemoryProtection)
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
@@ -201,6 +204,21 @@ class Context:
 
     def read_many(self, resource: str, cgroups: Sequence[str]) -> list[str | None]:
         return self._s.executor.read_many(resource, cgroups)
+
+    @property
+    def memory_protection(self) -> MemoryProtection:
+        """The memory protection level in force (memoryHigh writes it; others only read it)."""
+        return self._s.memory_protection
+
+    def read_cgroup_counter(self, subsystem: str, rel: str, name: str) -> str | None:
+        """A cgroup statistics file read now, never from a cache (``memory.current``,
+        ``memory.usage_in_bytes``, ``memory.events``): the exact counters a decision is made on.
+        None when it is missing or unreadable."""
+        try:
+            with open(self.layout.file(subsystem, rel, name)) as f:
+                return f.read()
+        except OSError:
+            return None
 
     def read_file(self, root: str, rel: str) -> str | None:
         """A non-knob host file (``root`` is "proc" or "sys"), e.g. ``sys/kernel/debug/sched_features``."""

@@ -25,6 +25,8 @@ KNOWN: dict[str, tuple[bool, str]] = {
     "BECPUManager": (False, ALPHA),
     "BECPUEvict": (False, ALPHA),
     "BEMemoryEvict": (False, ALPHA),
+    "BEMemoryHigh": (False, ALPHA),  # qosmanager's own: level 1, BE capped by memory.high (strategies.memory_high)
+    "BEMemoryReclaim": (False, ALPHA),  # qosmanager's own: level 2, memory.reclaim of BE (with BEMemoryHigh)
     "CPUEvict": (False, ALPHA),
     "MemoryEvict": (False, ALPHA),
     "CPUAllocatableEvict": (False, ALPHA),
@@ -63,13 +65,14 @@ KNOWN: dict[str, tuple[bool, str]] = {
 
 
 # The gates this agent acts on: each strategy's own (qosmanager.strategies, ``Strategy.gates``),
-# BECPUManager, which changes what cpuSuppress does, and BECPUIdle (qosmanager's own).  Every other
+# BECPUManager, which changes what cpuSuppress does, BECPUIdle and BEMemoryReclaim (qosmanager's own;
+# the latter adds level 2 to memoryHigh).  Every other
 # name is koordlet's, accepted so that koordlet's --feature-gates value can be passed as it is, and
 # changes nothing here.
 ACTED_ON: tuple[str, ...] = (
     "BECPUSuppress", "BECPUManager", "BECPUIdle", "CPUBurst", "BECPUEvict", "CPUEvict", "CPUAllocatableEvict",
-    "BEMemoryEvict", "MemoryEvict", "MemoryAllocatableEvict", "CgroupReconcile", "RdtResctrl",
-    "SystemConfig", "BlkIOReconcile",
+    "BEMemoryEvict", "MemoryEvict", "MemoryAllocatableEvict", "BEMemoryHigh", "BEMemoryReclaim",
+    "CgroupReconcile", "RdtResctrl", "SystemConfig", "BlkIOReconcile",
 )
 ACCEPTED_ONLY: tuple[str, ...] = tuple(sorted(set(KNOWN) - set(ACTED_ON)))
 

@@ -242,6 +242,21 @@ class QoSManager:
                 cb(strategy.name, dt)
         return results
 
+    def exit_writes(self, now: float) -> list[WriteResult]:
+        """A clean stop: what each enabled built-in strategy puts back on its way out
+        (:meth:`Strategy.on_exit`; memoryHigh lifts BE's memory cap), applied by the executor."""
+        results: list[WriteResult] = []
+        for s in self.enabled():
+            if s.name in self._plugin_of:
+                continue
+            try:
+                writes = s.on_exit(self.context(now, s.name))
+                if writes:
+                    results += self.shared.executor.apply(writes, now)
+            except Exception:  # a failed exit step must not keep the agent from stopping
+                log.exception("strategy %s failed on exit", s.name)
+        return results
+
     def register(self, scheduler: Scheduler, *, first_delay: float = 0.0) -> list[str]:
         """Add every enabled strategy to ``scheduler`` at its interval; returns their names."""
         names = []

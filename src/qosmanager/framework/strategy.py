@@ -75,6 +75,11 @@ class Strategy(abc.ABC):
     def tick(self, ctx: Context) -> Sequence[Request]:
         """One run of the algorithm: the writes (plans, restores) this strategy wants now."""
 
+    def on_exit(self, ctx: Context) -> Sequence[Request]:
+        """A clean agent stop (SIGTERM, ``--duration``): the writes that undo what must not outlive the
+        agent.  Built-ins only (memoryHigh lifts BE's memory cap); every other file stays as it is."""
+        return ()
+
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:  # noqa: B027 - optional hook
         """Called with the executor's results of the writes returned by :meth:`tick`."""
 

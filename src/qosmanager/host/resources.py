@@ -17,6 +17,8 @@ cpu.idle                    cpu/cpu.idle                cpu.idle
 cpuset.cpus                 cpuset/cpuset.cpus          cpuset.cpus
 memory.limit_in_bytes       memory/memory.limit_in_bytes memory.max (-1 -> "max")
 memory.min/.low/.high       memory/memory.{min,low,high} (Anolis)  native
+memory.soft_limit_in_bytes  memory/memory.soft_limit_in_bytes  --
+memory.reclaim              --                          memory.reclaim (write-only trigger)
 memory.wmark_* etc.         memory/... (Anolis)         same names where the file exists
 blkio.throttle.*, cost.*    blkio/...                   (v1 only; v2 uses io.max / io.weight)
 io.max, io.weight           --                          io.max, io.weight (v2 only)
@@ -143,6 +145,16 @@ def memory_limit_validator(value: str) -> str | None:
     if v == -1 or 0 < v <= INT64_MAX:
         return None
     return f"memory limit {v} must be -1 (unlimited) or positive"
+
+
+def memory_reclaim_validator(value: str) -> str | None:
+    """memory.reclaim takes whole bytes here (the kernel also takes K/M/G suffixes and swappiness=)."""
+    v = _int(value)
+    if v is None:
+        return f"{value!r} is not an integer"
+    if not 0 < v <= INT64_MAX:
+        return f"reclaim amount {v} must be positive"
+    return None
 
 
 _DEV = r"\d+:\d+"
@@ -534,6 +546,12 @@ _RESOURCES: list[Resource] = [
             same=_memory_limit_same, order="larger", if_exists=True)
         for k in ("min", "low", "high")
     ],
+    # memoryHigh's v1 cap (memory.high's nearest safe equivalent) and its v2 proactive reclaim: a
+    # write-only trigger, never compared, cached or kept as an original (qosmanager.strategies.memory_high)
+    _cg("memory.soft_limit_in_bytes", "memory", "memory.soft_limit_in_bytes", None,
+        validate=memory_limit_validator, render_v1=_render_v1_memory_limit, same=_memory_limit_same,
+        if_exists=True),
+    _cg("memory.reclaim", "memory", None, "memory.reclaim", validate=memory_reclaim_validator, if_exists=True),
     *[
         _cg(f"memory.{k}", "memory", f"memory.{k}", f"memory.{k}", validate=range_validator(lo, hi),
             if_exists=True)

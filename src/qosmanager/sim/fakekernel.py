@@ -729,9 +729,10 @@ class FakeKernel:
         if got <= 0:
             return 0
         inactive = min(got, stat.get("inactive_file", 0))
-        stat["file"] = stat.get("file", 0) - got
-        stat["inactive_file"] = stat.get("inactive_file", 0) - inactive
-        stat["active_file"] = max(0, stat.get("active_file", 0) - (got - inactive))
+        stat["file"] -= got
+        for key, less in (("inactive_file", inactive), ("active_file", got - inactive)):
+            if key in stat:
+                stat[key] = max(0, stat[key] - less)
         _put(stat_path, "".join(f"{k} {v}\n" for k, v in stat.items()))
         cur = d
         while cur != mount and cur.startswith(mount):
