@@ -395,3 +395,21 @@ def test_the_names_docs_interfaces_pins_are_on_the_page(tmp_path: Path) -> None:
             if labels:  # the labels the doc lists, exactly
                 assert {k for k, _ in series} - {"le"} == set(labels.split(",")), (name, series)
     assert named["koordlet_pod_eviction"] == "node,reason" and fams["koordlet_pod_eviction"].samples
+
+
+def test_memory_protection_level_follows_memory_high() -> None:
+    """0 with nothing in force, 1 with BE capped (node at 64 % of 100 GiB, BE 10 GiB: memoryHigh engages at
+    63 %), none at all where memoryHigh does not run."""
+    h = Harness(version=2, gates={"BEMemoryHigh": True}, strategies=["memoryHigh"], memory_bytes=100 * GiB,
+                now=T0)
+    h.set_node(node_object(h.host))
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}})
+    m = metrics_for(h)
+    assert scrape(m)["qosmanager_memory_protection_level"].samples == {("qosmanager_memory_protection_level", ()): 0}
+    h.host.set_memory(BE_DIR, 0, 10 * GiB, 0, 0, 0)
+    h.add_samples("node_memory_usage", [(T0, 64 * GiB)])
+    h.tick("memoryHigh", T0)
+    assert scrape(m)["qosmanager_memory_protection_level"].samples == {("qosmanager_memory_protection_level", ()): 1}
+    off = memory_pressure()
+    fams = scrape(metrics_for(off))
+    assert not ("qosmanager_memory_protection_level" in fams and fams["qosmanager_memory_protection_level"].samples)

@@ -233,6 +233,11 @@ class AgentMetrics:
               "type, an unknown key, an enum value koordlet reads as another; koordlet's default (or "
               "reading) applies there or what the field sets is left as it is, everything else applies; "
               "/healthz says why", ("field",), r).pull(self._nodeslo_invalid)
+        Gauge("qosmanager_memory_protection_level",
+              "The memory protection level memoryHigh has in force: 0 none (BE's cap lifted), 1 BE capped "
+              "(memory.high on the BestEffort QoS dir; v1: its soft limit), 2 capped and reclaiming "
+              "(memory.reclaim); only while memoryHigh runs (gate BEMemoryHigh)",
+              registry=r).pull(self._memory_level)
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
         if self._want_process:
@@ -405,6 +410,11 @@ class AgentMetrics:
         if milli is None or math.isnan(milli):
             return None
         return {(self.node_name,): milli / 1000.0}
+
+    def _memory_level(self) -> float | None:
+        if self.manager is None or "memoryHigh" not in self._strategies:
+            return None
+        return float(self.manager.shared.memory_protection.level)
 
     def _collector_stat(self, name: str) -> float | None:
         return None if self.collector is None else float(getattr(self.collector.stats, name))
