@@ -303,3 +303,17 @@ def test_a_raising_strategy_is_listed_under_errors(boom: str) -> None:
     assert got["errors"] == [{"strategy": boom, "error": "RuntimeError: boom at 50.0", "ts": 50.0},
                              {"strategy": boom, "error": "RuntimeError: boom at 51.0", "ts": 51.0}]
     assert got["writes"] == []
+
+
+def test_memory_protection_levels_are_reported_per_tick() -> None:
+    """memoryHigh's decision at each tick: the level, the cap, BE's budget and usage, the reclaim step, why
+    (the numbers are the scenario's hand-derived ones: memory-high-v2.expected.yaml)."""
+    _needs(SCENARIOS / "memory-high-v2.yaml")
+    got = _replay(SCENARIOS / "memory-high-v2.yaml")
+    levels = got["memoryProtection"]
+    assert [(p["ts"], p["level"], p["cap"], p["budget"], p["beUsage"], p["reclaim"]) for p in levels] == [
+        (3000.0, 2, 10 << 30, 7680 << 20, 10 << 30, 32 << 20),
+        (3001.0, 2, 10 << 30, 7680 << 20, (10 << 30) - (32 << 20), 32 << 20)]
+    assert all("reclaim" in p["reason"] for p in levels)
+    # a scenario without memoryHigh has no such key
+    assert "memoryProtection" not in _replay(SCENARIOS / "memory-evict-be.yaml")

@@ -17,7 +17,12 @@ LS demand follows a day compressed into the run (``trough + (peak - trough) * (1
 for ``x`` = the fraction of the run elapsed), times a little noise, plus one spike.  BE demand is a
 constant share of the node.  Memory: LS and most BE pods hold a steady working set (``be_growth``
 lets every BE pod grow slowly); a few BE pods (the lowest-priority ones: leaking batch jobs) grow
-linearly, which drives node memory over the NodeSLO's eviction threshold.  An evicted pod stops using
+linearly, which drives node memory over the NodeSLO's eviction threshold.  On cgroup v2 the model
+also honours the BE QoS dir's ``memory.high`` as the kernel would (asking the fake kernel what is in
+force): BE's page cache is reclaimed down to the cap first, then BE's anonymous growth stalls at it
+(throttled, not killed), and each step that held BE counts one ``high`` event in ``memory.events``; page
+cache that ``memory.reclaim`` or a lowered ``memory.high`` took is gone and comes back slowly
+(``be_cache_refill``).  An evicted pod stops using
 CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the caller takes it
 out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
 
@@ -74,6 +79,7 @@ class LoadShape:
     leak_total: float = 0.18  # memory the leakers add over the whole run if never evicted
     be_growth: float = 0.0  # every BE pod's working set grows by this fraction of itself over the run
     termination_seconds: float = 2.0  # eviction to cgroups gone
+    be_cache_refill: float = 0.002  # reclaimed BE page cache comes back at this share of the node per second
 
 
 @dataclass
@@ -94,6 +100,9 @@ class StepRecord:
     pods_alive: int
     be_pods_alive: int
     evicted_total: int
+    be_memory: int = 0  # bytes the BE QoS dir holds (its page counter: anon + page cache)
+    be_memory_high: int = -1  # the memory.high in force on the BE QoS dir (-1: max, or v1)
+    be_high_events: int = 0  # steps so far in which the kernel held BE at memory.high
 
 
 class LoadModel:
@@ -140,6 +149,13 @@ class LoadModel:
         self.t = 0.0
         self.evicted_total = 0
         self.writer = _CgroupWriter(host)
+        # the kernel's memory.high on the BE QoS dir (v2 fake kernels): what BE actually holds
+        self.kernel = host.kernel if host.version == 2 else None
+        self.be_dir = (host.layout.abs_dir("", host.layout.qos_dir(KubeQoS.BESTEFFORT)) if host.version == 2
+                       else "")
+        self.anon_held: np.ndarray | None = None  # per container, the step before
+        self.be_cache_cut = 0.0  # BE page cache reclaimed and not yet refilled (bytes)
+        self.be_high_events = 0
         self._rebuild_targets()
 
     def _leak_rates(self, priorities: Mapping[str, int]) -> np.ndarray:
@@ -200,20 +216,57 @@ class LoadModel:
             ratio = 1.0 - be_used / be_demand
             self.throttled[be_sel] += periods * ratio
             self.throttled_ns[be_sel] += periods * ratio * CFS_PERIOD_US * 1000 / 2
-        # memory: steady working sets, the leakers grow, evicted pods hold nothing
+        # memory: steady working sets, the leakers grow, evicted pods hold nothing; BE under its memory.high
         anon = np.where(alive_ctr, self.mem_base + self.leak_rate * t, 0.0)
+        cache = anon * s.page_cache
+        be_high = self._hold_be(anon, cache, dt)
+        self.anon_held = anon
         busy = ls_used + be_used + system
         self.node_busy_ticks += busy * dt * USER_HZ
         self.node_idle_ticks += max(0.0, cap - busy) * dt * USER_HZ
         mem_used = int(s.system_memory * self.memory_total + anon.sum())
         mem_used = min(mem_used, self.memory_total)
-        self._write(anon, mem_used)
+        self._write(anon, cache, mem_used)
+        be_memory = int(anon[self.ctr_be].sum() + cache[self.ctr_be].sum()) if len(anon) else 0
         return StepRecord(t=t, ls_demand=ls_demand, ls_used=ls_used, be_demand=be_demand, be_used=be_used,
                           be_limit=be_limit, be_quota_us=quota, be_cpus=be_cpus, system=system,
                           memory_used=mem_used, memory_total=self.memory_total,
                           pods_alive=int(self.pod_alive.sum()),
                           be_pods_alive=int((self.pod_alive & self.pod_be).sum()),
-                          evicted_total=self.evicted_total)
+                          evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
+                          be_high_events=self.be_high_events)
+
+    def _hold_be(self, anon: np.ndarray, cache: np.ndarray, dt: float) -> int:
+        """The kernel's memory.high on the BE QoS dir, applied in place to BE's containers: page cache
+        reclaimed first, then anonymous growth stalled (what BE held the step before stays).  Returns the
+        cap in force (-1: none)."""
+        if self.kernel is None or not len(anon):
+            return -1
+        be = self.ctr_be
+        self.be_cache_cut += self.kernel.take_reclaimed(self.be_dir)
+        self.be_cache_cut = max(0.0, self.be_cache_cut - self.shape.be_cache_refill * self.memory_total * dt)
+        want_cache = float(cache[be].sum())
+        if want_cache > 0 and self.be_cache_cut > 0:
+            cache[be] *= max(0.0, want_cache - self.be_cache_cut) / want_cache
+        high = self.kernel.memory_high(self.be_dir)
+        if high is None:
+            return -1
+        held = False
+        prev = anon[be] if self.anon_held is None else np.minimum(self.anon_held[be], anon[be])
+        growth = anon[be] - prev
+        room = max(0.0, high - float(prev.sum()))
+        if growth.sum() > room:
+            anon[be] = prev + growth * (room / float(growth.sum()))
+            held = True
+        room_cache = max(0.0, high - float(anon[be].sum()))
+        have_cache = float(cache[be].sum())
+        if have_cache > room_cache:
+            cache[be] *= room_cache / have_cache
+            held = True
+        if held:
+            self.be_high_events += 1
+            self.kernel.memory_event(self.be_dir, "high")
+        return high
 
     # ------------------------------------------------------------------ evictions
     def evict(self, uid: str, t: float) -> bool:
@@ -262,14 +315,15 @@ class LoadModel:
             dirs += [layout.container_dir(pod_dir, c.container_id) for c in self.pods[i].containers]
         self.writer.set_dirs(dirs)
 
-    def _write(self, anon: np.ndarray, mem_used: int) -> None:
+    def _write(self, anon: np.ndarray, cache: np.ndarray, mem_used: int) -> None:
         n_pods = len(self.pods)
         ctr_pod = self.ctr_pod
 
         def per_pod(v: np.ndarray) -> np.ndarray:
             return np.bincount(ctr_pod, weights=v, minlength=n_pods) if len(ctr_pod) else np.zeros(n_pods)
 
-        pod_vals = [per_pod(v) for v in (self.cpu_ns, self.periods, self.throttled, self.throttled_ns, anon)]
+        ctr_vals = (self.cpu_ns, self.periods, self.throttled, self.throttled_ns, anon, cache)
+        pod_vals = [per_pod(v) for v in ctr_vals]
         # kube QoS dirs: kubepods holds every pod; burstable and besteffort their own (removed pods keep
         # their CPU time in the parents, as the kernel does)
         qos_rows = []
@@ -280,9 +334,8 @@ class LoadModel:
             row[1] = self.t * PERIODS_PER_SECOND
             row[2] = min(row[2], row[1])
         cols = [np.concatenate([np.array([r[j] for r in qos_rows]), pod_vals[j][self._present_pods],
-                                (self.cpu_ns, self.periods, self.throttled, self.throttled_ns, anon)[j]
-                                [self._present_ctrs]]) for j in range(5)]
-        self.writer.write(*cols, page_cache=self.shape.page_cache)
+                                ctr_vals[j][self._present_ctrs]]) for j in range(len(ctr_vals))]
+        self.writer.write(*cols)
         total_kb = self.memory_total // 1024
         avail_kb = max(0, total_kb - mem_used // 1024)
         cache_kb = int(avail_kb * 0.05)
@@ -322,16 +375,15 @@ class _CgroupWriter:
         self.paths = [f(sub, d, name) for d in self.dirs for sub, name in names]
 
     def write(self, cpu_ns: np.ndarray, periods: np.ndarray, throttled: np.ndarray, throttled_ns: np.ndarray,
-              anon: np.ndarray, *, page_cache: float) -> None:
+              anon: np.ndarray, cache: np.ndarray) -> None:
         rows = zip(cpu_ns.astype(np.int64).tolist(), periods.astype(np.int64).tolist(),
                    throttled.astype(np.int64).tolist(), throttled_ns.astype(np.int64).tolist(),
-                   anon.astype(np.int64).tolist())
+                   anon.astype(np.int64).tolist(), cache.astype(np.int64).tolist())
         mem_tmpl = self._mem_tmpl
         bodies: list[bytes] = []
         add = bodies.append
         if self.version == 1:
-            for ns, per, thr, thr_ns, an in rows:
-                fi = int(an * page_cache)
+            for ns, per, thr, thr_ns, an, fi in rows:
                 ia, ifl = an // 3, fi // 2
                 add(b"%d\n" % ns)
                 add(b"nr_periods %d\nnr_throttled %d\nthrottled_time %d\nnr_bursts 0\nburst_time 0\n"
@@ -339,8 +391,7 @@ class _CgroupWriter:
                 add(mem_tmpl % (fi, an, ia, an - ia, ifl, fi - ifl, fi, an, ia, an - ia, ifl, fi - ifl))
                 add(b"%d\n" % (an + fi))
         else:
-            for ns, per, thr, thr_ns, an in rows:
-                fi = int(an * page_cache)
+            for ns, per, thr, thr_ns, an, fi in rows:
                 ia, ifl = an // 3, fi // 2
                 us = ns // 1000
                 user = us * 7 // 10

@@ -578,7 +578,16 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
                 raise ScenarioError(f"{key}[{rel!r}]: cannot be laid out: {e.strerror}") from None
             named.append(prefix + rel)
     _inject_metrics(h, sc)
-    # the ticks
+    # the ticks (and the memory protection level memoryHigh decided at each of its ticks)
+    levels: list[dict[str, Any]] = []
+
+    def on_tick(name: str, _seconds: float) -> None:
+        if name == "memoryHigh":
+            p = h.shared.memory_protection
+            levels.append({"ts": p.at, "level": p.level, "cap": p.cap, "budget": p.budget, "beUsage": p.be_usage,
+                           "highEvents": p.high_events, "reclaim": p.reclaimed, "reason": p.reason})
+
+    h.manager.on_tick.append(on_tick)
     h.run(sc.strategies, ticks=sc.ticks, start=sc.now)
     writes = [{"strategy": r["strategy"], "file": r["target"], "value": r["value"], "old": r["old"],
                "reason": r["reason"], "ts": r["ts"]}
@@ -587,8 +596,11 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
               for r in audit if r["action"] == "error"]
     touched = sorted(set(named) | {w["file"] for w in writes})
     files = {rel: _final(h.read_file(rel)) for rel in touched}
-    return {"writes": writes, "evictions": evictions, "files": files, "refused": refused, "errors": errors,
-            "audit": audit}
+    out = {"writes": writes, "evictions": evictions, "files": files, "refused": refused, "errors": errors}
+    if levels:
+        out["memoryProtection"] = levels
+    out["audit"] = audit
+    return out
 
 
 def _final(text: str | None) -> str | None:

@@ -443,6 +443,12 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     feats = ", ".join(f"{k} {v}" for k, v in sorted(by_feature.items())) or "none"
     lines.append(f"evictions  {_pods(len(res.evictions))} ({feats}); memory peaked at "
                  f"{100 * peak_mem:.1f} % (threshold {cfg.memory_threshold_percent} %)")
+    capped = [r for r in recs if r.be_memory_high >= 0]
+    if capped:
+        lines.append(f"BE memory  capped by memory.high for {len(capped) * step:g} s from {capped[0].t:g} s "
+                     f"(at {_gib(min(r.be_memory_high for r in capped))} .. "
+                     f"{_gib(max(r.be_memory_high for r in capped))}); the kernel held BE at it in "
+                     f"{recs[-1].be_high_events} step(s)")
     lines.append("")
     lines.extend(_timeline(res, unicode=unicode, width=width))
     if res.evictions:
