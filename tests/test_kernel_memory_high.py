@@ -1,0 +1,93 @@
+"""memoryHigh on a real cgroup v2 kernel (``test_guest.py`` runs this in the guest): a BE process that keeps
+allocating is held near the cap the agent puts on the BestEffort QoS dir's ``memory.high`` -- throttled
+by the kernel, not killed: no eviction, no OOM kill -- and a clean stop of the agent lifts the cap.
+
+The node's memory use is the test's own (``/proc/meminfo`` through ``--proc-root``): MemTotal 1 GiB, in use
+128 MiB plus what the kernel counts in this test's cgroups (the shared machine's, or the guest's, other
+work would otherwise move it).  NodeSLO: eviction at 50 %, lower percent 40 %: memoryHigh engages at
+35 % and caps BE at its budget at 40 %, well under the eviction threshold even with the few percent
+the kernel lets a throttled allocator go over memory.high."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from qosmanager.host.cgroups import KubeQoS
+from realnode import kv_file, proc_view, real_node
+
+pytestmark = pytest.mark.kernel
+
+MiB = 1 << 20
+CAPACITY, SYSTEM = 1024 * MiB, 128 * MiB
+TARGET = 450 * MiB  # what BE tries to allocate: 56 % of the node with the system's share, past eviction
+CHUNK = 2 * MiB
+
+
+def allocator(progress: str) -> str:
+    """A BE process that allocates (and touches) CHUNK at a time up to TARGET, saying how far it got."""
+    return (f"import time\nheld = []\nwhile len(held) * {CHUNK} < {TARGET}:\n"
+            f"    b = bytearray({CHUNK})\n    b[::4096] = b'x' * ({CHUNK} // 4096)\n    held.append(b)\n"
+            f"    with open({progress!r}, 'w') as f:\n        f.write(str(len(held) * {CHUNK}))\n"
+            f"    time.sleep(0.05)\ntime.sleep(600)\n")
+
+
+def test_memory_high_holds_a_be_allocator_without_eviction_or_oom(tmp_path) -> None:
+    with real_node(tmp_path, version=2, controllers=("cpu", "memory")) as node:
+        def counter(rel: str, name: str) -> int:
+            return int(node.read(rel, name, "memory"))
+
+        def used() -> int:  # the test's cgroups as the kernel counts them, page cache that can go excluded
+            stat = kv_file(node.path("", "memory.stat", "memory"))
+            return counter("", "memory.current") - stat.get("inactive_file", 0)
+
+        be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+
+        def cap() -> int | None:
+            text = node.read(be_dir, "memory.high", "memory")
+            return None if text == "max" else int(text)
+
+        def events(rel: str) -> dict[str, int]:
+            return kv_file(node.path(rel, "memory.events", "memory"))
+
+        def allocated() -> int:
+            try:
+                return int((tmp_path / "allocated").read_text() or 0)
+            except (OSError, ValueError):
+                return 0
+
+        node.write_node(memory=CAPACITY)
+        be = node.add_pod("be-alloc", "BE")
+        ls = node.add_pod("ls", "LS")
+        ls_proc = node.start(ls, ["sleep", "600"])
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "memoryEvictThresholdPercent": 50, "memoryEvictLowerPercent": 40}})
+        with proc_view(node, memory=(CAPACITY, lambda: SYSTEM + used())) as view, \
+                node.agent("--strategies", "memoryHigh,memoryEvict",
+                           "--feature-gates", "BEMemoryHigh=true,BEMemoryEvict=true", "--evict-mode", "kill",
+                           "--collect-interval", "500ms", "--memory-evict-interval-seconds", "0.5",
+                           "--proc-root", view.root) as agent:
+            assert cap() is None
+            proc = node.start(be, [sys.executable, "-c", allocator(str(tmp_path / "allocated"))])
+            agent.wait_for("BE's cap", lambda: cap() is not None, 180)
+            agent.wait_for("the kernel holding BE at it", lambda: events(be_dir).get("high", 0) > 0, 180)
+            # held: BE's counter stays near the cap (the kernel throttles an allocator over memory.high by a
+            # delay that grows with the square of the overage) while the allocator is still short of its goal
+            samples = []
+            for _ in range(12):
+                time.sleep(0.5)
+                samples.append((counter(be_dir, "memory.current"), cap(), allocated()))
+            assert proc.poll() is None, "the allocator is throttled, not killed"
+            assert ls_proc.poll() is None
+            for current, limit, got in samples:
+                assert limit is not None, samples
+                assert current <= limit * 1.2, (current, limit, samples)
+                assert got < TARGET, samples
+            assert not [r for r in agent.audit() if r["action"] == "evict"], "no eviction"
+            assert events("").get("oom_kill", 0) == 0, "no OOM kill"
+            writes = agent.audit("memoryHigh")
+            assert writes and all(r["target"].endswith("memory.high") for r in writes if r["action"] == "write")
+        # a clean stop (SIGTERM) lifts the cap
+        assert cap() is None
