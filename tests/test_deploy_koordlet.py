@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from qosmanager.framework.gates import KNOWN
+from qosmanager.framework.gates import KNOWN, OWN
 from qosmanager.framework.manager import load_strategies
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -45,8 +45,10 @@ def example_gates() -> dict[str, bool]:
 
 def test_the_table_names_every_strategy_with_its_own_gates() -> None:
     rows = table()
-    strategies = load_strategies()
-    assert list(rows) == list(strategies)  # every strategy, in the agent's order
+    # every strategy koordlet also has, in the agent's order (qosmanager's own, memoryHigh, have no
+    # koordlet gate to turn off)
+    strategies = {n: cls for n, cls in load_strategies().items() if not set(cls.gates) <= set(OWN)}
+    assert list(rows) == list(strategies)
     for name, gates in rows.items():
         assert gates, name
         assert set(gates) == set(strategies[name].gates), name  # the gates that enable it here

@@ -47,7 +47,7 @@ def test_strategy_names_and_gates_with_their_defaults() -> None:
     assert sorted(names) == sorted(builtin_strategies())
     gates = dict(re.findall(r"`([A-Z][A-Za-z]+)`( \(on\))?", text.split("Feature gates")[1]))
     interface_gates = {g for g in gates if g in KNOWN}
-    assert len(interface_gates) == 13, sorted(set(gates) - set(KNOWN))
+    assert len(interface_gates) == 15, sorted(set(gates) - set(KNOWN))
     for gate in interface_gates:
         assert KNOWN[gate][0] == bool(gates[gate]), f"{gate}: default {KNOWN[gate][0]}"
 

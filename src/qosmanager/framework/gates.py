@@ -75,6 +75,8 @@ ACTED_ON: tuple[str, ...] = (
     "CgroupReconcile", "RdtResctrl", "SystemConfig", "BlkIOReconcile",
 )
 ACCEPTED_ONLY: tuple[str, ...] = tuple(sorted(set(KNOWN) - set(ACTED_ON)))
+# qosmanager's own gates: koordlet has no such feature (never pass them to koordlet)
+OWN: tuple[str, ...] = ("BECPUIdle", "BEMemoryHigh", "BEMemoryReclaim")
 
 
 def describe(names: tuple[str, ...]) -> str:
