@@ -49,7 +49,10 @@ def _require(*names: str) -> None:
 
 
 def _small(**kw: object) -> SimConfig:
-    base: dict[str, object] = {"containers": 200, "duration": 20.0, "cpus": CPUS, "memory_gib": 32, "seed": 0}
+    """The checks here hold the tick to koordlet's formula on each step's record: at cpuSuppress's pace
+    (the fast path, whose sub-steps move LS demand within a step, has tests/test_simulate_fastpath.py)."""
+    base: dict[str, object] = {"containers": 200, "duration": 20.0, "cpus": CPUS, "memory_gib": 32, "seed": 0,
+                               "react_mode": "tick"}
     base.update(kw)
     return SimConfig(**base)  # type: ignore[arg-type]
 

@@ -234,7 +234,8 @@ class Agent:
         self.fastpath: FastPath | None = None
         suppress = self.manager.strategies.get("cpuSuppress")
         if cfg.react_mode == REACT_FAST and isinstance(suppress, CPUSuppress) and suppress.name in self.strategy_names:
-            self.fastpath = FastPath(self.layout, self.store, self.executor, suppress, clock=clock)
+            self.fastpath = FastPath(self.layout, self.store, self.executor, suppress, clock=clock,
+                                     monotonic=monotonic)
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
         if self.exporter is not None and self.fastpath is not None:

@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--suppress-policy", default="cfsQuota", choices=["cfsQuota", "cpuset"],
                      help="NodeSLO cpuSuppressPolicy")
     sim.add_argument("--step", type=duration, default=1.0, help="load-model step (simulated seconds)")
+    sim.add_argument("--react-mode", default="fast", choices=["fast", "tick"],
+                     help="as run's: fast runs the fast path every 50 ms of simulated time between ticks "
+                          "(the model's QoS-dir counters move at that cadence too); tick: cpuSuppress's ticks only")
     sim.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
                      help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},

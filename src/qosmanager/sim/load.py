@@ -82,6 +82,21 @@ class LoadShape:
     be_cache_refill: float = 0.002  # reclaimed BE page cache comes back at this share of the node per second
 
 
+@dataclass(frozen=True, slots=True)
+class _CPUStep:
+    """How the CPU was shared over one (sub-)step (cores)."""
+
+    alive_ctr: np.ndarray
+    system: float
+    ls_demand: float
+    ls_used: float
+    be_demand: float
+    be_used: float
+    quota: int
+    be_cpus: int
+    be_limit: float
+
+
 @dataclass
 class StepRecord:
     """What the node did during one model step (cores unless noted)."""
@@ -147,6 +162,8 @@ class LoadModel:
         self.node_busy_ticks = 0.0
         self.node_idle_ticks = 0.0
         self.t = 0.0
+        self.t_step = 0.0  # the last step's time (sub-steps move self.t only)
+        self.noise = 1.0
         self.evicted_total = 0
         self.writer = _CgroupWriter(host)
         # the kernel's memory.high on the BE QoS dir (v2 fake kernels): what BE actually holds
@@ -187,23 +204,47 @@ class LoadModel:
         dt = max(0.0, t - self.t)
         self.t = t
         s = self.shape
+        self.noise = max(0.0, 1.0 + self.rng.normal(0.0, s.noise))  # the sub-steps until the next step keep it
+        # per container: usage spread by (jittered) weights
+        jitter = self.rng.lognormal(0.0, 0.1, len(self.cpu_weight))
+        cpu = self._advance_cpu(t, dt, self.cpu_weight * jitter)
+        # memory: steady working sets, the leakers grow, evicted pods hold nothing; BE under its memory.high
+        # (over the whole step: the sub-steps since the last one move CPU time only)
+        mem_dt, self.t_step = max(0.0, t - self.t_step), t
+        anon = np.where(cpu.alive_ctr, self.mem_base + self.leak_rate * t, 0.0)
+        cache = anon * s.page_cache
+        be_high = self._hold_be(anon, cache, mem_dt)
+        self.anon_held = anon
+        mem_used = int(s.system_memory * self.memory_total + anon.sum())
+        mem_used = min(mem_used, self.memory_total)
+        self._write(anon, cache, mem_used)
+        be_memory = int(anon[self.ctr_be].sum() + cache[self.ctr_be].sum()) if len(anon) else 0
+        return StepRecord(t=t, ls_demand=cpu.ls_demand, ls_used=cpu.ls_used, be_demand=cpu.be_demand,
+                          be_used=cpu.be_used, be_limit=cpu.be_limit, be_quota_us=cpu.quota, be_cpus=cpu.be_cpus,
+                          system=cpu.system, memory_used=mem_used, memory_total=self.memory_total,
+                          pods_alive=int(self.pod_alive.sum()),
+                          be_pods_alive=int((self.pod_alive & self.pod_be).sum()),
+                          evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
+                          be_high_events=self.be_high_events)
+
+    def _advance_cpu(self, t: float, dt: float, w: np.ndarray) -> _CPUStep:
+        """CPU time over the ``dt`` seconds up to ``t``: LS takes its demand, BE what its limit in force and
+        the rest of the node leave it, spread over the containers by the weights ``w``; CFS periods and, where
+        the limit held BE back, throttling counted."""
+        s = self.shape
         cap = self.capacity
         system = s.system_cpu * cap
         alive_ctr = self.pod_alive[self.ctr_pod] if len(self.ctr_pod) else np.zeros(0, dtype=bool)
         ls_sel = alive_ctr & ~self.ctr_be
         be_sel = alive_ctr & self.ctr_be
-        noise = max(0.0, 1.0 + self.rng.normal(0.0, s.noise))
         ls_share = ls_sel.sum() / max(1, int((~self.ctr_be).sum()))
-        ls_demand = self.ls_fraction(t) * noise * cap * ls_share
+        ls_demand = self.ls_fraction(t) * self.noise * cap * ls_share
         ls_used = min(ls_demand, cap - system)
         quota, period, be_cpus = self.writer.read_be_limit()
         be_limit = min(float(be_cpus), quota / period if quota > 0 and period > 0 else math.inf)
         be_share = be_sel.sum() / max(1, int(self.ctr_be.sum()))
         be_demand = s.be_demand * cap * be_share
         be_used = max(0.0, min(be_demand, be_limit, cap - system - ls_used))
-        # per container: usage spread by (jittered) weights
-        jitter = self.rng.lognormal(0.0, 0.1, len(self.cpu_weight))
-        w = self.cpu_weight * jitter
         usage = np.zeros(len(w))
         for sel, total in ((ls_sel, ls_used), (be_sel, be_used)):
             ws = w[sel].sum()
@@ -216,25 +257,29 @@ class LoadModel:
             ratio = 1.0 - be_used / be_demand
             self.throttled[be_sel] += periods * ratio
             self.throttled_ns[be_sel] += periods * ratio * CFS_PERIOD_US * 1000 / 2
-        # memory: steady working sets, the leakers grow, evicted pods hold nothing; BE under its memory.high
-        anon = np.where(alive_ctr, self.mem_base + self.leak_rate * t, 0.0)
-        cache = anon * s.page_cache
-        be_high = self._hold_be(anon, cache, dt)
-        self.anon_held = anon
         busy = ls_used + be_used + system
         self.node_busy_ticks += busy * dt * USER_HZ
         self.node_idle_ticks += max(0.0, cap - busy) * dt * USER_HZ
-        mem_used = int(s.system_memory * self.memory_total + anon.sum())
-        mem_used = min(mem_used, self.memory_total)
-        self._write(anon, cache, mem_used)
-        be_memory = int(anon[self.ctr_be].sum() + cache[self.ctr_be].sum()) if len(anon) else 0
-        return StepRecord(t=t, ls_demand=ls_demand, ls_used=ls_used, be_demand=be_demand, be_used=be_used,
-                          be_limit=be_limit, be_quota_us=quota, be_cpus=be_cpus, system=system,
-                          memory_used=mem_used, memory_total=self.memory_total,
-                          pods_alive=int(self.pod_alive.sum()),
-                          be_pods_alive=int((self.pod_alive & self.pod_be).sum()),
-                          evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
-                          be_high_events=self.be_high_events)
+        return _CPUStep(alive_ctr, system, ls_demand, ls_used, be_demand, be_used, quota, be_cpus, be_limit)
+
+    def substep(self, t: float) -> None:
+        """Between two steps, at the fast path's cadence: CPU time advanced to ``t`` at the LS demand of
+        ``t`` (with the last step's noise) and the BE limit in force now, as :meth:`step` splits it, and
+        written where the fast path samples it -- the kube QoS dirs' usage and ``/proc/stat`` -- as a
+        kernel's counters move continuously.  Per-container and pod files, memory and throttling are the
+        next step's to write (it integrates from here on)."""
+        dt = t - self.t
+        if dt <= 0:
+            return
+        self.t = t
+        self._advance_cpu(t, dt, self.cpu_weight)
+        layout = self.host.layout
+        # kubepods holds every pod (removed ones keep their CPU time in the parents, as in step)
+        for qos, sel in ((KubeQoS.GUARANTEED, slice(None)), (KubeQoS.BURSTABLE, self.pod_qos[self.ctr_pod] == 1),
+                         (KubeQoS.BESTEFFORT, self.ctr_be)):
+            self.host.set_cpu_usage(layout.qos_dir(qos), int(self.cpu_ns[sel].sum()))
+        n = self.host.n_cpus
+        self.host.set_proc_stat(_spread(int(self.node_busy_ticks), n), _spread(int(self.node_idle_ticks), n))
 
     def _hold_be(self, anon: np.ndarray, cache: np.ndarray, dt: float) -> int:
         """The kernel's memory.high on the BE QoS dir, applied in place to BE's containers: page cache

@@ -34,6 +34,7 @@ class SimConfig:
     keep: bool = False
     real_time: bool = False
     kernel: bool = True  # the fake kernel's rules under the agent's writes (benchmarks switch it off)
+    react_mode: str = "fast"  # the agent's --react-mode: "fast" runs the fast path between ticks
 
     def validate(self) -> None:
         if self.containers < 1:
@@ -48,6 +49,8 @@ class SimConfig:
             raise ValueError("--step must be positive and at most --duration")
         if self.suppress_policy not in ("cfsQuota", "cpuset"):
             raise ValueError("--suppress-policy must be cfsQuota or cpuset")
+        if self.react_mode not in ("fast", "tick"):
+            raise ValueError("--react-mode must be fast or tick")
         plugins.feature_gates({"BEMemoryEvict": True, **self.feature_gates})  # unknown names: now
 
 
@@ -105,6 +108,9 @@ class SimResult:
     build_seconds: float
     run_seconds: float
     strategy_errors: dict[str, str]
+    # the fast path's BE-limit writes: from the start of the window that showed the rise to the limit
+    # written (simulated seconds; none in tick mode)
+    reactions: list[float] = field(default_factory=list)
 
     @property
     def ticks(self) -> int:

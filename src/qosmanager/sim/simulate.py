@@ -20,6 +20,12 @@ before anything is built, and ``--plot`` needs matplotlib: a bad one is one line
 not a traceback after the run.  The summary names the unit of every number and prints a BE limit
 at koordlet's minimum as "at the floor" with its value.
 
+The fast path (``--react-mode fast``, the default, as ``run``) samples the node every 50 ms of simulated
+time, between the scheduler's jobs; the load model then writes the counters it samples (the kube QoS
+dirs' usage and ``/proc/stat``) at the same cadence (:meth:`~qosmanager.sim.load.LoadModel.substep`),
+as a kernel's move continuously, so BE's limit falls between ticks when LS demand rises.  The summary
+gives its reaction times; ``--react-mode tick`` leaves it off (koordlet's pace).
+
 Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
 stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
 a pod evicted through the API would.
@@ -223,7 +229,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                             cgroup_driver="cgroupfs", node_name=SIM_NODE, pods_file=node.pods_file,
                             node_file=node.node_file, node_slo_file=node.nodeslo_file, evict_mode="none",
                             audit_log=cfg.audit_log, metrics_addr="", feature_gates=node.gates,
-                            collect_interval=cfg.collect_interval, collect_mode=cfg.collect_mode)
+                            collect_interval=cfg.collect_interval, collect_mode=cfg.collect_mode,
+                            react_mode=cfg.react_mode)
     agent = Agent(agent_cfg, clock=clock.wall, monotonic=clock.mono, monotonic_ns=clock.mono_ns, seed=cfg.seed)
     evictions: list[Eviction] = []
     removed: set[str] = set()
@@ -243,8 +250,15 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                                        rec["old"]))
 
     agent.audit.add_sink(on_audit)
+    fast = agent.fastpath  # run here between the jobs, on the simulated clock (run() would start its thread)
+    reactions: list[float] = []
+    if fast is not None:
+        fast.observe = reactions.append
+    next_fast = fast.interval if fast is not None else math.inf
     build_seconds = time.monotonic() - t_build
     jobs: dict[str, JobStats] = {j.name: JobStats() for j in agent.scheduler.jobs}
+    if fast is not None:
+        jobs["fastpath"] = JobStats()
     records: list[StepRecord] = []
     tick_cpu: list[float] = []
     peak_rss = baseline_rss
@@ -253,8 +267,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     try:
         while True:
             job = min(agent.scheduler.jobs, key=lambda j: j.next_at)
-            model_first = next_step <= job.next_at
-            t = next_step if model_first else job.next_at
+            model_first = next_step <= job.next_at and next_step <= next_fast
+            t = min(next_step, next_fast, job.next_at)
             if t > cfg.duration + 1e-9:
                 break
             clock.elapsed = t
@@ -271,6 +285,16 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                 next_step = round(next_step + cfg.step, 9)
                 if progress is not None:
                     progress.update(t, _status(rec, evictions, cfg))
+                continue
+            if fast is not None and next_fast <= job.next_at:
+                model.substep(t)  # the counters the fast path samples, as of now
+                c0 = time.process_time()
+                fast.step()
+                spent = time.process_time() - c0
+                jobs["fastpath"].add(spent)
+                if tick_cpu:
+                    tick_cpu[-1] += spent
+                next_fast = round(next_fast + fast.interval, 9)
                 continue
             c0 = time.process_time()
             agent.scheduler.run_job(job)
@@ -296,7 +320,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                      peak_rss=peak_rss, baseline_rss=baseline_rss, priorities=dict(node.priorities),
                      be_uids=frozenset(p.uid for p in node.pods if p.qos is KubeQoS.BESTEFFORT),
                      build_seconds=build_seconds,
-                     run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors)
+                     run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors, reactions=reactions)
 
 
 def _be_limit_files(agent: Agent) -> set[str]:
@@ -441,6 +465,7 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     for e in res.evictions:
         by_feature[e.feature] = by_feature.get(e.feature, 0) + 1
     feats = ", ".join(f"{k} {v}" for k, v in sorted(by_feature.items())) or "none"
+    lines.append(_fast_path_line(res))
     lines.append(f"evictions  {_pods(len(res.evictions))} ({feats}); memory peaked at "
                  f"{100 * peak_mem:.1f} % (threshold {cfg.memory_threshold_percent} %)")
     capped = [r for r in recs if r.be_memory_high >= 0]
@@ -461,6 +486,17 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
         if len(shown) > 12:
             lines.append(f"  ... and {len(shown) - 12} more")
     return "\n".join(lines) + "\n"
+
+
+def _fast_path_line(res: SimResult) -> str:
+    """What the fast path did: its writes between ticks and how soon after the rise each one came."""
+    if res.config.react_mode != "fast":
+        return "fast path  off (--react-mode tick): BE's limit moves at cpuSuppress's ticks only"
+    r = sorted(res.reactions)
+    if not r:
+        return "fast path  on; no rise in LS demand called for a lower BE limit between ticks"
+    return (f"fast path  lowered BE's limit {len(r)} time(s) between ticks, {1000.0 * r[len(r) // 2]:.0f} ms "
+            f"(median), {1000.0 * r[-1]:.0f} ms (max) after the rise began (simulated time)")
 
 
 def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
@@ -522,6 +558,7 @@ def result_json(res: SimResult) -> dict[str, Any]:
                   "jobs": {n: asdict(s) for n, s in res.jobs.items()}, "errors": res.strategy_errors},
         "timeline": [{k: clean(v) for k, v in asdict(r).items()} for r in res.records],
         "evictions": [asdict(e) for e in res.evictions],
+        "fast_path": {"react_mode": res.config.react_mode, "reactions": res.reactions},
     }
 
 
@@ -533,7 +570,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
                      seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib,
                      suppress_policy=args.suppress_policy, step=args.step, collect_mode=args.collect_mode,
                      feature_gates=dict(args.feature_gates), audit_log=args.audit_log, workdir=args.workdir,
-                     keep=args.keep, real_time=args.real_time)
+                     keep=args.keep, real_time=args.real_time, react_mode=args.react_mode)
 
 
 def check_output_file(flag: str, path: str, *, make_dirs: bool = False) -> None:
