@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,15 +171,19 @@ class Harness:
         s = self.manager.strategies[name]
         return self.manager.run_strategy(s, self.now)
 
-    def run(self, names: Iterable[str] | None = None, *, ticks: int = 1, start: float | None = None) -> None:
-        """``ticks`` ticks of each strategy, strategy i's k-th at start + k * its interval."""
+    def run(self, names: Iterable[str] | None = None, *, ticks: int = 1, start: float | None = None,
+            between: Callable[[float, float], None] | None = None) -> None:
+        """``ticks`` ticks of each strategy, strategy i's k-th at start + k * its interval; ``between(t0,
+        t1)`` runs after the ticks at t0, before those at the next time t1 (the fast path in replay)."""
         start = self.now if start is None else start
         chosen = [self.manager.strategies[n] for n in names] if names is not None else self.manager.enabled()
         events = sorted(((start + k * s.interval, order, s) for order, s in enumerate(chosen)
                          for k in range(ticks)), key=lambda e: (e[0], e[1]))
-        for t, _, s in events:
+        for i, (t, _, s) in enumerate(events):
             self.now = t
             self.manager.run_strategy(s, t)
+            if between is not None and i + 1 < len(events) and events[i + 1][0] > t:
+                between(t, events[i + 1][0])
 
     def _record(self, rec: dict[str, Any]) -> None:
         if rec["action"] == "write" and rec["executed"]:

@@ -31,6 +31,7 @@ Two properties matter to the people who use it:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import math
@@ -61,7 +62,7 @@ TOP_KEYS = (
     "now", "cgroupVersion", "cgroupDriver", "node", "nodeSLO", "pods", "cpus", "kubeletCPUManagerPolicy",
     "featureGates", "strategies", "ticks", "metrics", "cgroups", "proc", "sys",
     # optional additions (not pinned): see Scenario
-    "seed", "config", "kubeletCgroupRoot", "description",
+    "seed", "config", "kubeletCgroupRoot", "description", "reactMode",
 )
 CPU_KEYS = ("id", "core", "socket", "node", "l3")
 METRIC_KEYS = ("name", "samples", "pod", "container", "app")
@@ -121,7 +122,8 @@ class MetricSeries:
 class Scenario:
     """A validated scenario.  Beyond the pinned keys it accepts ``seed`` (randomness, default 0),
     ``config`` (the QoS manager's intervals and cool-downs, koordlet's flag names in camelCase, e.g.
-    ``memoryEvictCoolTimeSeconds``), ``kubeletCgroupRoot`` and a free-text ``description``."""
+    ``memoryEvictCoolTimeSeconds``), ``kubeletCgroupRoot``, a free-text ``description`` and ``reactMode``
+    (``fast``, the default as in ``run``, or ``tick``: see :func:`_fast_path`)."""
 
     now: float
     cgroup_version: int = 1
@@ -141,6 +143,7 @@ class Scenario:
     seed: int = 0
     config: QoSConfig = field(default_factory=QoSConfig)
     kubelet_cgroup_root: str = "/"
+    react_mode: str = "fast"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -435,6 +438,8 @@ def parse_scenario(obj: Any, known_strategies: Sequence[str] | None = None) -> S
         sc.kubelet_cgroup_root = root
     if "description" in obj:
         _expect(isinstance(obj["description"], str), "description", "a string", obj["description"])
+    if "reactMode" in obj:
+        sc.react_mode = _choice(obj["reactMode"], "reactMode", ("fast", "tick"))
     _check_enabled(sc, known)
     return sc
 
@@ -578,7 +583,8 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
                 raise ScenarioError(f"{key}[{rel!r}]: cannot be laid out: {e.strerror}") from None
             named.append(prefix + rel)
     _inject_metrics(h, sc)
-    # the ticks (and the memory protection level memoryHigh decided at each of its ticks)
+    # the ticks, the fast path between them (and the memory protection level memoryHigh decided at each of
+    # its ticks)
     levels: list[dict[str, Any]] = []
 
     def on_tick(name: str, _seconds: float) -> None:
@@ -588,7 +594,7 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
                            "highEvents": p.high_events, "reclaim": p.reclaimed, "reason": p.reason})
 
     h.manager.on_tick.append(on_tick)
-    h.run(sc.strategies, ticks=sc.ticks, start=sc.now)
+    h.run(sc.strategies, ticks=sc.ticks, start=sc.now, between=_fast_path(h, sc))
     writes = [{"strategy": r["strategy"], "file": r["target"], "value": r["value"], "old": r["old"],
                "reason": r["reason"], "ts": r["ts"]}
               for r in audit if r["action"] == "write" and r["executed"]]
@@ -601,6 +607,57 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
         out["memoryProtection"] = levels
     out["audit"] = audit
     return out
+
+
+def _fast_path(h: Any, sc: Scenario) -> Callable[[float, float], None] | None:
+    """The fast path between the ticks (``reactMode: fast``, with cpuSuppress among the strategies run):
+    every 50 ms of scenario time it samples counters integrated from the scenario's ``node_cpu_usage``,
+    ``kubepods_cpu_usage`` and ``besteffort_cpu_usage`` series (each sample's rate held over the time up to
+    it, the last one's after it; all three must be given) and writes what ``run``'s would.  Its writes are
+    in ``writes`` with their time, their reason saying ``(fast path)``."""
+    from qosmanager.framework.fastpath import FastPath
+    from qosmanager.strategies.cpu_suppress import CPUSuppress
+
+    names = ("node_cpu_usage", "kubepods_cpu_usage", "besteffort_cpu_usage")
+    series = {s.name: s.samples for s in sc.metrics if s.name in names and s.samples}
+    strategy = h.manager.strategies.get("cpuSuppress")
+    chosen = sc.strategies if sc.strategies is not None else [s.name for s in h.manager.enabled()]
+    if sc.react_mode != "fast" or len(series) < len(names) or not isinstance(strategy, CPUSuppress) \
+            or strategy.name not in chosen:
+        return None
+    counters = [_Integral(series[n]) for n in names]
+    fp = FastPath(h.layout, h.store, h.executor, strategy, monotonic=lambda: h.now, clock=lambda: h.now,
+                  counters=lambda: (counters[0](h.now), counters[1](h.now), counters[2](h.now)))
+    step = fp.interval
+
+    def between(start: float, end: float) -> None:
+        k = 1
+        while start + k * step < end - 1e-9:
+            h.now = start + k * step
+            fp.step()
+            k += 1
+
+    return between
+
+
+class _Integral:
+    """CPU seconds up to ``t`` of a series of rates (cores): each sample's rate holds over the time since
+    the one before it (the window it measured), the first's before it, the last's after it."""
+
+    def __init__(self, samples: Sequence[tuple[float, float]]) -> None:
+        self.points = sorted(samples)
+        self.cum = [0.0]
+        for (t0, _), (t1, v1) in zip(self.points, self.points[1:]):
+            self.cum.append(self.cum[-1] + v1 * (t1 - t0))
+
+    def __call__(self, t: float) -> float:
+        pts = self.points
+        if t <= pts[0][0]:
+            return pts[0][1] * (t - pts[0][0])
+        i = bisect.bisect_left(pts, (t, -math.inf))
+        if i == len(pts):
+            return self.cum[-1] + pts[-1][1] * (t - pts[-1][0])
+        return self.cum[i - 1] + pts[i][1] * (t - pts[i - 1][0])
 
 
 def _final(text: str | None) -> str | None:
