@@ -5,6 +5,7 @@ seconds, not the machine's."""
 
 from __future__ import annotations
 
+from qosmanager.host.cpuset import parse_cpu_list
 from qosmanager.sim.load import LoadShape
 from qosmanager.sim.result import SimConfig, SimResult
 from qosmanager.sim.simulate import result_json, run_simulation, summarize
@@ -57,3 +58,17 @@ def test_the_fast_path_does_not_change_a_steady_run() -> None:
                                      react_mode=mode)) for mode in ("fast", "tick")]
     assert not runs[0].reactions
     assert [r.be_limit for r in runs[0].records] == [r.be_limit for r in runs[1].records]
+
+
+def test_simulate_narrows_the_be_cpuset_between_ticks_in_fast_mode() -> None:
+    """The cpuset policy: 2.56 cores of budget are 3 CPUs, under the spike 0.56 cores are koordlet's minimum
+    of 2; the fast path narrows BE's cpuset within 100 ms, the tick mode at its next tick."""
+    def narrowed(mode: str) -> float:
+        res = run_simulation(SimConfig(containers=40, cpus=CPUS, memory_gib=8, duration=DURATION, shape=SHAPE,
+                                       suppress_policy="cpuset", react_mode=mode))
+        assert any(w.file.endswith("cpuset.cpus") and len(parse_cpu_list(w.value)) == 3 for w in res.be_writes)
+        return next(w.t for w in res.be_writes if w.t >= SPIKE_AT - 0.1 and w.file.endswith("cpuset.cpus")
+                    and len(parse_cpu_list(w.value)) == 2) - SPIKE_AT
+
+    r_fast, r_tick = narrowed("fast"), narrowed("tick")
+    assert r_fast <= 0.15 < 0.5 <= r_tick, (r_fast, r_tick)
