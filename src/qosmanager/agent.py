@@ -212,7 +212,8 @@ class Agent:
         self.shared = Shared(store=self.store, layout=self.layout, cache=self.cache, executor=self.executor,
                              gates=self.gates, cfg=cfg.qos, evictor=self.coordinator.execute,
                              cpu_info=self.cpu_info,
-                             kubelet_cpu=self.kubelet_cpu.current if self.kubelet_cpu is not None else None)
+                             kubelet_cpu=self.kubelet_cpu.current if self.kubelet_cpu is not None else None,
+                             host_reads=True)
         self.manager = QoSManager(self.shared, only=cfg.strategies, clock=clock)
         # demand-driven collection: the collector reads what the enabled strategies (and the exported
         # BE usage) need, planned before every tick

@@ -62,6 +62,9 @@ class Shared:
     refresh: Callable[[str, float], object] | None = None
     # the memory protection level memoryHigh has in force (qosmanager.framework.memlevel)
     memory_protection: MemoryProtection = field(default_factory=MemoryProtection)
+    # the host's files are the node's present state (the agent), so a decision may read them now;
+    # False: replay and harnesses, which decide from the samples they were given
+    host_reads: bool = False
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
 
 
@@ -151,6 +154,11 @@ class Context:
         usage when an eviction triggers).  A no-op where everything is collected anyway."""
         if self._s.refresh is not None:
             self._s.refresh(name, self.now)
+
+    @property
+    def host_reads(self) -> bool:
+        """Whether a strategy may read the host's files for the present state (see :class:`Shared`)."""
+        return self._s.host_reads
 
     def pod_metrics(self, name: str, agg: str = "last", window: float | None = None,
                     keys: Iterable[str] | None = None) -> dict[str, float]:

@@ -16,6 +16,13 @@ are as for CPU: the tick and every helper both evictors use live in
 only after a tick that evicted a new pod: there is no quiet start, unlike cpuEvict.
 
 Units: bytes throughout (pod and node memory usage metrics are bytes).
+
+koordlet fix: the usage features decide on readings taken together (:mod:`qosmanager.eviction.memsnap`): the
+collector's node sample is only the trigger; the agent then reads the node and every candidate
+at that moment and counts each victim's release in the node's terms (its page counter minus its
+file LRU), so a round never evicts a second pod to cover a difference in accounting or in age.
+Replay and the harness, which have samples but no live host, decide from the samples as koordlet
+does.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import ResourceThresholdStrategy
 from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
+from qosmanager.eviction import memsnap
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, POD, Need
-from qosmanager.framework.strategy import register
+from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.strategy import QoSConfig, register
 from qosmanager.strategies._eviction import (
     Candidate,
     EvictionStrategy,
@@ -43,6 +52,7 @@ from qosmanager.strategies._eviction import (
     describe_requested,
     is_feature_disabled,
     priority_candidates,
+    priority_pods,
     release_by_used_threshold,
     request_release_of,
     requested_by_priority,
@@ -65,6 +75,10 @@ class MemoryEvict(EvictionStrategy):
     features = (BE_MEMORY_EVICT, MEMORY_ALLOCATABLE_EVICT, MEMORY_EVICT)  # fixed order
     usage_metric = "pod_memory_usage"  # bytes
     quiet_start = False  # the cool-down counts from time zero
+
+    def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
+        super().__init__(cfg, gates)
+        self._snapshot: tuple[float, memsnap.MemorySnapshot | None] | None = None
 
     def cooling_down(self, ctx: Context, since: float) -> bool:
         return ctx.now < since + ctx.cfg.memory_evict_cool_time
@@ -92,6 +106,41 @@ class MemoryEvict(EvictionStrategy):
     def has_capacity(self, node: NodeMeta) -> bool:
         return node.memory_capacity > 0
 
+    def snapshot(self, ctx: Context) -> memsnap.MemorySnapshot | None:
+        """The node and the candidates read now, once per tick (None without a live host: decide
+        from the samples)."""
+        if not ctx.host_reads:
+            return None
+        if self._snapshot is None or self._snapshot[0] != ctx.now:
+            pods: dict[str, PodMeta] = {}
+            if self.gate(BE_MEMORY_EVICT):
+                pods.update((p.uid, p) for p in self.per_pods.get(
+                    ctx, ("be", BE_MEMORY_EVICT), lambda: be_pods(ctx.pods.values(), BE_MEMORY_EVICT)))
+            if self.gate(MEMORY_EVICT):
+                pods.update((p.uid, p) for p in self.per_pods.get(
+                    ctx, ("priority", MEMORY_EVICT), lambda: priority_pods(ctx.pods.values(), MEMORY_EVICT)))
+            self._snapshot = (ctx.now, memsnap.take(ctx.layout, pods.values()))
+        return self._snapshot[1]
+
+    def usage_and_release(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                          usage: Lazy[dict[str, float]]
+                          ) -> tuple[tuple[int, str], dict[str, float], dict[str, float]] | None:
+        """What to release and why, the pods' usage (orders them) and their release, all from one
+        moment: the snapshot where the host can be read (None: the node is below the threshold by
+        then), else the samples."""
+        trigger = calculate_release_by_used_threshold(ctx, node, cfg)
+        if trigger is None:
+            return None
+        snap = self.snapshot(ctx)
+        if snap is None:
+            used = usage()
+            return trigger, used, used
+        release = calculate_release_by_used_threshold(ctx, node, cfg, node_used=snap.node_used)
+        if release is None:
+            return None
+        used = {uid: float(m.usage) for uid, m in snap.pods.items()}
+        return release, used, {uid: float(m.release) for uid, m in snap.pods.items()}
+
     def task_builders(self) -> Mapping[str, TaskBuilder]:
         return {
             BE_MEMORY_EVICT: self.be_memory_evict_task,
@@ -104,17 +153,16 @@ class MemoryEvict(EvictionStrategy):
                              usage: Lazy[dict[str, float]]) -> EvictTask | None:
         if self.problems.check(BE_MEMORY_EVICT, check_common_config(cfg)):
             return None
-        release = calculate_release_by_used_threshold(ctx, node, cfg)
-        if release is None:
+        measured = self.usage_and_release(ctx, node, cfg, usage)
+        if measured is None:
             return None
-        amount, why = release
-        used = usage()
-        release_of = used_release_of(used)
+        (amount, why), used, released = measured
+        release_of = used_release_of(released)
         pods = self.per_pods.get(ctx, ("be", BE_MEMORY_EVICT),
                                  lambda: be_pods(ctx.pods.values(), BE_MEMORY_EVICT))
         cands = [Candidate(pod, int(used.get(pod.uid, 0.0)), pod.request_for(RESOURCE_MEMORY)[1],
                            priority=be_sort_priority(pod)) for pod in pods]
-        victims = [Victim(c.pod, {RESOURCE_MEMORY: c.used}, memory_details(c))
+        victims = [Victim(c.pod, release_of(c.pod), memory_details(c))
                    for c in be_order(cands, lambda c: c.used)]
         return EvictTask(BE_MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims, release_of)
 
@@ -151,21 +199,20 @@ class MemoryEvict(EvictionStrategy):
             problem = "EvictEnabledPriorityThreshold not config"
         if self.problems.check(MEMORY_EVICT, problem):
             return None
-        release = calculate_release_by_used_threshold(ctx, node, cfg)
-        if release is None:
+        measured = self.usage_and_release(ctx, node, cfg, usage)
+        if measured is None:
             return None
-        amount, why = release
+        (amount, why), used, released = measured
         threshold = cfg.evict_enabled_priority_threshold
         assert threshold is not None  # checked above
-        used = usage()
+        release_of = used_release_of(released)
         # koordlet fix: koordlet stores these victims' usage as bytes x 1000 (a copy of the CPU
         # milli-core conversion), so a victim seemed to release 1000 times its memory and this
         # feature (and any podUsed task in the same round) stopped after the first eviction.
         cands = priority_candidates(self.per_pods, ctx, MEMORY_EVICT, threshold, used, 1.0, RESOURCE_MEMORY)
-        victims = [Victim(c.pod, {RESOURCE_MEMORY: c.used}, memory_details(c))
+        victims = [Victim(c.pod, release_of(c.pod), memory_details(c))
                    for c in sort_by_priority(cands, lambda c: c.used)]
-        return EvictTask(MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims,
-                         used_release_of(used))
+        return EvictTask(MEMORY_EVICT, why, TARGET_POD_USED, {RESOURCE_MEMORY: amount}, victims, release_of)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,10 +243,12 @@ def memory_evict_lower_percent(cfg: ResourceThresholdStrategy, threshold: int) -
 # Release computations
 
 
-def calculate_release_by_used_threshold(ctx: Context, node: NodeMeta,
-                                        cfg: ResourceThresholdStrategy) -> tuple[int, str] | None:
-    """Bytes to release so node memory usage falls from the threshold to the lower percent."""
-    node_used = ctx.node_metric("node_memory_usage")  # last sample within 2 x collect interval
+def calculate_release_by_used_threshold(ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                                        node_used: float | None = None) -> tuple[int, str] | None:
+    """Bytes to release so node memory usage falls from the threshold to the lower percent; the node's
+    usage is ``node_used`` or else its last sample within 2 x collect interval."""
+    if node_used is None:
+        node_used = ctx.node_metric("node_memory_usage")
     if node_used is None:
         return None
     threshold = cfg.memory_evict_threshold_percent
@@ -222,7 +271,8 @@ def memory_allocatable_formula(requested: int, allocatable: int, lower_pct: int)
 
 
 def used_release_of(used: dict[str, float]) -> Callable[[PodMeta], dict[str, float]]:
-    """An evicted pod gives back its last memory usage in bytes (0 without a sample)."""
+    """An evicted pod gives back its memory in bytes: its release in the node's terms where the host
+    was read, else its last usage sample (0 without either)."""
 
     def release_of(pod: PodMeta) -> dict[str, float]:
         return {RESOURCE_MEMORY: int(used.get(pod.uid, 0.0))}
