@@ -23,6 +23,22 @@ at that moment and counts each victim's release in the node's terms (its page co
 file LRU), so a round never evicts a second pod to cover a difference in accounting or in age.
 Replay and the harness, which have samples but no live host, decide from the samples as koordlet
 does.
+
+Graduated mode (gate ``BEMemoryHigh`` on: memoryHigh caps BE first, levels 1 and 2, see
+:mod:`qosmanager.strategies.memory_high`): the usage features are level 3 and evict, with koordlet's
+victim order and release accounting, only when BE keeps the node over the threshold or stalls LS:
+
+* **LS stalls**: an LS class spent at least 1 % of the time since the last tick stalled on memory
+  (PSI: ``memory.pressure`` of the Burstable dir and the Guaranteed pods on v2, else
+  ``/proc/pressure/memory`` ``full``; :mod:`qosmanager.eviction.stall`) -- evict at once;
+* **BE keeps the node over the threshold**: the node has stayed at or over it for one cool-down
+  (``--memory-evict-cool-time-seconds``, 4 s) in spite of the cap -- time for the kernel to reclaim BE's
+  page cache and throttle its growth (the BE dir's ``memory.events`` ``high`` count, which says whether
+  the kernel is holding BE at its cap, is given in the reason).
+
+Until then the round holds back (said once per spell over the threshold, as a ``skip`` audit record):
+a transient spike, or BE held at its cap while it gives page cache back, evicts nothing.  Plain mode
+(the gate off) is koordlet's: evict at the first tick over the threshold.
 """
 
 from __future__ import annotations
@@ -33,7 +49,9 @@ from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import ResourceThresholdStrategy
 from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
 from qosmanager.eviction import memsnap
+from qosmanager.eviction.stall import LSStallWatch, Stall
 from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
+from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, POD, Need
 from qosmanager.framework.gates import FeatureGates
@@ -65,6 +83,7 @@ MEMORY_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
 MEMORY_EVICT = "MemoryEvict"
 
 MEMORY_RELEASE_BUFFER_PERCENT = 2  # memoryEvictLowerPercent when unset: threshold - 2
+GRADUATED_GATE = "BEMemoryHigh"  # graduated protection: memoryHigh caps BE, memoryEvict is level 3
 
 
 @register
@@ -79,6 +98,55 @@ class MemoryEvict(EvictionStrategy):
     def __init__(self, cfg: QoSConfig, gates: FeatureGates) -> None:
         super().__init__(cfg, gates)
         self._snapshot: tuple[float, memsnap.MemorySnapshot | None] | None = None
+        # graduated mode (level 3): LS stalls, and since when the node is over the threshold
+        self._stall_watch: LSStallWatch | None = None
+        self.stall: Stall | None = None
+        self.over_since: float | None = None
+        self._held_back_said = False
+
+    def graduated(self) -> bool:
+        return self.gate(GRADUATED_GATE)
+
+    def tick(self, ctx: Context) -> list[Write]:
+        if self.graduated():
+            self.watch(ctx)
+        return super().tick(ctx)
+
+    def watch(self, ctx: Context) -> None:
+        """Graduated mode, every tick (cool-down included): sample LS's memory stalls, and note since
+        when the collector's node sample is at or over the threshold."""
+        if self._stall_watch is None or self._stall_watch.layout is not ctx.layout:
+            self._stall_watch = LSStallWatch(ctx.layout)
+        self.stall = self._stall_watch.sample(ctx.pods.values(), ctx.now)
+        node, cfg = ctx.node, ctx.nodeslo.resource_used_threshold_with_be
+        over = (node is not None and node.memory_capacity > 0 and not is_feature_disabled(ctx)
+                and check_common_config(cfg) is None and calculate_release_by_used_threshold(ctx, node, cfg)
+                is not None)
+        if not over:
+            self.over_since = None
+            self._held_back_said = False
+        elif self.over_since is None:
+            self.over_since = ctx.now
+
+    def level3(self, ctx: Context) -> tuple[bool, str]:
+        """Graduated mode, the node over the threshold now: whether to evict, and why (or why not)."""
+        prot = ctx.memory_protection
+        events = (f", BE's memory.high events +{prot.high_events_delta} at memoryHigh's last tick"
+                  if prot.high_events is not None else "")
+        level = f"protection level {prot.level}{events}"
+        stall = self.stall
+        if stall is not None and stall.stalled:
+            return True, (f"level 3: LS stalled on memory {stall.share:.1%} of the time since the last tick "
+                          f"({stall.source}; {level})")
+        since = self.over_since if self.over_since is not None else ctx.now
+        grace = ctx.cfg.memory_evict_cool_time
+        if ctx.now - since >= grace:
+            return True, (f"level 3: BE keeps the node over the threshold for {ctx.now - since:.1f} s "
+                          f"(>= {grace:g} s) with {level}")
+        psi = ("no memory PSI on this kernel" if stall is None
+               else f"LS stalled {stall.share:.1%} of the time (< 1 %)")
+        return False, (f"level 3 holds back: over the threshold for {ctx.now - since:.1f} s (< {grace:g} s), "
+                       f"{psi}, {level}")
 
     def cooling_down(self, ctx: Context, since: float) -> bool:
         return ctx.now < since + ctx.cfg.memory_evict_cool_time
@@ -127,19 +195,28 @@ class MemoryEvict(EvictionStrategy):
                           ) -> tuple[tuple[int, str], dict[str, float], dict[str, float]] | None:
         """What to release and why, the pods' usage (orders them) and their release, all from one
         moment: the snapshot where the host can be read (None: the node is below the threshold by
-        then), else the samples."""
-        trigger = calculate_release_by_used_threshold(ctx, node, cfg)
-        if trigger is None:
-            return None
-        snap = self.snapshot(ctx)
-        if snap is None:
-            used = usage()
-            return trigger, used, used
-        release = calculate_release_by_used_threshold(ctx, node, cfg, node_used=snap.node_used)
+        then), else the samples.  None also while graduated mode's level 3 holds back."""
+        release = calculate_release_by_used_threshold(ctx, node, cfg)
         if release is None:
             return None
-        used = {uid: float(m.usage) for uid, m in snap.pods.items()}
-        return release, used, {uid: float(m.release) for uid, m in snap.pods.items()}
+        snap = self.snapshot(ctx)
+        if snap is not None:
+            release = calculate_release_by_used_threshold(ctx, node, cfg, node_used=snap.node_used)
+            if release is None:
+                return None
+        if self.graduated():
+            go, why = self.level3(ctx)
+            if not go:
+                if not self._held_back_said:
+                    self._held_back_said = True
+                    ctx.audit_skip(self.name, "", f"{release[1]}; {why}")
+                return None
+            release = (release[0], f"{release[1]}; {why}")
+        if snap is None:
+            used = usage()
+            return release, used, used
+        return (release, {uid: float(m.usage) for uid, m in snap.pods.items()},
+                {uid: float(m.release) for uid, m in snap.pods.items()})
 
     def task_builders(self) -> Mapping[str, TaskBuilder]:
         return {
