@@ -18,6 +18,7 @@ import errno
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,3 +363,68 @@ def test_resctrl_as_documented(tmp_path: Path) -> None:
         if got != want:
             wrong.append(f"{op.kind} {op.path} {op.value!r} ({why}): documented {want}, fake {got}")
     assert not wrong, "\n".join(wrong)
+
+
+# ------------------------------------------------------------------------------------------------
+# memory.high and memory.reclaim on page cache (memoryHigh's levels 1 and 2), v2 only
+# ------------------------------------------------------------------------------------------------
+def _memory_state(d: str) -> tuple[int, int]:
+    """(memory.current, memory.stat file) of a v2 cgroup dir."""
+    with open(os.path.join(d, "memory.current")) as f:
+        current = int(f.read())
+    with open(os.path.join(d, "memory.stat")) as f:
+        stat = dict(line.split() for line in f)
+    return current, int(stat["file"])
+
+
+@pytest.mark.kernel
+def test_memory_high_and_reclaim_take_page_cache_as_the_fake_does(tmp_path: Path) -> None:
+    """A cgroup holding 64 MiB of page cache (a read of the guest's disk): a memory.reclaim of 16 MiB
+    takes at least that, a memory.high written below the usage brings it down to the high, and a reclaim
+    of more than there is takes the cache and then says EAGAIN -- on the kernel and, from the same
+    starting numbers, on the fake (which takes exactly what is asked: the kernel may take a little more)."""
+    reason = kernelcg.unavailable(2, ("memory",))
+    if reason:
+        pytest.skip(reason)
+    disk = os.environ.get("QOSM_GUEST_DISK")
+    if not disk or not os.path.exists(disk):
+        pytest.skip("needs a block device to read page cache from in QOSM_GUEST_DISK (the test guest has one)")
+    tree = kernelcg.KernelTree(2, ("memory",))
+    try:
+        tree.mkdir("r")
+        real_dir = tree.path("", "r")
+        # the reader keeps the disk open: the last close of a block device drops its page cache
+        done = tmp_path / "read"
+        tree.spawn("r", ["sh", "-c", 'exec 3<"$0"; dd if="$0" of=/dev/null bs=1M count=64 2>/dev/null '
+                                     '&& touch "$1"; exec sleep 600', disk, str(done)])
+        deadline = time.monotonic() + 300
+        while not done.exists():
+            assert time.monotonic() < deadline, "the read of the disk did not finish"
+            time.sleep(0.1)
+        current, file = _memory_state(real_dir)
+        assert file >= 48 << 20, f"the read left {file} bytes of page cache"
+        host, _ = _fake_host(tmp_path, 2)
+        assert host.kernel is not None
+        host.kernel.mkdir(host.layout.abs_dir("", "r"))
+        fake_dir = host.layout.abs_dir("", "r")
+        host.write("cgroup/r/memory.current", f"{current}\n")
+        host.write("cgroup/r/memory.stat", f"anon {current - file}\nfile {file}\n")
+
+        def both(name: str, value: str) -> tuple[str, str, tuple[int, int], tuple[int, int]]:
+            real = Backend({"": real_dir}).run(Op("write", name, value))
+            fake = Backend({"": fake_dir}).run(Op("write", name, value))
+            return real, fake, _memory_state(real_dir), _memory_state(fake_dir)
+
+        r, f, (rc, _), (fc, _) = both("memory.reclaim", str(16 << 20))
+        assert (r, f) == ("ok", "ok")
+        assert current - rc >= 16 << 20 and current - fc == 16 << 20, (current, rc, fc)
+        high = min(rc, fc) - (8 << 20)
+        r, f, (rc, _), (fc, _) = both("memory.high", str(high))
+        assert (r, f) == ("ok", "ok")
+        assert rc <= high and fc <= high, (high, rc, fc)
+        both("memory.high", "max")
+        r, f, (rc, rfile), (fc, ffile) = both("memory.reclaim", str(current + (64 << 20)))
+        assert (r, f) == ("EAGAIN", "EAGAIN")
+        assert rfile < 4 << 20 and ffile == 0, (rfile, ffile)
+    finally:
+        tree.cleanup()

@@ -69,6 +69,7 @@ GUESTS = (
         "tests/test_eviction_coordinator.py::test_real_kernel_cgroup_kill_ends_a_fork_loop",
         # the fake kernel against this one, operation by operation (about a minute and a half)
         "tests/test_fake_vs_kernel.py::test_fake_kernel_answers_as_the_kernel",
+        "tests/test_fake_vs_kernel.py::test_memory_high_and_reclaim_take_page_cache_as_the_fake_does",
     )),
     # cgroup v1 with three CPUs: the host's two cannot show a cpuset shrink (BE keeps two at least).
     Guest("v1", 3, ("tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",), cgroup=1),
