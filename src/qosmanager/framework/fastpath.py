@@ -40,8 +40,11 @@ tick gives them back as the budget rises.  The BE tree is walked again whenever 
 pod the tick has not seen yet is read before its parent goes below it.
 
 Nothing the scheduler's thread does blocks it: a pods-file decode, a relist, a slow strategy, or an
-audit log on a full disk run elsewhere; its only shared step is the executor's lock for its one write.
-``--react-mode tick`` turns it off (koordlet's pace, for comparison).
+audit log on a full disk run elsewhere; its shared steps are the executor's lock for its one write and, on
+v1 when it lowers children, cpuSuppress's lock on their record (held while a tick fits them).
+``--react-mode tick`` turns it off (koordlet's pace, for comparison).  ``simulate`` and ``replay`` call
+:meth:`FastPath.step` themselves on their simulated clocks (``replay`` with ``counters`` integrated from a
+scenario's samples instead of the files).
 """
 
 from __future__ import annotations
