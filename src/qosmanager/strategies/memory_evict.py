@@ -199,19 +199,21 @@ class MemoryEvict(EvictionStrategy):
         release = calculate_release_by_used_threshold(ctx, node, cfg)
         if release is None:
             return None
+        level3 = ""
+        if self.graduated():  # judged before the snapshot: a spell held back reads no pod
+            go, level3 = self.level3(ctx)
+            if not go:
+                if not self._held_back_said:
+                    self._held_back_said = True
+                    ctx.audit_skip(self.name, "", f"{release[1]}; {level3}")
+                return None
         snap = self.snapshot(ctx)
         if snap is not None:
             release = calculate_release_by_used_threshold(ctx, node, cfg, node_used=snap.node_used)
             if release is None:
                 return None
-        if self.graduated():
-            go, why = self.level3(ctx)
-            if not go:
-                if not self._held_back_said:
-                    self._held_back_said = True
-                    ctx.audit_skip(self.name, "", f"{release[1]}; {why}")
-                return None
-            release = (release[0], f"{release[1]}; {why}")
+        if level3:
+            release = (release[0], f"{release[1]}; {level3}")
         if snap is None:
             used = usage()
             return release, used, used
