@@ -330,7 +330,9 @@ def qemu_command(assets: Assets, share: str, *, cpus: int = 2, memory: str = "1G
     each of ``drives`` (raw image files) a virtio disk (``/dev/vda``, ``/dev/vdb`` ...).  ``cgroup=1``:
     the v1 controllers are left to the kernel (the script mounts them)."""
     no_v1 = "cgroup_no_v1=all " if cgroup == 2 else ""
-    kargs = (f"console=ttyS0 quiet loglevel=1 panic=-1 {no_v1}qosm.share={share} "
+    # no_timer_check: under TCG on a loaded host the kernel's boot-time check of the IO-APIC timer sees
+    # too few ticks and panics ("IO-APIC + timer doesn't work"); the emulated timer does work
+    kargs = (f"console=ttyS0 quiet loglevel=1 panic=-1 no_timer_check {no_v1}qosm.share={share} "
              f"qosm.modules={','.join(assets.modules)} {append}").strip()
     cmd = [QEMU, "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", str(cpus), "-m", memory,
            "-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
