@@ -42,12 +42,18 @@ letters, digits and ``-``, starting with a letter or digit.  That accepts the RF
 server assigns and the 32-hex-digit hash the kubelet gives static pods, and refuses anything that
 could name another directory (``x/y``, ``..``) or break a log line (NUL, newline, non-ASCII).
 
-**Only what is read is kept.** :func:`prune_pod` cuts a Pod object down to the fields this module
-reads (under 1 KB of a pod's usual 5 KB: no ``managedFields``, volumes, env, conditions), and the
-sources prune every pod as it arrives (:func:`prune_pod_hook` while a list is decoded).  Two
-objects that prune alike give the same view, so a view keeps only a 64-bit digest of its pruned
-object (:attr:`PodMeta.digest`, :func:`pod_digest`) to tell a changed pod from an unchanged one:
-a 10,000-pod node holds no API object at all once its views are built.
+**Only what is read is kept** (:mod:`qosmanager.api.pod_prune`): a view keeps a digest of its
+pruned pod object, not the object.
+
+Map of the file and its rooms (import every name from here):
+
+* constants: QoS classes, priority classes and ranges, resource names, the uid pattern;
+* :class:`ContainerMeta`, :class:`PodMeta`: the views;
+* small readers, resource sums, the Kubernetes algorithms (:func:`compute_kube_qos`,
+  ``PodRequests``/``PodLimits``, priority classes), the builders :func:`pod_meta`, :func:`pod_list`;
+* :mod:`qosmanager.api.pod_annotations`: the label and annotation keys, :func:`parse_int32`,
+  the annotations decoded as koordlet decodes them;
+* :mod:`qosmanager.api.pod_prune`: :func:`prune_pod`, :class:`PrunedPod`, :func:`pod_digest`.
 """
 
 from __future__ import annotations
@@ -61,13 +67,27 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from qosmanager.api.decode import ANNOTATION_LIMITS, decode_json, fold_get
-from qosmanager.api.nodeslo import (
-    BlkIOQOS,
-    CPUBurstConfig,
-    PodMemoryQOSConfig,
-    from_dict,
+from qosmanager.api.nodeslo import BlkIOQOS, CPUBurstConfig, PodMemoryQOSConfig
+from qosmanager.api.pod_annotations import (
+    ANNOTATION_BLKIO_QOS,
+    ANNOTATION_CPU_BURST,
+    ANNOTATION_EVICTION_POLICY,
+    ANNOTATION_EVICTION_PRIORITY,
+    ANNOTATION_MEMORY_QOS,
+    ANNOTATION_RESCTRL,
+    ANNOTATION_RESOURCE_STATUS,
+    INVALID_ANNOTATION_NOTE,
+    LABEL_EVICTION_ENABLED,
+    LABEL_PRIORITY,
+    LABEL_PRIORITY_CLASS,
+    LABEL_QOS,
+    _annotation_config,
+    _eviction_policy,
+    _is_int32,
+    _resource_status,
+    parse_int32,
 )
+from qosmanager.api.pod_prune import PrunedPod, pod_digest, prune_pod, prune_pod_hook, pruned_text
 from qosmanager.api.quantity import parse_quantity, round_away_from_zero
 
 QOS_LSE, QOS_LSR, QOS_LS, QOS_BE, QOS_SYSTEM, QOS_NONE = "LSE", "LSR", "LS", "BE", "SYSTEM", ""
@@ -97,26 +117,8 @@ RESOURCE_CPU, RESOURCE_MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 
-LABEL_QOS = "koordinator.sh/qosClass"
-LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
-LABEL_PRIORITY = "koordinator.sh/priority"
-LABEL_EVICTION_ENABLED = "koordinator.sh/eviction-enabled"
-ANNOTATION_EVICTION_POLICY = "koordinator.sh/eviction-policy"
-ANNOTATION_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
-ANNOTATION_MEMORY_QOS = "koordinator.sh/memoryQOS"
-ANNOTATION_BLKIO_QOS = "koordinator.sh/blkioQOS"
-ANNOTATION_RESCTRL = "node.koordinator.sh/resctrl"
-
 PHASE_PENDING, PHASE_RUNNING = "Pending", "Running"
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-# Go's strconv.ParseInt(s, 10, ...): optional sign, ASCII digits, nothing else (Python's int()
-# would also take spaces, underscores and non-ASCII digits).
-_DECIMAL_RE = re.compile(r"[+-]?[0-9]+")
-# what a pod's warning adds when a feature annotation cannot be decoded
-INVALID_ANNOTATION_NOTE = "; that feature leaves the pod's files as they are"
 # a Kubernetes uid, leniently (see the module docstring); fullmatch: no trailing newline either
 UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,63}")
 
@@ -275,22 +277,6 @@ def _short(text: str, limit: int = 80) -> str:
     """``repr`` of a value for a message, cut to ``limit`` characters (NUL and newlines escaped)."""
     shown = repr(text)
     return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
-
-
-def _is_int32(number: Any) -> bool:
-    return isinstance(number, int) and not isinstance(number, bool) and _INT32_MIN <= number <= _INT32_MAX
-
-
-def parse_int32(text: str | None) -> int | None:
-    """A strict decimal int32 (optional sign, ASCII digits only), or None.
-
-    Deliberate fix (koordlet-qos §6b item 7): priority labels and annotations are read exactly as
-    Go's ``strconv.ParseInt(s, 10, 32)`` reads them, not with Python's lenient ``int()``.
-    """
-    if text is None or _DECIMAL_RE.fullmatch(text) is None:
-        return None
-    number = int(text)
-    return number if _INT32_MIN <= number <= _INT32_MAX else None
 
 
 def _resources(obj: Any, path: str) -> ResourceList:
@@ -454,190 +440,6 @@ def _default_priority_class(qos: str) -> str:
     if qos == QOS_BE:
         return PRIORITY_BATCH
     return PRIORITY_NONE
-
-
-# --------------------------------------------------------------------------------------------
-# Annotations
-
-
-def _decode(annotations: Mapping[str, str], key: str) -> Any:
-    """An annotation's JSON, bounded; ``ValueError`` saying why it cannot be decoded."""
-    return decode_json(annotations[key], ANNOTATION_LIMITS)
-
-
-def _eviction_policy(
-    annotations: Mapping[str, str], warnings: list[str]
-) -> tuple[tuple[str, ...] | None, bool]:
-    """``[]string``: ``null`` is an empty list and a ``null`` element an empty string, as in Go."""
-    if ANNOTATION_EVICTION_POLICY not in annotations:
-        return None, False
-    try:
-        policy = _decode(annotations, ANNOTATION_EVICTION_POLICY)
-        if policy is None:
-            return (), False
-        if not isinstance(policy, list) or not all(item is None or isinstance(item, str) for item in policy):
-            raise ValueError("not a JSON list of strings")
-    except ValueError as exc:
-        warnings.append(f"annotation {ANNOTATION_EVICTION_POLICY}: {exc}; no feature may evict the pod")
-        return (), True
-    return tuple(item or "" for item in policy), False
-
-
-def _int32_value(raw: Any) -> bool:
-    return raw is None or _is_int32(raw)
-
-
-def _numa_resources(raw: Any) -> bool:
-    """``[]NUMANodeResource``: whether the list decodes (``node`` int32, ``resources`` quantities)."""
-    if raw is None:
-        return True
-    if not isinstance(raw, list):
-        return False
-    for item in raw:
-        if item is None:
-            continue
-        if not isinstance(item, Mapping) or not _int32_value(fold_get(item, "node")):
-            return False
-        resources = fold_get(item, "resources")
-        if resources is None:
-            continue
-        if not isinstance(resources, Mapping):
-            return False
-        for amount in resources.values():
-            if amount is not None:
-                parse_quantity(amount)  # ValueError: the annotation does not decode
-    return True
-
-
-def _resource_status(annotations: Mapping[str, str], warnings: list[str]) -> tuple[str, bool]:
-    """``ResourceStatus``: cpuset and NUMA resources; a value of the wrong type fails the whole
-    annotation (Go's ``Unmarshal`` returns an error, and koordlet then ignores it)."""
-    if not annotations.get(ANNOTATION_RESOURCE_STATUS):
-        return "", False
-    try:
-        status = _decode(annotations, ANNOTATION_RESOURCE_STATUS)
-        if status is None:
-            return "", False
-        if not isinstance(status, Mapping):
-            raise ValueError("not a JSON object")
-        cpuset = fold_get(status, "cpuset")
-        if cpuset is not None and not isinstance(cpuset, str):
-            raise ValueError("cpuset is not a string")
-        numa = fold_get(status, "numaNodeResources")
-        if not _numa_resources(numa):
-            raise ValueError("numaNodeResources is not a list of {node, resources}")
-    except ValueError as exc:
-        warnings.append(f"annotation {ANNOTATION_RESOURCE_STATUS}: {exc}; ignored")
-        return "", False
-    return cpuset or "", isinstance(numa, list) and len(numa) > 0
-
-
-def _annotation_config(
-    annotations: Mapping[str, str], key: str, cls: Any, warnings: list[str], empty: Any = None
-) -> tuple[Any, bool]:
-    """A NodeSLO-shaped JSON annotation -> (config or None, invalid)."""
-    text = annotations.get(key)
-    if text is None:
-        return None, False
-    if text == "" and empty is not None:
-        return empty, False
-    try:
-        config, unknown = from_dict(cls, _decode(annotations, key), f"annotation {key}")
-    except ValueError as exc:  # DecodeError and NodeSLOError are both ValueErrors
-        warnings.append(f"annotation {key}: cannot be decoded ({exc}){INVALID_ANNOTATION_NOTE}")
-        return None, True
-    warnings.extend(unknown)
-    return config, False
-
-
-# --------------------------------------------------------------------------------------------
-# Pruning: what the view reads, and nothing else
-
-_KEEP_SECTIONS: dict[str, tuple[str, ...]] = {
-    "metadata": ("uid", "name", "namespace", "labels", "annotations", "resourceVersion"),
-    "spec": ("containers", "initContainers", "overhead", "priority"),
-    "status": ("phase", "qosClass", "containerStatuses", "initContainerStatuses"),
-}
-_KEEP_ITEMS: dict[str, tuple[str, ...]] = {
-    "containers": ("name", "resources", "restartPolicy"),
-    "initContainers": ("name", "resources", "restartPolicy"),
-    "containerStatuses": ("name", "containerID", "state"),
-    "initContainerStatuses": ("name", "containerID", "state"),
-}
-
-
-def _pick(obj: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: obj[k] for k in keys if k in obj}
-
-
-def prune_pod(obj: Any) -> Any:
-    """``obj`` cut down to the fields :func:`pod_meta` reads; anything that is not shaped like a
-    Pod there (a section that is not an object, a container list that is not a list) is kept as
-    it is, so the view reports the same error for it.  Idempotent."""
-    if not isinstance(obj, Mapping):
-        return obj
-    out: dict[str, Any] = {}
-    for section, keys in _KEEP_SECTIONS.items():
-        if section not in obj:
-            continue
-        part = obj[section]
-        if not isinstance(part, Mapping):
-            out[section] = part
-            continue
-        picked = _pick(part, keys)
-        for key, value in picked.items():
-            item_keys = _KEEP_ITEMS.get(key)
-            if item_keys is not None and isinstance(value, list):
-                picked[key] = [_pick(v, item_keys) if isinstance(v, Mapping) else v for v in value]
-        out[section] = picked
-    return out
-
-
-def pruned_text(obj: Any) -> str:
-    """The canonical JSON of the pruned object (sorted keys, no spaces; a YAML date or other non-JSON
-    value by its ``repr``)."""
-    return json.dumps(prune_pod(obj), sort_keys=True, separators=(",", ":"), default=repr)
-
-
-@dataclass(frozen=True, slots=True)
-class PrunedPod:
-    """A pod as the canonical JSON text of its pruned object: one string where the decoded object
-    is some fifty dicts, lists and strings (under 1 KB instead of about 4 KB), which is how a list of
-    10,000 pods waits between decoding and the views.  Only a pod whose digest changed is decoded
-    again (:meth:`object`)."""
-
-    uid: str  # metadata.uid when it is a string, else ""
-    text: str
-
-    @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> PrunedPod:
-        meta = obj.get("metadata")
-        uid = meta.get("uid") if isinstance(meta, Mapping) else None
-        return cls(uid if isinstance(uid, str) else "", pruned_text(obj))
-
-    @property
-    def digest(self) -> int:
-        return hash(self.text)
-
-    def object(self) -> dict[str, Any]:
-        obj: dict[str, Any] = json.loads(self.text)
-        return obj
-
-
-def pod_digest(obj: Any) -> int:
-    """64 bits that differ when the fields a view reads differ: the process's string hash (SipHash)
-    of :func:`pruned_text`.  Stable within a process, which is all a view needs (``hashlib`` would
-    load OpenSSL, 3.5 MiB, for nothing)."""
-    return obj.digest if isinstance(obj, PrunedPod) else hash(pruned_text(obj))
-
-
-def prune_pod_hook(obj: dict[str, Any]) -> Any:
-    """A ``json`` ``object_hook``: every object that looks like a Pod (``metadata`` beside ``spec`` or
-    ``status``, kind Pod or none) becomes a :class:`PrunedPod` as soon as it is decoded, so decoding
-    a pod list never holds more than one whole pod, and the list holds one string per pod."""
-    if "metadata" in obj and ("spec" in obj or "status" in obj) and obj.get("kind", "Pod") == "Pod":
-        return PrunedPod.of(obj)
-    return obj
 
 
 # --------------------------------------------------------------------------------------------
