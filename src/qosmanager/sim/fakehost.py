@@ -45,6 +45,12 @@ Those setters touch exactly the directory named (no hierarchical propagation).
 Speed: building 5,000 containers means ~10^5 files.  Bodies are precomputed per kind of
 directory and written with ``os.open``/``os.write`` relative to a directory descriptor;
 on tmpfs that takes about two seconds, on a slow disk much longer (prefer ``/dev/shm``).
+
+Map of the file (:class:`FakeHost`, top to bottom): the cgroup files of each kind of directory
+(templates), pods and containers (``add_pod``, ``remove_pod``), the setters tests use, procfs,
+raw access, and the pod factory :meth:`FakeHost.make_pods`.  The CPU topology, sysfs and
+``/proc/cpuinfo`` are :mod:`qosmanager.sim.fakesysfs`; the kernel's rules for what the agent
+writes, :mod:`qosmanager.sim.fakekernel`.
 """
 
 from __future__ import annotations
@@ -62,7 +68,6 @@ from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.cpuset import format_cpu_list
 from qosmanager.host.resources import shares_to_weight
 from qosmanager.host.roots import HostRoots
-from qosmanager.host.sysfs import Processor
 from qosmanager.sim.fakekernel import (
     BLKIO_THROTTLE_FILES,
     CFS_PERIOD_US,
@@ -79,13 +84,9 @@ from qosmanager.sim.fakekernel import (
     FakeKernel,
     register,
 )
+from qosmanager.sim.fakesysfs import build_sys, cpuinfo, topology
 
 USER_HZ = 100
-
-_CPU_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
-              "sse2 ht syscall nx lm constant_tsc rep_good nopl xtopology cpuid pni ssse3 fma cx16 sse4_1 "
-              "sse4_2 x2apic popcnt aes xsave avx rdrand hypervisor avx2 bmi1 bmi2")
-_RDT_FLAGS = " cat_l3 cdp_l3 mba cqm_llc cqm_occup_llc cqm_mbm_total cqm_mbm_local"
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
@@ -172,7 +173,7 @@ class FakeHost:
         self._all_cpus = format_cpu_list(range(n_cpus)).encode()
         self._all_mems = format_cpu_list(range(numa_nodes)).encode()
         self._templates: dict[tuple[str, str], list[tuple[str, Files]]] = {}
-        self.processors = self._topology()
+        self.processors = topology(n_cpus, threads_per_core, sockets, numa_nodes)
         for d in (self.roots.cgroup, self.roots.proc, self.roots.sys):
             os.makedirs(d, exist_ok=True)
         # The kernel of this host: the agent's mkdir and writes below its roots follow the kernel's rules.
@@ -184,7 +185,8 @@ class FakeHost:
             register(self.kernel)
         self._build_cgroup_skeleton()
         self._build_proc()
-        self._build_sys()
+        build_sys(self.roots, self.processors, threads_per_core=threads_per_core, sockets=sockets,
+                  numa_nodes=numa_nodes, memory_bytes=memory_bytes, mb_max=self._mb_max if resctrl else None)
 
     # ------------------------------------------------------------------
     # cgroup files
@@ -534,7 +536,8 @@ class FakeHost:
         self.set_proc_stat(busy, [b * 4 for b in busy])
         total_kb = self.memory_bytes // 1024
         self.set_meminfo(total_kb, total_kb * 9 // 10, total_kb * 19 // 20)
-        self._put(self.roots.proc_path("cpuinfo"), self._cpuinfo())
+        self._put(self.roots.proc_path("cpuinfo"), cpuinfo(self.processors, self.vendor, self.resctrl,
+                                                         self.threads_per_core, self.sockets))
         for res in ("cpu", "memory", "io"):
             some_total = rng.randrange(0, 10_000_000)
             full_total = 0 if res == "cpu" else some_total // 2
@@ -545,128 +548,6 @@ class FakeHost:
         min_free = max(128, min(262_144, math.isqrt(total_kb * 16)))
         self._put(self.roots.proc_path("sys/vm/min_free_kbytes"), f"{min_free}\n")
         self._put(self.roots.proc_path("sys/vm/watermark_scale_factor"), "10\n")
-
-    def _cpuinfo(self) -> str:
-        flags = _CPU_FLAGS + (_RDT_FLAGS if self.resctrl else "")
-        amd = self.vendor == "AuthenticAMD"
-        model = "AMD EPYC 7K62 48-Core Processor" if amd else "Intel(R) Xeon(R) Platinum 8269CY CPU @ 2.50GHz"
-        cores_per_socket = self.n_cpus // self.threads_per_core // self.sockets
-        blocks = []
-        for p in sorted(self.processors, key=lambda p: p.cpu):
-            blocks.append(
-                f"processor\t: {p.cpu}\nvendor_id\t: {self.vendor}\ncpu family\t: {25 if amd else 6}\n"
-                f"model\t\t: {49 if amd else 85}\nmodel name\t: {model}\nstepping\t: 7\n"
-                f"cpu MHz\t\t: 2500.000\ncache size\t: 36608 KB\nphysical id\t: {p.socket}\n"
-                f"siblings\t: {cores_per_socket * self.threads_per_core}\n"
-                f"core id\t\t: {p.core - p.socket * cores_per_socket}\ncpu cores\t: {cores_per_socket}\n"
-                f"apicid\t\t: {p.cpu}\nfpu\t\t: yes\nflags\t\t: {flags}\n"
-                f"bogomips\t: 5000.00\nclflush size\t: 64\n"
-                f"address sizes\t: 46 bits physical, 48 bits virtual\n"
-            )
-        return "\n".join(blocks) + "\n"
-
-    # ------------------------------------------------------------------
-    # sysfs
-    # ------------------------------------------------------------------
-    def _topology(self) -> list[Processor]:
-        n_cores = self.n_cpus // self.threads_per_core
-        cores_per_socket = n_cores // self.sockets
-        cores_per_node = n_cores // self.numa_nodes
-        out = []
-        for cpu in range(self.n_cpus):
-            core = cpu % n_cores
-            socket = core // cores_per_socket
-            out.append(Processor(cpu=cpu, core=core, socket=socket, node=core // cores_per_node, l3=socket))
-        return out
-
-    def _build_sys(self) -> None:
-        cpu_base = self.roots.sys_path("devices/system/cpu")
-        node_base = self.roots.sys_path("devices/system/node")
-        all_cpus = self._all_cpus.decode() + "\n"
-        for name in ("online", "possible", "present"):
-            self._write_tree(cpu_base, {name: all_cpus})
-        self._write_tree(cpu_base, {"smt/active": "1\n" if self.threads_per_core > 1 else "0\n",
-                                    "smt/control": "on\n"})
-        n_cores = self.n_cpus // self.threads_per_core
-        cores_per_socket = n_cores // self.sockets
-        by_core: dict[int, list[int]] = {}
-        by_socket: dict[int, list[int]] = {}
-        by_node: dict[int, list[int]] = {}
-        for p in self.processors:
-            by_core.setdefault(p.core, []).append(p.cpu)
-            by_socket.setdefault(p.socket, []).append(p.cpu)
-            by_node.setdefault(p.node, []).append(p.cpu)
-        for p in self.processors:
-            siblings = format_cpu_list(by_core[p.core]) + "\n"
-            package = format_cpu_list(by_socket[p.socket]) + "\n"
-            files = {
-                "topology/core_id": f"{p.core - p.socket * cores_per_socket}\n",
-                "topology/physical_package_id": f"{p.socket}\n",
-                "topology/die_id": "0\n",
-                "topology/thread_siblings_list": siblings,
-                "topology/core_cpus_list": siblings,
-                "topology/core_siblings_list": package,
-                "topology/package_cpus_list": package,
-            }
-            caches = (("Data", 1, p.core, siblings), ("Instruction", 1, p.core, siblings),
-                      ("Unified", 2, p.core, siblings), ("Unified", 3, p.l3, package))
-            for i, (ctype, level, cid, shared) in enumerate(caches):
-                files[f"cache/index{i}/type"] = ctype + "\n"
-                files[f"cache/index{i}/level"] = f"{level}\n"
-                files[f"cache/index{i}/id"] = f"{cid}\n"
-                files[f"cache/index{i}/shared_cpu_list"] = shared
-            self._write_tree(f"{cpu_base}/cpu{p.cpu}", files)
-        nodes = format_cpu_list(range(self.numa_nodes)) + "\n"
-        self._write_tree(node_base, {name: nodes for name in ("online", "possible", "has_cpu", "has_memory",
-                                                              "has_normal_memory")})
-        bus = self.roots.sys_path("bus/node/devices")
-        os.makedirs(bus, exist_ok=True)
-        per_node_kb = self.memory_bytes // 1024 // self.numa_nodes
-        for node in range(self.numa_nodes):
-            self._write_tree(f"{node_base}/node{node}", {
-                "cpulist": format_cpu_list(by_node.get(node, [])) + "\n",
-                "meminfo": self._node_meminfo(node, per_node_kb),
-            })
-            link = f"{bus}/node{node}"
-            if not os.path.lexists(link):
-                os.symlink(os.path.relpath(f"{node_base}/node{node}", bus), link)
-        if self.resctrl:
-            l3_ids = sorted({p.l3 for p in self.processors})
-            self._write_tree(self.roots.sys_path("fs/resctrl"), {
-                "info/L3/cbm_mask": "7ff\n",
-                "info/L3/min_cbm_bits": "1\n",
-                "info/L3/num_closids": "16\n",
-                "info/MB/min_bandwidth": "10\n" if self._mb_max == 100 else "0\n",
-                "info/MB/bandwidth_gran": "10\n" if self._mb_max == 100 else "1\n",
-                "schemata": ("L3:" + ";".join(f"{i}=7ff" for i in l3_ids) + "\n"
-                             "MB:" + ";".join(f"{i}={self._mb_max}" for i in l3_ids) + "\n"),
-                "tasks": "",
-            })
-
-    @staticmethod
-    def _node_meminfo(node: int, total_kb: int) -> str:
-        free = total_kb * 9 // 10
-        active_file = inactive_file = total_kb // 100
-        entries = [("MemTotal", total_kb), ("MemFree", free), ("MemUsed", total_kb - free),
-                   ("Active", active_file), ("Inactive", inactive_file), ("Active(anon)", 0),
-                   ("Inactive(anon)", 0), ("Active(file)", active_file), ("Inactive(file)", inactive_file),
-                   ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0), ("Writeback", 0),
-                   ("FilePages", active_file + inactive_file), ("Mapped", 0), ("AnonPages", 0), ("Shmem", 0),
-                   ("KernelStack", 0), ("PageTables", 0), ("KReclaimable", total_kb // 200),
-                   ("Slab", total_kb // 100), ("SReclaimable", total_kb // 200),
-                   ("SUnreclaim", total_kb // 100 - total_kb // 200)]
-        lines = [f"Node {node} {k + ':':<15} {v:>8} kB" for k, v in entries]
-        lines += [f"Node {node} {k + ':':<15} {0:>5}" for k in ("HugePages_Total", "HugePages_Free",
-                                                               "HugePages_Surp")]
-        return "\n".join(lines) + "\n"
-
-    @staticmethod
-    def _write_tree(base: str, files: dict[str, str]) -> None:
-        for rel, body in files.items():
-            path = f"{base}/{rel}"
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(body)
 
     # ------------------------------------------------------------------
     # raw access
