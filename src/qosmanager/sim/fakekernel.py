@@ -45,6 +45,13 @@ What it models (each rule is the kernel's, the errno too):
 
 What it does not model is listed in :data:`KNOWN_LIMITS` (the proof-by-difference test in
 ``tests/test_fake_vs_kernel.py`` exempts exactly those).
+
+Map of the file (:class:`FakeKernel`, top to bottom): the kernel's numbers and file keys, what
+is not modelled; processes, where a path is, mkdir (v1, v2 files); writes and the rule table;
+the rules: CFS bandwidth, cpuset, memory (and the load model's hooks), v2 controllers,
+processes.  Its rooms: :mod:`~qosmanager.sim.kparse` (the kernel's parsers, file helpers),
+:mod:`~qosmanager.sim.fakeblock` (blkio and io), :mod:`~qosmanager.sim.fakeresctrl` (resctrl),
+:mod:`~qosmanager.sim.fakesysio` (the sysio interposer, :func:`install`, :func:`register`).
 """
 
 from __future__ import annotations
@@ -54,28 +61,42 @@ import errno
 import os
 import re
 import threading
-import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import numpy as np
 
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.roots import HostRoots
+from qosmanager.sim.fakeblock import BlockRules
+from qosmanager.sim.fakeresctrl import ResctrlRules
+from qosmanager.sim.fakesysio import install, register  # noqa: F401  (re-exported)
+from qosmanager.sim.kparse import (  # noqa: F401  (re-exported: the kernel's numbers and parsers)
+    INT32_MAX,
+    PAGE_COUNTER_MAX,
+    PAGE_SIZE,
+    U64_MAX,
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+    KernelError,
+    _bump,
+    _int_file,
+    _kv,
+    _parse_stat,
+    _put,
+    _read_or,
+    cpulist_parse,
+    kstrtoint,
+    kstrtoll,
+    kstrtoull,
+    memparse_pages,
+)
 
-PAGE_SIZE = 4096
-PAGE_COUNTER_MAX = (2**63 - 1) // PAGE_SIZE
 V1_MEMORY_UNLIMITED = PAGE_COUNTER_MAX * PAGE_SIZE  # 9223372036854771712: what v1 prints for "no limit"
 CFS_PERIOD_US = 100_000
 CFS_MIN_US = 1_000  # min_cfs_quota_period: 1 ms
 CFS_MAX_PERIOD_US = 1_000_000  # max_cfs_quota_period: 1 s
 MAX_CFS_RUNTIME_US = ((1 << 44) - 1) // 1000  # max_cfs_runtime (MAX_BW * NSEC_PER_USEC) in us
 SHARES_MIN, SHARES_MAX = 2, 262_144
-WEIGHT_MIN, WEIGHT_MAX = 1, 10_000
-U64_MAX = 2**64 - 1
 BW_SHIFT = 20
 RUNTIME_INF = -1
-INT32_MAX = 2**31 - 1
 
 V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
 # v2 controllers in the kernel's subsystem order (how cgroup.controllers and subtree_control print)
@@ -140,160 +161,6 @@ KNOWN_LIMITS = {
                      "fake host's load generator can set them",
 }
 
-class KernelError(Exception):
-    """A write or mkdir the kernel refuses; ``errno`` is what the system call returns."""
-
-    def __init__(self, err: int, why: str = "") -> None:
-        super().__init__(f"{errno.errorcode.get(err, str(err))}: {why or os.strerror(err)}")
-        self.errno = err
-
-
-def _kv(keys: Sequence[str], values: dict[str, int] | None = None) -> str:
-    values = values or {}
-    return "".join(f"{k} {values.get(k, 0)}\n" for k in keys)
-
-
-# ----------------------------------------------------------------------------------------------
-# the kernel's parsers
-# ----------------------------------------------------------------------------------------------
-def _strip_newline(text: str) -> str:
-    """kstrto*() accept one trailing newline and nothing else around the number."""
-    return text[:-1] if text.endswith("\n") else text
-
-
-def kstrtoull(text: str, base: int = 0) -> int:
-    """The kernel's kstrtoull: a leading '+', base 0 (0x hex, 0 octal), one trailing newline."""
-    s = _strip_newline(text)
-    if s.startswith("+"):
-        s = s[1:]
-    if not s or not s[0].isalnum():
-        raise KernelError(errno.EINVAL)
-    try:
-        if base == 0:
-            if s[:2].lower() == "0x":
-                v = int(s[2:], 16) if s[2:] and re.fullmatch(r"[0-9a-fA-F]+", s[2:]) else -1
-            elif s.startswith("0") and len(s) > 1:
-                v = int(s[1:], 8) if re.fullmatch(r"[0-7]+", s[1:]) else -1
-            else:
-                v = int(s, 10) if s.isascii() and s.isdigit() else -1
-        else:
-            v = int(s, base) if re.fullmatch(r"[0-9a-fA-F]+" if base == 16 else r"[0-9]+", s) else -1
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise KernelError(errno.EINVAL)
-    if v > U64_MAX:
-        raise KernelError(errno.ERANGE)
-    return v
-
-
-def kstrtoll(text: str, base: int = 0) -> int:
-    s = _strip_newline(text)
-    if s.startswith("-"):
-        v = -kstrtoull(s[1:], base)
-        if v < -(2**63):
-            raise KernelError(errno.ERANGE)
-        return v
-    v = kstrtoull(s, base)
-    if v > 2**63 - 1:
-        raise KernelError(errno.ERANGE)
-    return v
-
-
-def kstrtoint(text: str, base: int = 0) -> int:
-    v = kstrtoll(text, base)
-    if not -(2**31) <= v <= INT32_MAX:
-        raise KernelError(errno.ERANGE)
-    return v
-
-
-_MEMPARSE = re.compile(r"(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?([kKmMgGtTpPeE]?)")
-
-
-def memparse_pages(text: str, max_token: str) -> int:
-    """page_counter_memparse on a stripped buffer: ``max_token`` or bytes with an optional K/M/G/T/P/E
-    suffix, in pages (rounded down); anything after the number is EINVAL.  An empty buffer is 0, as
-    simple_strtoull makes it."""
-    s = text.strip()
-    if s == max_token:
-        return PAGE_COUNTER_MAX
-    m = _MEMPARSE.fullmatch(s)
-    if m is None:
-        raise KernelError(errno.EINVAL)
-    num, suffix = m.group(1) or "0", m.group(2).lower()
-    v = int(num, 16) if num[:2].lower() == "0x" else int(num, 8) if num.startswith("0") else int(num)
-    v = min(v, U64_MAX)  # simple_strtoull does not report overflow
-    v <<= {"": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50, "e": 60}[suffix]
-    return min((v & U64_MAX) // PAGE_SIZE, PAGE_COUNTER_MAX)
-
-
-def cpulist_parse(text: str, nbits: int) -> set[int]:
-    """bitmap_parselist: "0-3,8,10-15:2/4", empty means none; a CPU beyond ``nbits`` is ERANGE."""
-    s = text.strip()
-    out: set[int] = set()
-    if not s:
-        return out
-    for part in s.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?", part.strip())
-        if m is None:
-            raise KernelError(errno.EINVAL)
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise KernelError(errno.EINVAL)
-        used, grp = (int(m.group(3)), int(m.group(4))) if m.group(3) is not None else (1, 1)
-        if used == 0 or grp == 0 or used > grp:
-            raise KernelError(errno.EINVAL)
-        if hi >= nbits:
-            raise KernelError(errno.ERANGE)
-        out.update(c for c in range(lo, hi + 1) if (c - lo) % grp < used)
-    return out
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
-
-
-def _put(path: str, body: str) -> None:
-    with open(path, "w") as f:
-        f.write(body)
-
-
-def _read_or(path: str, default: str) -> str:
-    try:
-        return _read(path)
-    except OSError:
-        return default
-
-
-def _int_file(path: str) -> int:
-    try:
-        return int(_read(path).strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def _parse_stat(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for ln in text.splitlines():
-        k, _, v = ln.partition(" ")
-        if k and v.strip().lstrip("-").isdigit():
-            out[k] = int(v)
-    return out
-
-
-def _bump(path: str, key: str, n: int) -> None:
-    """Add ``n`` to ``key`` of a flat-keyed file (memory.events) that exists."""
-    if not os.path.exists(path):
-        return
-    values = _parse_stat(_read_or(path, ""))
-    if key not in values:
-        return
-    values[key] += n
-    _put(path, "".join(f"{k} {v}\n" for k, v in values.items()))
-
-
 # ----------------------------------------------------------------------------------------------
 # the kernel
 # ----------------------------------------------------------------------------------------------
@@ -321,6 +188,8 @@ class FakeKernel:
         self.pids: set[int] = set()
         self._lock = threading.Lock()
         self._reclaimed: dict[str, int] = {}  # cgroup dir -> page cache bytes reclaimed (take_reclaimed)
+        self.resctrl = ResctrlRules(self.resctrl_root, n_cpus, mb_max, self.pids, self._move)
+        self.block = BlockRules(self.sys_root)
         self._files: dict[str, Callable[[str, str, str, str], str]] = self._rules()
 
     # ---------------------------------------------------------------- processes
@@ -365,13 +234,13 @@ class FakeKernel:
         where = self._where(os.path.join(path, "x"))
         with self._lock:
             if where is not None and where[0] == self.resctrl_root:
-                self._resctrl_mkdir_check(path)
+                self.resctrl.mkdir_check(path)
             os.mkdir(path, mode)
             if where is None:
                 return
             mount = where[0]
             if mount == self.resctrl_root:
-                self._populate_resctrl(path)
+                self.resctrl.populate(path)
             elif self.version == 1:
                 self._populate_v1(self._hierarchy(mount), path)
             else:
@@ -440,30 +309,6 @@ class FakeKernel:
         for name, body in self._v2_files(controllers, parent).items():
             _put(os.path.join(path, name), body)
 
-    def _resctrl_groups(self) -> list[str]:
-        return [e.name for e in os.scandir(self.resctrl_root)
-                if e.is_dir() and e.name not in ("info", "mon_groups", "mon_data")]
-
-    def _resctrl_mkdir_check(self, path: str) -> None:
-        if not os.path.isdir(os.path.dirname(path)):
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        if os.path.dirname(path) != self.resctrl_root:
-            raise OSError(errno.EPERM, os.strerror(errno.EPERM), path)  # groups live at the top level
-        if os.path.lexists(path):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
-        closids = int(_read_or(os.path.join(self.resctrl_root, "info/L3/num_closids"), "16").strip() or 16)
-        if len(self._resctrl_groups()) + 1 >= closids:  # the root group holds CLOSID 0
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-
-    def _populate_resctrl(self, path: str) -> None:
-        root_schemata = self._schemata_read(self.resctrl_root)
-        words = -(-self.n_cpus // 32)
-        files = {"schemata": self._schemata_format(root_schemata), "tasks": "",
-                 "cpus": ",".join(["00000000"] * words) + "\n", "cpus_list": "\n",
-                 "mode": "shareable\n", "size": ""}
-        for name, body in files.items():
-            _put(os.path.join(path, name), body)
-
     # ---------------------------------------------------------------- writes
     def has_rule(self, path: str) -> bool:
         """Whether writes to ``path`` follow a kernel rule (else it is a plain file of the fake tree)."""
@@ -511,7 +356,7 @@ class FakeKernel:
     def _rules(self) -> dict[str, Callable[[str, str, str, str], str]]:
         r: dict[str, Callable[[str, str, str, str], str]] = {
             "tasks": self._w_procs, "cgroup.procs": self._w_procs,
-            "resctrl:tasks": self._w_resctrl_tasks, "resctrl:schemata": self._w_schemata,
+            "resctrl:tasks": self.resctrl.w_tasks, "resctrl:schemata": self.resctrl.w_schemata,
         }
         if self.version == 1:
             r.update({
@@ -519,7 +364,7 @@ class FakeKernel:
                 "cpu.cfs_burst_us": self._w_burst, "cpu.shares": self._w_shares,
                 "cpuset.cpus": self._w_cpuset, "cpuset.mems": self._w_cpuset,
                 "memory.limit_in_bytes": self._w_v1_memory, "memory.soft_limit_in_bytes": self._w_v1_memory,
-                **dict.fromkeys(BLKIO_THROTTLE_FILES, self._w_blkio_throttle),
+                **dict.fromkeys(BLKIO_THROTTLE_FILES, self.block.w_blkio_throttle),
             })
         else:
             r.update({
@@ -528,7 +373,8 @@ class FakeKernel:
                 "memory.high": self._w_v2_high, "memory.max": self._w_v2_memory,
                 "memory.reclaim": self._w_v2_reclaim,
                 "memory.low": self._w_v2_memory, "memory.min": self._w_v2_memory,
-                "memory.swap.max": self._w_v2_memory, "io.max": self._w_io_max, "io.weight": self._w_io_weight,
+                "memory.swap.max": self._w_v2_memory,
+                "io.max": self.block.w_io_max, "io.weight": self.block.w_io_weight,
                 "cgroup.subtree_control": self._w_subtree_control,
             })
         return r
@@ -771,106 +617,6 @@ class FakeKernel:
                 _bump(os.path.join(d, "memory.events"), event, n)
                 d = os.path.dirname(d)
 
-    # ---- block devices
-    def _disks(self) -> set[str]:
-        """MAJ:MIN of the whole disks of the fake host (``sys/block/<disk>/dev``)."""
-        out = set()
-        base = os.path.join(self.sys_root, "block")
-        with contextlib.suppress(OSError):
-            for e in os.scandir(base):
-                dev = _read_or(os.path.join(e.path, "dev"), "").strip()
-                if dev:
-                    out.add(dev)
-        return out
-
-    def _device(self, text: str) -> tuple[str, str]:
-        m = re.match(r"\s*(\d+):(\d+)", text)
-        if m is None:
-            raise KernelError(errno.EINVAL)
-        dev = f"{int(m.group(1))}:{int(m.group(2))}"
-        if dev not in self._disks():
-            raise KernelError(errno.ENODEV)
-        return dev, text[m.end():]
-
-    @staticmethod
-    def _table(current: str) -> dict[str, str]:
-        out = {}
-        for ln in current.splitlines():
-            if ln.strip():
-                dev, _, rest = ln.strip().partition(" ")
-                out[dev] = rest
-        return out
-
-    @staticmethod
-    def _dev_key(dev: str) -> tuple[int, int]:
-        a, _, b = dev.partition(":")
-        return int(a), int(b)
-
-    def _w_blkio_throttle(self, mount: str, d: str, name: str, text: str) -> str:
-        dev, body = self._device(text)
-        m = re.match(r"\s*(\d+)", body)
-        if m is None:
-            raise KernelError(errno.EINVAL)
-        v = int(m.group(1))
-        path = os.path.join(d, name)
-        table = self._table(_read_or(path, ""))
-        if v == 0 or v >= U64_MAX:
-            table.pop(dev, None)
-        else:
-            table[dev] = str(v)
-        return "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
-
-    def _w_io_max(self, mount: str, d: str, name: str, text: str) -> str:
-        dev, body = self._device(text)
-        keys = ("rbps", "wbps", "riops", "wiops")
-        table = self._table(_read_or(os.path.join(d, name), ""))
-        cur = dict(kv.split("=", 1) for kv in table.get(dev, "").split() if "=" in kv)
-        vals = {k: cur.get(k, "max") for k in keys}
-        for tok in body.split():
-            name, eq, val = tok[:26].partition("=")
-            if not eq:
-                raise KernelError(errno.EINVAL)
-            m = re.match(r"\+?\d+", val)
-            if m is None and val != "max":
-                raise KernelError(errno.EINVAL)
-            num = "max" if m is None else str(int(m.group(0)))
-            if num == "0":
-                raise KernelError(errno.ERANGE)
-            if name not in keys:
-                raise KernelError(errno.EINVAL)
-            vals[name] = "max" if m is not None and int(num) >= U64_MAX else num
-        if all(v == "max" for v in vals.values()):
-            table.pop(dev, None)
-        else:
-            table[dev] = " ".join(f"{k}={vals[k]}" for k in keys)
-        return "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
-
-    def _w_io_weight(self, mount: str, d: str, name: str, text: str) -> str:
-        """iocost's io.weight: "[default] N" sets the cgroup's weight, "MAJ:MIN N" one disk's,
-        "MAJ:MIN default" drops it; weights within [1, 10000] (EINVAL otherwise)."""
-        lines = _read_or(os.path.join(d, name), "default 100\n").splitlines()
-        dflt = next((ln.split()[1] for ln in lines if ln.startswith("default ")), "100")
-        table = self._table("\n".join(ln for ln in lines if not ln.startswith("default ")))
-        body = text.strip()
-        if ":" not in body:
-            m = re.fullmatch(r"(?:default\s+)?(\d+)", body)
-            if m is None:
-                raise KernelError(errno.EINVAL)
-            if not WEIGHT_MIN <= int(m.group(1)) <= WEIGHT_MAX:
-                raise KernelError(errno.EINVAL)
-            dflt = str(int(m.group(1)))
-        else:
-            dev, rest = self._device(body)
-            rest = rest.strip()
-            if rest.startswith("default"):
-                table.pop(dev, None)
-            else:
-                m = re.match(r"\d+", rest)
-                if m is None or not WEIGHT_MIN <= int(m.group(0)) <= WEIGHT_MAX:
-                    raise KernelError(errno.EINVAL)
-                table[dev] = str(int(m.group(0)))
-        return f"default {dflt}\n" + "".join(f"{k} {table[k]}\n" for k in sorted(table, key=self._dev_key))
-
     # ---- v2 controllers
     def _w_subtree_control(self, mount: str, d: str, name: str, text: str) -> str:
         enable, disable = set(), set()
@@ -950,214 +696,3 @@ class FakeKernel:
                     _put(p, body + f"{pid}\n")
         body = _read_or(os.path.join(d, name), "")
         return body if str(pid) in body.split() else body + f"{pid}\n"
-
-    def _w_resctrl_tasks(self, mount: str, d: str, name: str, text: str) -> str:
-        body = _read_or(os.path.join(d, name), "")
-        for tok in text.strip().split(","):
-            tok = tok.strip()
-            pid = kstrtoint(tok) if tok else 0
-            if pid < 0 or not tok:
-                raise KernelError(errno.EINVAL)
-            if pid not in self.pids:
-                _put(os.path.join(d, name), body)  # the ids before it were moved
-                raise KernelError(errno.ESRCH)
-            self._move(mount, d, pid, ("tasks",))
-            if str(pid) not in body.split():
-                body += f"{pid}\n"
-        return body
-
-    # ---- resctrl schemata
-    def _resctrl_info(self) -> tuple[int, int, int, int]:
-        info = os.path.join(self.resctrl_root, "info")
-        cbm = int(_read_or(os.path.join(info, "L3/cbm_mask"), "7ff").strip() or "7ff", 16)
-        min_bits = int(_read_or(os.path.join(info, "L3/min_cbm_bits"), "1").strip() or 1)
-        min_bw = int(_read_or(os.path.join(info, "MB/min_bandwidth"), "10").strip() or 10)
-        gran = int(_read_or(os.path.join(info, "MB/bandwidth_gran"), "10").strip() or 10)
-        return cbm, min_bits, min_bw, gran
-
-    def _resources(self) -> list[str]:
-        info = os.path.join(self.resctrl_root, "info")
-        return [r for r in ("L3", "MB") if os.path.isdir(os.path.join(info, r))]
-
-    def _schemata_read(self, d: str) -> dict[str, dict[int, int]]:
-        out: dict[str, dict[int, int]] = {}
-        for ln in _read_or(os.path.join(d, "schemata"), "").splitlines():
-            name, sep, body = ln.partition(":")
-            if not sep:
-                continue
-            items: dict[int, int] = {}
-            for it in body.strip().split(";"):
-                k, eq, v = it.partition("=")
-                if eq:
-                    items[int(k)] = int(v.strip(), 16 if name.strip() == "L3" else 10)
-            out[name.strip()] = items
-        return out
-
-    def _schemata_format(self, s: dict[str, dict[int, int]]) -> str:
-        names = [n for n in self._resources() if n in s] or list(s)
-        width = max((len(n) for n in names), default=0)
-        lines = []
-        for n in names:
-            fmt = "{}={:x}" if n == "L3" else "{}={}"
-            lines.append(f"{n:>{width}}:" + ";".join(fmt.format(i, v) for i, v in sorted(s[n].items())))
-        return "\n".join(lines) + ("\n" if lines else "")
-
-    def _w_schemata(self, mount: str, d: str, name: str, text: str) -> str:
-        if not text.endswith("\n"):
-            raise KernelError(errno.EINVAL, "a schemata write ends with a newline")
-        cbm_mask, min_bits, min_bw, gran = self._resctrl_info()
-        staged = self._schemata_read(d)
-        known = self._resources()
-        for line in text[:-1].split("\n"):
-            name, sep, dom = line.partition(":")
-            name = name.strip()
-            if not sep:
-                raise KernelError(errno.EINVAL, "missing ':'")
-            if not dom.strip():
-                raise KernelError(errno.EINVAL, f"missing '{name}' value")
-            if name not in known or name not in staged:
-                raise KernelError(errno.EINVAL, f"unknown resource {name}")
-            rest = dom.strip()
-            while rest:
-                item, _, rest = rest.partition(";")
-                k, eq, v = item.partition("=")
-                if not eq or not k.strip().isdigit():
-                    raise KernelError(errno.EINVAL, "missing '=' or non-numeric domain")
-                dom_id = int(k.strip())
-                if dom_id not in staged[name]:
-                    raise KernelError(errno.EINVAL, f"unknown domain {dom_id}")
-                v = v.strip()
-                if name == "L3":
-                    if not v or not re.fullmatch(r"[0-9a-fA-F]+", v):
-                        raise KernelError(errno.EINVAL)
-                    mask = int(v, 16)
-                    if (min_bits > 0 and mask == 0) or mask > cbm_mask:
-                        raise KernelError(errno.EINVAL, "mask out of range")
-                    bits = f"{mask:b}".strip("0")
-                    if "0" in bits:
-                        raise KernelError(errno.EINVAL, "non-consecutive 1-bits")
-                    if len(bits) < min_bits:
-                        raise KernelError(errno.EINVAL)
-                    staged[name][dom_id] = mask
-                else:
-                    if not v.isdigit():
-                        raise KernelError(errno.EINVAL)
-                    bw = int(v)
-                    if bw < min_bw or bw > self.mb_max:
-                        raise KernelError(errno.EINVAL, "MB value out of range")
-                    staged[name][dom_id] = -(-bw // gran) * gran
-        return self._schemata_format(staged)
-
-
-
-# ----------------------------------------------------------------------------------------------
-# the sysio interposer
-# ----------------------------------------------------------------------------------------------
-_KERNELS: weakref.WeakValueDictionary[str, FakeKernel] = weakref.WeakValueDictionary()
-_FDS: dict[int, tuple[str, FakeKernel]] = {}  # descriptor -> (path, kernel) of files opened in a fake tree
-_REAL: dict[str, Any] = {}
-_INSTALL_LOCK = threading.Lock()
-
-
-def _owner(path: str) -> FakeKernel | None:
-    for k in list(_KERNELS.values()):
-        if k.owns(path):
-            return k
-    return None
-
-
-def _open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
-    fds = _REAL["open_batch"](paths, flags)
-    kernels = list(_KERNELS.values())
-    if kernels:
-        prefixes = tuple(k.cgroup_root + "/" for k in kernels) + tuple(k.resctrl_root + "/" for k in kernels)
-        for p, fd in zip(paths, fds.tolist()):
-            if fd >= 0 and (p.startswith(prefixes) or not p.startswith("/")):
-                k = _owner(os.path.abspath(p))
-                if k is not None:
-                    _FDS[fd] = (os.path.abspath(p), k)
-                else:
-                    _FDS.pop(fd, None)
-    return fds
-
-
-def _registered(fd: int) -> tuple[str, FakeKernel] | None:
-    """The fake file behind a descriptor, when the descriptor still names it (a descriptor closed outside
-    the batch functions and reused for another file is forgotten)."""
-    hit = _FDS.get(fd)
-    if hit is None:
-        return None
-    try:
-        now = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        now = ""
-    if now != hit[0]:
-        _FDS.pop(fd, None)
-        return None
-    return hit
-
-
-def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarray) -> np.ndarray:
-    if not _FDS:
-        return _REAL["pwrite_batch"](fds, payloads, truncate)
-    fd_list = np.asarray(fds).tolist()
-    hits = [_registered(fd) for fd in fd_list]
-    if not any(hits):
-        return _REAL["pwrite_batch"](fds, payloads, truncate)
-    err = np.zeros(len(payloads), dtype=np.int32)
-    rest = [i for i, h in enumerate(hits) if h is None]
-    if rest:
-        idx = np.asarray(rest, dtype=np.int64)
-        err[idx] = _REAL["pwrite_batch"](np.asarray(fds)[idx], [payloads[i] for i in rest],
-                                         np.asarray(truncate)[idx])
-    for i, h in enumerate(hits):
-        if h is not None:
-            path, k = h
-            err[i] = k.write(path, payloads[i])
-    return err
-
-
-def _fstatfs_magic(fd: int) -> int | None:
-    hit = _registered(fd) if _FDS else None
-    if hit is not None and hit[1].has_rule(hit[0]):
-        path, k = hit
-        if path.startswith(k.resctrl_root):
-            return 0x07655821
-        return 0x27E0EB if k.version == 1 else 0x63677270
-    return _REAL["fstatfs_magic"](fd)
-
-
-def _close_batch(fds: np.ndarray) -> None:
-    if _FDS:
-        for fd in np.asarray(fds).tolist():
-            _FDS.pop(fd, None)
-    _REAL["close_batch"](fds)
-
-
-def _mkdir(path: str, mode: int = 0o777) -> None:
-    k = _owner(os.path.abspath(path)) if _KERNELS else None
-    if k is None:
-        _REAL["mkdir"](path, mode)
-    else:
-        k.mkdir(os.path.abspath(path), mode)
-
-
-def install() -> None:
-    """Put the fake kernels in front of the sysio layer (idempotent).  Paths of no live fake kernel go to
-    the real functions."""
-    from qosmanager._native import sysio
-
-    with _INSTALL_LOCK:
-        if _REAL:
-            return
-        for name, wrapper in (("open_batch", _open_batch), ("pwrite_batch", _pwrite_batch),
-                              ("fstatfs_magic", _fstatfs_magic), ("close_batch", _close_batch),
-                              ("mkdir", _mkdir)):
-            _REAL[name] = getattr(sysio, name)
-            setattr(sysio, name, wrapper)
-
-
-def register(kernel: FakeKernel) -> None:
-    """Route the sysio calls for paths below ``kernel``'s roots to it while it lives."""
-    install()
-    _KERNELS[kernel.cgroup_root] = kernel

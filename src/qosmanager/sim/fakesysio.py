@@ -1,0 +1,148 @@
+"""The sysio interposer: the agent's own write path meets the fake kernels' rules.
+
+:func:`register` routes the sysio calls (:mod:`qosmanager._native.sysio`) for paths below a live
+fake kernel's roots to that kernel; :func:`install` puts the wrappers in front of the layer once.
+Paths elsewhere (a real ``/sys/fs/cgroup``) reach the real functions untouched, and with no fake
+kernel alive the wrappers cost one dictionary test per call.
+
+Map of the file: the registry of live kernels and of descriptors opened in a fake tree; the
+wrappers (``open_batch`` registers, ``pwrite_batch`` routes to :meth:`FakeKernel.write`,
+``fstatfs_magic`` answers cgroupfs/cgroup2/resctrl, ``close_batch`` forgets, ``mkdir`` routes to
+:meth:`FakeKernel.mkdir`); :func:`install`, :func:`register`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class FakeKernel(Protocol):
+    """What the interposer asks of a fake kernel (:class:`qosmanager.sim.fakekernel.FakeKernel`)."""
+
+    version: int
+    cgroup_root: str
+    resctrl_root: str
+
+    def owns(self, path: str) -> bool: ...
+
+    def has_rule(self, path: str) -> bool: ...
+
+    def write(self, path: str, data: bytes) -> int: ...
+
+    def mkdir(self, path: str, mode: int = 0o777) -> None: ...
+
+
+_KERNELS: weakref.WeakValueDictionary[str, FakeKernel] = weakref.WeakValueDictionary()
+_FDS: dict[int, tuple[str, FakeKernel]] = {}  # descriptor -> (path, kernel) of files opened in a fake tree
+_REAL: dict[str, Any] = {}
+_INSTALL_LOCK = threading.Lock()
+
+
+def _owner(path: str) -> FakeKernel | None:
+    for k in list(_KERNELS.values()):
+        if k.owns(path):
+            return k
+    return None
+
+
+def _open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
+    fds = _REAL["open_batch"](paths, flags)
+    kernels = list(_KERNELS.values())
+    if kernels:
+        prefixes = tuple(k.cgroup_root + "/" for k in kernels) + tuple(k.resctrl_root + "/" for k in kernels)
+        for p, fd in zip(paths, fds.tolist()):
+            if fd >= 0 and (p.startswith(prefixes) or not p.startswith("/")):
+                k = _owner(os.path.abspath(p))
+                if k is not None:
+                    _FDS[fd] = (os.path.abspath(p), k)
+                else:
+                    _FDS.pop(fd, None)
+    return fds
+
+
+def _registered(fd: int) -> tuple[str, FakeKernel] | None:
+    """The fake file behind a descriptor, when the descriptor still names it (a descriptor closed outside
+    the batch functions and reused for another file is forgotten)."""
+    hit = _FDS.get(fd)
+    if hit is None:
+        return None
+    try:
+        now = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        now = ""
+    if now != hit[0]:
+        _FDS.pop(fd, None)
+        return None
+    return hit
+
+
+def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarray) -> np.ndarray:
+    if not _FDS:
+        return _REAL["pwrite_batch"](fds, payloads, truncate)
+    fd_list = np.asarray(fds).tolist()
+    hits = [_registered(fd) for fd in fd_list]
+    if not any(hits):
+        return _REAL["pwrite_batch"](fds, payloads, truncate)
+    err = np.zeros(len(payloads), dtype=np.int32)
+    rest = [i for i, h in enumerate(hits) if h is None]
+    if rest:
+        idx = np.asarray(rest, dtype=np.int64)
+        err[idx] = _REAL["pwrite_batch"](np.asarray(fds)[idx], [payloads[i] for i in rest],
+                                         np.asarray(truncate)[idx])
+    for i, h in enumerate(hits):
+        if h is not None:
+            path, k = h
+            err[i] = k.write(path, payloads[i])
+    return err
+
+
+def _fstatfs_magic(fd: int) -> int | None:
+    hit = _registered(fd) if _FDS else None
+    if hit is not None and hit[1].has_rule(hit[0]):
+        path, k = hit
+        if path.startswith(k.resctrl_root):
+            return 0x07655821
+        return 0x27E0EB if k.version == 1 else 0x63677270
+    return _REAL["fstatfs_magic"](fd)
+
+
+def _close_batch(fds: np.ndarray) -> None:
+    if _FDS:
+        for fd in np.asarray(fds).tolist():
+            _FDS.pop(fd, None)
+    _REAL["close_batch"](fds)
+
+
+def _mkdir(path: str, mode: int = 0o777) -> None:
+    k = _owner(os.path.abspath(path)) if _KERNELS else None
+    if k is None:
+        _REAL["mkdir"](path, mode)
+    else:
+        k.mkdir(os.path.abspath(path), mode)
+
+
+def install() -> None:
+    """Put the fake kernels in front of the sysio layer (idempotent).  Paths of no live fake kernel go to
+    the real functions."""
+    from qosmanager._native import sysio
+
+    with _INSTALL_LOCK:
+        if _REAL:
+            return
+        for name, wrapper in (("open_batch", _open_batch), ("pwrite_batch", _pwrite_batch),
+                              ("fstatfs_magic", _fstatfs_magic), ("close_batch", _close_batch),
+                              ("mkdir", _mkdir)):
+            _REAL[name] = getattr(sysio, name)
+            setattr(sysio, name, wrapper)
+
+
+def register(kernel: FakeKernel) -> None:
+    """Route the sysio calls for paths below ``kernel``'s roots to it while it lives."""
+    install()
+    _KERNELS[kernel.cgroup_root] = kernel
