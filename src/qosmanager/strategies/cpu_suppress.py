@@ -20,24 +20,9 @@ two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
   the topology annotation, else ``none``) decides where the BE cpuset is written.
 * ``cfsQuota``: set the BE QoS dir's CFS quota (``cpu.max`` on cgroup v2).
 
-**BE pods' own quotas (cgroup v1).**  On a koordinator node BE pods and containers carry CFS quotas
-of their own: koordlet's batch-resource hook writes them from ``kubernetes.io/batch-cpu`` limits
-(150000 for 1.5 cores).  cgroup v1 refuses a parent quota below a child's (EINVAL), so a BE QoS dir
-quota under one such pod's would never be written and BE would stay unlimited.  Before the BE dir's
-quota falls below a pod's or container's, that child is lowered to the new BE quota (the executor
-writes falling limits children first); when the budget rises the children get their own quota back
-(rising limits go parents first), as far as the budget allows, and all of it when cfsQuota
-suppression is recovered.  A child's own quota is the value its owner wrote: what the strategy found
-there before lowering it, or a value found later that the strategy did not write (the owner
-re-wrote it).  A child found at exactly the BE dir's quota and below the quota the batch-resource
-rule gives its pod's ``batch-cpu`` limit is taken as lowered by an earlier run of the agent: its own
-quota is the rule's (an agent restart gives children their own quotas back).  Quotas are compared
-at the standard 100 ms period, the one koordlet and the kubelet write.  A stopping agent writes
-nothing (BE stays suppressed between two agents), so lowered children stay at the BE quota: v1
-refuses them more while it is in force.  The next agent gives them back as its budget allows;
-``qosmanager restore`` (uninstall) writes the BE dir's original first, then theirs.  cgroup v2 allows a parent
-``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
-already ordered by the executor: neither needs this step.
+**BE pods' own quotas (cgroup v1)**: before the BE dir's quota falls below a BE pod's or
+container's own, that child is lowered first, and gets its own quota back when the budget rises
+(:mod:`qosmanager.strategies._cpu_suppress_children`).
 
 Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of the
 node are skipped (not written, only read-compared, so the executor sees this agent's value in place
@@ -64,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,15 +58,16 @@ from qosmanager.api.nodeslo import (
     CPU_SUPPRESS_POLICY_CPUSET,
     HostApplicationSpec,
 )
-from qosmanager.api.pod import BATCH_CPU, KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
+from qosmanager.api.pod import KUBE_QOS_BESTEFFORT, QOS_LSE, QOS_LSR, PodMeta
 from qosmanager.executor.executor import Plan, Request, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, POD, QOS, Need
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
-from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota
+from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
+from qosmanager.strategies._cpu_suppress_children import BEChildQuotas, _int_or_none, _pod_dir
 from qosmanager.strategies._helpers import (
     AnnotationError,
     ClassSplit,
@@ -176,11 +161,10 @@ class CPUSuppress(Strategy):
         self._split: tuple[int, ClassSplit] | None = None
         # cgroup v1, cfsQuota: BE pods' and containers' own quotas (dir -> quota, -1 unlimited) and
         # the quotas this strategy lowered some of them to (see the module docstring)
-        self.child_own: dict[str, int] = {}
-        self.child_lowered: dict[str, int] = {}
-        self.children_lock = threading.Lock()  # the fast path lowers children from its own thread
-        self._children_scanned = False  # every BE child read once (a restart finds lowered ones)
-        self._rule_quotas: tuple[int, dict[str, int]] | None = None
+        self.children = BEChildQuotas(self.write, REASON)
+        # the fast path lowers children from its own thread, under the same lock, with the same maps
+        self.child_own, self.child_lowered = self.children.own, self.children.lowered
+        self.children_lock = self.children.lock
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
         self.quota_cap: Callable[[], int | None] | None = None
         self.cpuset_basis: CPUSetBasis | None = None  # the last cpuset decision's pools and dirs
@@ -327,110 +311,9 @@ class CPUSuppress(Strategy):
         return [w, *children]
 
     def fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
-        """See :meth:`_fit_children` (under :attr:`children_lock`: the fast path writes the same maps)."""
-        with self.children_lock:
-            return self._fit_children(ctx, be_dir, be_now, budget)
-
-    def _fit_children(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
-        """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
-        (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
-        ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
-        dir's quota sends these writes in the same executor batch (the executor orders them).
-
-        Every BE child is read only when the budget falls (or the BE dir was unlimited) and once
-        after start; when it rises only the children lowered earlier are read, and when it stays
-        none: the kernel keeps every other one at or below the limited BE dir (a dense node pays no
-        per-pod read per tick)."""
-        if ctx.cgroup_version != 1:
-            return []  # v2 takes a parent cpu.max below its children's
-        own, lowered = self.child_own, self.child_lowered
-        falling = be_now is None or be_now < 0 or 0 <= budget < be_now
-        full = budget >= 0 and (falling or not self._children_scanned)
-        if full:  # every BE pod and container
-            dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
-            self._children_scanned = True
-            if not dirs:
-                own.clear()
-                lowered.clear()
-                return []
-        else:
-            # the BE dir's quota stays or rises, and v1 keeps every child at or below a limited
-            # parent: only the children lowered earlier (and their parents) can change
-            if not lowered or budget == be_now:
-                return []  # a steady budget: a child's owner's re-write is found when it next rises
-            wanted = set(lowered)
-            for d in lowered:
-                parent = d.rpartition("/")[0]
-                while parent and parent != be_dir and parent.startswith(be_dir):
-                    wanted.add(parent)
-                    parent = parent.rpartition("/")[0]
-            dirs = sorted(wanted, key=lambda d: (d.count("/"), d))
-        values = ctx.read_many(QUOTA, dirs)
-        rule = self._rule_quotas_of(ctx)
-        ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
-        writes: list[Request] = []
-        seen: set[str] = set()
-        for d, text in zip(dirs, values):
-            cur = _int_or_none(text)
-            parent = d.rpartition("/")[0]
-            above = ceiling.get(parent, _limit(budget))
-            if cur is None:
-                ceiling[d] = above
-                if not full:  # gone
-                    own.pop(d, None)
-                    lowered.pop(d, None)
-                continue
-            seen.add(d)
-            mine = own.get(d)
-            if mine is None or lowered.get(d) != cur:
-                # first sight, or a value this strategy did not write: its owner's
-                ruled = rule.get(d, BE_UNSET_QUOTA)
-                if mine is None and cur >= 0 and cur == be_now and _limit(ruled) > cur:
-                    mine = ruled  # lowered by an earlier run of the agent: the batch-cpu rule's quota
-                else:
-                    mine = cur
-                own[d] = mine
-                lowered.pop(d, None)
-            # an unlimited child inherits the limit above it (v1 takes it): only a quota above is lowered
-            want = mine if mine < 0 or mine <= above else int(above)
-            if want == mine:
-                lowered.pop(d, None)
-            else:
-                lowered[d] = want
-            if want != cur:
-                if want == mine:
-                    why = f"{REASON}: give back its own quota {mine} (BE quota {budget})"
-                else:
-                    why = (f"{REASON}: quota {want} under the BE quota {budget} (its own {mine}; cgroup v1 "
-                           "refuses a parent quota below a child's)")
-                writes.append(self.write(QUOTA, d, want, why, cacheable=False))
-            ceiling[d] = above if want < 0 else want
-        if full:
-            for gone in [d for d in own if d not in seen]:
-                del own[gone]
-                lowered.pop(gone, None)
-        return writes
-
-    def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:
-        """The quotas koordlet's batch-resource rule gives BE-labelled pods and their containers
-        (``MilliCPUToQuota`` of the ``batch-cpu`` limits; -1 unlimited), by dir; kept until the pods change."""
-        cached = self._rule_quotas
-        if cached is not None and cached[0] == ctx.pods_generation:
-            return cached[1]
-        out: dict[str, int] = {}
-        for pod in ctx.pods.values():
-            if pod.kube_qos != KUBE_QOS_BESTEFFORT or not pod.is_be():
-                continue
-            d = _pod_dir(ctx, pod)
-            if d is None:
-                continue
-            out[d] = milli_cpu_to_quota(pod.batch_cpu_limit)
-            for c in pod.containers:
-                cd = ctx.container_dir(pod, c)
-                if cd is not None:
-                    out[cd] = milli_cpu_to_quota(c.limits.get(BATCH_CPU, -1))
-        self._rule_quotas = (ctx.pods_generation, out)
-        return out
+        """cgroup v1: the BE children's quotas under the BE dir's next quota ``budget``
+        (:meth:`BEChildQuotas.fit`, under :attr:`children_lock`)."""
+        return self.children.fit(ctx, be_dir, be_now, budget)
 
     # ------------------------------------------------------------------ cpuset policy
     def _adjust_by_cpuset(self, ctx: Context, q: SuppressQuantity, cpu_info: NodeCPUInfo) -> list[Request]:
@@ -769,27 +652,6 @@ def _explain(q: SuppressQuantity) -> str:
     if q.min_milli is not None:
         text += f", at least {q.min_milli}m"
     return text
-
-
-def _int_or_none(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
-def _limit(quota: int) -> float:
-    """A quota as a comparable limit: unlimited (negative) is infinite."""
-    return math.inf if quota < 0 else quota
-
-
-def _pod_dir(ctx: Context, pod: PodMeta) -> str | None:
-    try:
-        return ctx.pod_dir(pod)
-    except ValueError:
-        return None
 
 
 __all__ = ["CPUSetBasis", "CPUSuppress", "SuppressQuantity", "calculate_be_suppress_cpu", "pick_be_cpus",

@@ -1,0 +1,183 @@
+"""cpuSuppress's v1 step for BE pods' own quotas: lower the children before the BE dir.
+
+**BE pods' own quotas (cgroup v1).**  On a koordinator node BE pods and containers carry CFS quotas
+of their own: koordlet's batch-resource hook writes them from ``kubernetes.io/batch-cpu`` limits
+(150000 for 1.5 cores).  cgroup v1 refuses a parent quota below a child's (EINVAL), so a BE QoS dir
+quota under one such pod's would never be written and BE would stay unlimited.  Before the BE dir's
+quota falls below a pod's or container's, that child is lowered to the new BE quota (the executor
+writes falling limits children first); when the budget rises the children get their own quota back
+(rising limits go parents first), as far as the budget allows, and all of it when cfsQuota
+suppression is recovered.  A child's own quota is the value its owner wrote: what the strategy found
+there before lowering it, or a value found later that the strategy did not write (the owner
+re-wrote it).  A child found at exactly the BE dir's quota and below the quota the batch-resource
+rule gives its pod's ``batch-cpu`` limit is taken as lowered by an earlier run of the agent: its own
+quota is the rule's (an agent restart gives children their own quotas back).  Quotas are compared
+at the standard 100 ms period, the one koordlet and the kubelet write.  A stopping agent writes
+nothing (BE stays suppressed between two agents), so lowered children stay at the BE quota: v1
+refuses them more while it is in force.  The next agent gives them back as its budget allows;
+``qosmanager restore`` (uninstall) writes the BE dir's original first, then theirs.  cgroup v2 allows a parent
+``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
+already ordered by the executor: neither needs this step.
+
+Map of the file: :class:`BEChildQuotas` (the children's own quotas, the ones lowered, the lock
+the fast path shares) with ``fit()``, which reads the children a budget change can touch and
+returns their writes, and the batch-resource rule's quotas (``_rule_quotas_of``); small helpers
+shared with :mod:`qosmanager.strategies.cpu_suppress`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+from qosmanager.api.pod import BATCH_CPU, KUBE_QOS_BESTEFFORT, PodMeta
+from qosmanager.executor.executor import Request, Write
+from qosmanager.framework.context import Context
+from qosmanager.host.resources import milli_cpu_to_quota
+
+UNLIMITED = -1
+QUOTA = "cpu.cfs_quota_us"
+CONTAINER_DEPTH = 2  # below the BE QoS dir: 1 pods, 2 containers (sandboxes included)
+
+
+class BEChildQuotas:
+    """cgroup v1, cfsQuota: BE pods' and containers' own quotas (dir -> quota, -1 unlimited) and
+    the quotas cpuSuppress lowered some of them to.  ``write``: the strategy's write builder;
+    ``reason``: the reason's prefix."""
+
+    def __init__(self, write: Callable[..., Write], reason: str) -> None:
+        self.write = write
+        self.reason = reason
+        self.own: dict[str, int] = {}
+        self.lowered: dict[str, int] = {}
+        self.lock = threading.Lock()  # the fast path lowers children from its own thread
+        self._scanned = False  # every BE child read once (a restart finds lowered ones)
+        self._rule_quotas: tuple[int, dict[str, int]] | None = None
+
+    def fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
+        """Under :attr:`lock` (the fast path writes the same maps): see :meth:`_fit`."""
+        with self.lock:
+            return self._fit(ctx, be_dir, be_now, budget)
+
+    def _fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
+        """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
+        (-1 unlimited), each at its own quota where the budget allows (see the module docstring).
+        ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
+        dir's quota sends these writes in the same executor batch (the executor orders them).
+
+        Every BE child is read only when the budget falls (or the BE dir was unlimited) and once
+        after start; when it rises only the children lowered earlier are read, and when it stays
+        none: the kernel keeps every other one at or below the limited BE dir (a dense node pays no
+        per-pod read per tick)."""
+        if ctx.cgroup_version != 1:
+            return []  # v2 takes a parent cpu.max below its children's
+        own, lowered = self.own, self.lowered
+        falling = be_now is None or be_now < 0 or 0 <= budget < be_now
+        full = budget >= 0 and (falling or not self._scanned)
+        if full:  # every BE pod and container
+            dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
+            self._scanned = True
+            if not dirs:
+                own.clear()
+                lowered.clear()
+                return []
+        else:
+            # the BE dir's quota stays or rises, and v1 keeps every child at or below a limited
+            # parent: only the children lowered earlier (and their parents) can change
+            if not lowered or budget == be_now:
+                return []  # a steady budget: a child's owner's re-write is found when it next rises
+            wanted = set(lowered)
+            for d in lowered:
+                parent = d.rpartition("/")[0]
+                while parent and parent != be_dir and parent.startswith(be_dir):
+                    wanted.add(parent)
+                    parent = parent.rpartition("/")[0]
+            dirs = sorted(wanted, key=lambda d: (d.count("/"), d))
+        values = ctx.read_many(QUOTA, dirs)
+        rule = self._rule_quotas_of(ctx)
+        ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
+        writes: list[Request] = []
+        seen: set[str] = set()
+        for d, text in zip(dirs, values):
+            cur = _int_or_none(text)
+            parent = d.rpartition("/")[0]
+            above = ceiling.get(parent, _limit(budget))
+            if cur is None:
+                ceiling[d] = above
+                if not full:  # gone
+                    own.pop(d, None)
+                    lowered.pop(d, None)
+                continue
+            seen.add(d)
+            mine = own.get(d)
+            if mine is None or lowered.get(d) != cur:
+                # first sight, or a value this strategy did not write: its owner's
+                ruled = rule.get(d, UNLIMITED)
+                if mine is None and cur >= 0 and cur == be_now and _limit(ruled) > cur:
+                    mine = ruled  # lowered by an earlier run of the agent: the batch-cpu rule's quota
+                else:
+                    mine = cur
+                own[d] = mine
+                lowered.pop(d, None)
+            # an unlimited child inherits the limit above it (v1 takes it): only a quota above is lowered
+            want = mine if mine < 0 or mine <= above else int(above)
+            if want == mine:
+                lowered.pop(d, None)
+            else:
+                lowered[d] = want
+            if want != cur:
+                if want == mine:
+                    why = f"{self.reason}: give back its own quota {mine} (BE quota {budget})"
+                else:
+                    why = (f"{self.reason}: quota {want} under the BE quota {budget} (its own {mine}; cgroup v1 "
+                           "refuses a parent quota below a child's)")
+                writes.append(self.write(QUOTA, d, want, why, cacheable=False))
+            ceiling[d] = above if want < 0 else want
+        if full:
+            for gone in [d for d in own if d not in seen]:
+                del own[gone]
+                lowered.pop(gone, None)
+        return writes
+
+    def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:
+        """The quotas koordlet's batch-resource rule gives BE-labelled pods and their containers
+        (``MilliCPUToQuota`` of the ``batch-cpu`` limits; -1 unlimited), by dir; kept until the pods change."""
+        cached = self._rule_quotas
+        if cached is not None and cached[0] == ctx.pods_generation:
+            return cached[1]
+        out: dict[str, int] = {}
+        for pod in ctx.pods.values():
+            if pod.kube_qos != KUBE_QOS_BESTEFFORT or not pod.is_be():
+                continue
+            d = _pod_dir(ctx, pod)
+            if d is None:
+                continue
+            out[d] = milli_cpu_to_quota(pod.batch_cpu_limit)
+            for c in pod.containers:
+                cd = ctx.container_dir(pod, c)
+                if cd is not None:
+                    out[cd] = milli_cpu_to_quota(c.limits.get(BATCH_CPU, -1))
+        self._rule_quotas = (ctx.pods_generation, out)
+        return out
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _limit(quota: int) -> float:
+    """A quota as a comparable limit: unlimited (negative) is infinite."""
+    return math.inf if quota < 0 else quota
+
+
+def _pod_dir(ctx: Context, pod: PodMeta) -> str | None:
+    try:
+        return ctx.pod_dir(pod)
+    except ValueError:
+        return None
