@@ -1,10 +1,13 @@
 """Build script for the native parts of qosmanager.
 
-Two extensions are built from ``ext/``:
+Three extensions are built from ``ext/``:
 
 * ``qosmanager._native.reader`` (Cython): the collector's stat reader. It keeps one
   file descriptor per stat file, ``pread``s them all in one call per tick, parses
   only the keys it needs and computes usage deltas into numpy arrays.
+* ``qosmanager._native.sampler`` (Cython): the fast path's counter sampler. Its thread samples
+  three counters every 50 ms in C, without the GIL, and returns to Python only when LS demand
+  reaches the level at which BE's limit may have to fall.
 * ``qosmanager._native._sysio`` (cffi, out-of-line API mode): small syscall helpers
   (statfs magic, batch pread/pwrite with per-file errno).
 """
@@ -18,9 +21,15 @@ reader = Extension(
     extra_compile_args=["-O2"],
 )
 
+sampler = Extension(
+    "qosmanager._native.sampler",
+    sources=["ext/sampler.pyx"],
+    extra_compile_args=["-O2"],
+)
+
 setup(
     ext_modules=cythonize(
-        [reader],
+        [reader, sampler],
         compiler_directives={
             "language_level": "3",
             "boundscheck": False,

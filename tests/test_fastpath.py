@@ -6,6 +6,7 @@ clock is the test's."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -290,3 +291,39 @@ def test_cpuset_policy_with_a_static_cpu_manager_narrows_only_containers() -> No
     steps(fp, c, 2, ls=4.0)
     assert {read_cpuset(h, d) for d in qos_and_pod} == {"0-7"}
     assert {read_cpuset(h, d) for d in containers} == {"0,4"}
+
+
+@pytest.mark.parametrize(("version", "policy"), [(1, "cfsQuota"), (2, "cfsQuota"), (2, "cpuset")])
+def test_the_sampler_wakes_python_at_every_load_that_writes(version: int, policy: str) -> None:
+    """The sampler's thread returns to Python only at the trigger level: every load at which the decision
+    writes is at or above it, and it is tight (a load 0.01 cores below it never writes)."""
+    wrote_at, quiet_at = [], []
+    for ls in [x / 20 for x in range(20, 120, 2)]:
+        _h, c, fp, _ = setup(version, policy=policy)
+        fp.step()
+        steps(fp, c, 3, ls=1.0)
+        fp.retrigger()
+        level, follow, _floor, _fixed = fp.trigger_levels()
+        assert follow <= level < math.inf
+        c.advance(INTERVAL, ls, 1.0)
+        assert fp.sample() is not None
+        load = fp._sampler.load()
+        if fp.decide() is not None:
+            wrote_at.append(ls)
+            assert load >= level, f"LS {ls}: a write at load {load}, below the trigger level {level}"
+        elif load < level - 0.01:
+            quiet_at.append(ls)
+        fp.stop()
+    assert wrote_at and quiet_at and max(quiet_at) < min(wrote_at)
+    # tight: the LS rates that stay quiet below it reach to within 0.25 cores of the first that writes
+    # (one interval of the two-interval window at the new rate: the load moves half as much)
+    assert max(quiet_at) >= min(wrote_at) - 0.25
+
+
+def test_without_a_decision_of_the_tick_nothing_wakes_python() -> None:
+    h = make(2, n_cpus=CPUS)
+    with_pods(h)
+    slo(h, policy="cfsQuota")
+    fp = FastPath(h.layout, h.store, h.executor, h.strategy("cpuSuppress"))  # type: ignore[arg-type]
+    assert fp.trigger_levels()[:2] == (math.inf, math.inf)
+    fp.stop()

@@ -235,8 +235,12 @@ class Agent:
         self.fastpath: FastPath | None = None
         suppress = self.manager.strategies.get("cpuSuppress")
         if cfg.react_mode == REACT_FAST and isinstance(suppress, CPUSuppress) and suppress.name in self.strategy_names:
-            self.fastpath = FastPath(self.layout, self.store, self.executor, suppress, clock=clock,
-                                     monotonic=monotonic)
+            fastpath = self.fastpath = FastPath(self.layout, self.store, self.executor, suppress, clock=clock,
+                                                monotonic=monotonic)
+            # what the fast path's trigger level derives from moves with these jobs: the quota in force and
+            # the tick's last decision (cpuSuppress), the Node and NodeSLO (read by the collect job)
+            moving = {"collect", suppress.name}
+            self.scheduler.on_run.append(lambda job, duration: fastpath.retrigger() if job.name in moving else None)
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
         if self.exporter is not None and self.fastpath is not None:

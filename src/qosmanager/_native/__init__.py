@@ -1,8 +1,9 @@
 """The native hot paths and their plain-Python twins.
 
 ``StatReader`` / ``NodeReader`` (collector reads) come from the Cython module
-``reader``; ``sysio`` (statfs, batch pread/pwrite) wraps the cffi module ``_sysio``.
-Both are built from ``ext/`` by ``pip install .``.
+``reader``; ``CounterSampler`` (the fast path's counters) from the Cython module ``sampler``;
+``sysio`` (statfs, batch pread/pwrite) wraps the cffi module ``_sysio``.  All are built from
+``ext/`` by ``pip install .``.
 
 With ``QOSMANAGER_PURE=1`` the plain-Python reference implementations are used
 instead (same API, same numbers, slower).  Without it, a missing extension is an
@@ -19,15 +20,18 @@ from typing import Any
 PURE = os.environ.get("QOSMANAGER_PURE", "") == "1"
 
 _reader: ModuleType
+_sampler: ModuleType
 sysio: ModuleType
 
 if PURE:
     _reader = importlib.import_module("qosmanager._native.pure_reader")
     sysio = importlib.import_module("qosmanager._native.pure_sysio")
+    _sampler = importlib.import_module("qosmanager._native.pure_sampler")
 else:
     try:
         sysio = importlib.import_module("qosmanager._native.sysio")
         _reader = importlib.import_module("qosmanager._native.reader")
+        _sampler = importlib.import_module("qosmanager._native.sampler")
     except ImportError as exc:  # pragma: no cover - exercised only on broken installs
         raise ImportError(
             "qosmanager's native extensions are not built (" + str(exc) + "). Install the package "
@@ -38,6 +42,11 @@ else:
 StatReader: Any = _reader.StatReader
 NodeReader: Any = _reader.NodeReader
 monotonic_ns: Any = _reader.monotonic_ns
+CounterSampler: Any = _sampler.CounterSampler  # the fast path's counters (qosmanager.framework.fastpath)
+SAMPLER_KIND_USAGE_USEC: int = _sampler.KIND_USAGE_USEC
+SAMPLER_KIND_NS: int = _sampler.KIND_NS
+SAMPLER_WOKE_STOP: int = _sampler.WOKE_STOP
+SAMPLER_WOKE_TRIGGER: int = _sampler.WOKE_TRIGGER
 
 IMPLEMENTATION = "pure" if PURE else "native"
 
@@ -65,9 +74,14 @@ __all__ = [
     "FILE_USAGE",
     "IMPLEMENTATION",
     "PURE",
+    "SAMPLER_KIND_NS",
+    "SAMPLER_KIND_USAGE_USEC",
+    "SAMPLER_WOKE_STOP",
+    "SAMPLER_WOKE_TRIGGER",
     "STATE_DEAD",
     "STATE_FREE",
     "STATE_LIVE",
+    "CounterSampler",
     "NodeReader",
     "StatReader",
     "monotonic_ns",

@@ -5,13 +5,17 @@ and a window that began before the load sees a fraction of it, so BE's quota rea
 leaves LS its CPU one to three seconds after the load started.  The fast path watches the few counters
 that tell LS demand -- the node's busy time (``/proc/stat``) and the kube QoS dirs' usage (kubepods and
 BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (50 ms) on its own thread,
-from descriptors it keeps open (one ``pread`` each).  From the last two samples (100 ms) it recomputes
-BE's budget with cpuSuppress's own formula (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`:
-capacity x threshold - non-BE pods - host applications - system) and, when that is lower than the BE
-quota in force by more than the hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores; for
-half a second after a write only the bypass, since a rise that began mid-window shows in part first),
-writes it at once through the executor
-(as cpuSuppress, audited, honouring ``--dry-run``).
+from descriptors it keeps open (one ``pread`` each).  The sampling stays in C, without the GIL
+(:class:`qosmanager._native.CounterSampler`): the thread returns to Python only when the non-BE load it
+estimates reaches the *trigger level*, the lowest load at which the decision below could write
+(:meth:`FastPath.trigger_levels`, set again after every decision and after the jobs that move its inputs):
+a Python wake-up per sample cost more CPU than the rest of the agent together.  From the last two samples
+(100 ms) it recomputes BE's budget with cpuSuppress's own formula
+(:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`: capacity x threshold - non-BE
+pods - host applications - system) and, when that is lower than the BE quota in force by more than the
+hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores; for half a second after a write only
+the bypass, since a rise that began mid-window shows in part first), writes it at once through the
+executor (as cpuSuppress, audited, honouring ``--dry-run``).
 
 It only ever **lowers** the limit.  Raising stays with the tick, in koordlet's bounded steps (10 % of the
 node per tick): the strategy's tick takes the lower of its own budget and the fast path's latest one
@@ -58,18 +62,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from qosmanager._native import (
+    SAMPLER_KIND_NS,
+    SAMPLER_KIND_USAGE_USEC,
+    SAMPLER_WOKE_STOP,
+    CounterSampler,
+)
 from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
 from qosmanager.api.pod import KUBE_QOS_BESTEFFORT
 from qosmanager.executor.executor import Executor, Plan, Write
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
-from qosmanager.host.procfs import clock_ticks, parse_proc_stat
+from qosmanager.host.procfs import clock_ticks
 from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.states.store import StateStore
 from qosmanager.strategies._helpers import FilteredUsage, go_div
 from qosmanager.strategies.cpu_suppress import (
     BE_MIN_CPUSET_CORES,
     BE_MIN_QUOTA,
+    BE_UNSET_QUOTA,
     CONTAINER_DEPTH,
     CPUSET,
     POLICY_USING,
@@ -99,46 +110,6 @@ class Sample:
     be: float  # CPU seconds of the BestEffort dir
 
 
-class _Counter:
-    """One counter file kept open and read with one ``pread``; ``parse`` turns its text into seconds."""
-
-    def __init__(self, path: str, parse: Callable[[bytes], float], size: int = 4096) -> None:
-        self.path, self.parse, self.size = path, parse, size
-        self.fd: int | None = None
-
-    def read(self) -> float:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            return self.parse(os.pread(self.fd, self.size, 0))
-        except (OSError, ValueError):
-            self.close()  # the dir was recreated, or the file replaced: open it again next time
-            raise
-
-    def close(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = None
-
-
-def _node_busy(raw: bytes) -> int:
-    """Busy ticks of ``/proc/stat``'s first line (the ``cpu`` total) alone: the per-CPU lines of a large
-    node would cost more to parse than everything else the fast path does."""
-    line = raw.split(b"\n", 1)[0]
-    if not line.startswith(b"cpu "):
-        raise ValueError("/proc/stat does not start with the cpu total line")
-    return parse_proc_stat(line.decode(errors="replace"))[0]
-
-
-def _usage_usec(raw: bytes) -> float:
-    """v2 ``cpu.stat``: ``usage_usec`` in seconds."""
-    for line in raw.split(b"\n"):
-        if line.startswith(b"usage_usec "):
-            return int(line[11:]) / 1e6
-    raise ValueError("cpu.stat has no usage_usec")
-
-
 class FastPath:
     """The sampler thread and its decisions (see the module docstring)."""
 
@@ -154,24 +125,26 @@ class FastPath:
         # where the counters come from instead of the files: (node busy, kubepods, BE) CPU seconds (replay)
         self.counters = counters
         self.be_dir = layout.qos_dir(KUBE_QOS_BESTEFFORT)
-        hz = clock_ticks()
-        self._node = _Counter(os.path.join(layout.roots.proc, "stat"), lambda raw: _node_busy(raw) / hz, 1024)
         if layout.version == 1:
-            ns: Callable[[bytes], float] = lambda raw: int(raw) / 1e9  # noqa: E731
-            self._kubepods = _Counter(layout.file("cpuacct", layout.kubepods_dir(), "cpuacct.usage"), ns)
-            self._be = _Counter(layout.file("cpuacct", self.be_dir, "cpuacct.usage"), ns)
+            kind = SAMPLER_KIND_NS
+            kubepods = layout.file("cpuacct", layout.kubepods_dir(), "cpuacct.usage")
+            be = layout.file("cpuacct", self.be_dir, "cpuacct.usage")
         else:
-            self._kubepods = _Counter(layout.file("cpu", layout.kubepods_dir(), "cpu.stat"), _usage_usec)
-            self._be = _Counter(layout.file("cpu", self.be_dir, "cpu.stat"), _usage_usec)
-        self._samples: list[Sample] = []  # the last SYSTEM_SAMPLES
-        # the fast path's latest budget (µs per period) and when: the tick never goes above it
-        self._cap: tuple[float, int] | None = None
+            kind = SAMPLER_KIND_USAGE_USEC
+            kubepods = layout.file("cpu", layout.kubepods_dir(), "cpu.stat")
+            be = layout.file("cpu", self.be_dir, "cpu.stat")
+        # stopping writes a byte here: the sampler's wait (in C, without the GIL) returns at once
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # the counters and their last SYSTEM_SAMPLES samples (qosmanager._native: C, or its Python twin)
+        self._sampler = CounterSampler(os.path.join(layout.roots.proc, "stat"), kubepods, be, kind,
+                                       float(clock_ticks()), SYSTEM_SAMPLES, interval, self._stop_r)
         self._follow_until = float("-inf")
         self._children: tuple[int, list[str]] | None = None  # (pods generation, BE children's dirs): v1
         self.writes = 0
-        self.samples = 0
-        self.errors = 0
+        self.step_errors = 0
+        self.wakes = 0  # returns from the sampler to Python (the load reached the trigger level)
         self._stop = threading.Event()
+        self._trigger_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         strategy.quota_cap = self.cap
 
@@ -181,13 +154,47 @@ class FastPath:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            with contextlib.suppress(OSError):
+                os.write(self._stop_w, b"x")
         if self._thread is not None:
             self._thread.join(5)
-        for c in (self._node, self._kubepods, self._be):
-            c.close()
+        if self._thread is None or not self._thread.is_alive():
+            self._sampler.close()
+            for fd in (self._stop_r, self._stop_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._stop_r = self._stop_w = -1
+
+    @property
+    def samples(self) -> int:
+        """Samples taken (every interval, by the thread's sampler or by :meth:`step`)."""
+        return int(self._sampler.taken)
+
+    @property
+    def errors(self) -> int:
+        """Samples that found a counter unreadable, and decisions that failed."""
+        return int(self._sampler.errors) + self.step_errors
 
     def _run(self) -> None:
+        """Samples every interval in the sampler (no Python, no GIL, while the load stays below the
+        trigger level); decides in Python when it reaches it.  With a counter source or a clock of its
+        own (replay, tests) it steps in Python instead."""
+        if self.counters is not None or self.monotonic is not time.monotonic:
+            self._run_stepping()
+            return
+        self.retrigger()
+        while self._sampler.wait() != SAMPLER_WOKE_STOP and not self._stop.is_set():
+            self.wakes += 1
+            try:
+                self.decide()
+            except Exception:  # the thread must outlive any one sample; the tick still protects
+                self.step_errors += 1
+                log.exception("fast path: a sample failed")
+            self.retrigger()
+
+    def _run_stepping(self) -> None:
         next_at = self.monotonic()
         while True:
             next_at += self.interval
@@ -199,51 +206,55 @@ class FastPath:
             try:
                 self.step()
             except Exception:  # the thread must outlive any one sample; the tick still protects
-                self.errors += 1
+                self.step_errors += 1
                 log.exception("fast path: a sample failed")
 
     # ------------------------------------------------------------------ one sample
     def cap(self) -> int | None:
-        """The fast path's latest BE quota (µs per period), if it is recent (two samples' time)."""
-        cap = self._cap
-        if cap is None or self.monotonic() - cap[0] > 4 * self.interval:
+        """The fast path's BE quota (µs per period) from its latest samples, if they are recent (two
+        samples' time): the tick never sets a higher one."""
+        samples = self._sampler.samples()
+        if len(samples) < 3 or self.monotonic() - samples[-1][0] > 4 * self.interval:
             return None
-        return cap[1]
+        milli = self._milli(samples)[0]
+        return None if milli is None else max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
 
     def sample(self) -> Sample | None:
-        try:
-            if self.counters is not None:
-                s = Sample(self.monotonic(), *self.counters())
-            else:
-                s = Sample(self.monotonic(), self._node.read(), self._kubepods.read(), self._be.read())
-        except (OSError, ValueError) as e:
-            self.errors += 1
-            log.debug("fast path: counters unreadable: %s", e)
-            self._samples.clear()
-            self._cap = None
+        """Read the counters now (the thread's sampler does this on its own)."""
+        if self.counters is not None:
+            self._sampler.push(self.monotonic(), *self.counters())
+        elif not self._sampler.record(self.monotonic()):
+            log.debug("fast path: counters unreadable")
             return None
-        self.samples += 1
-        self._samples.append(s)
-        del self._samples[:-SYSTEM_SAMPLES]
-        return s
+        return Sample(*self._sampler.samples()[-1])
 
     def step(self) -> Write | Plan | None:
-        """Read the counters; lower BE's quota when LS demand rose.  Returns the write, if any."""
-        now = self.sample()
-        if now is None or len(self._samples) < 3:
+        """Read the counters; lower BE's limit when LS demand rose.  Returns the write, if any."""
+        if self.sample() is None:
             return None
-        first = self._samples[-3]  # two intervals back: the pods' rates over the last ~100 ms
-        oldest = self._samples[0]  # the node's over up to a second
+        return self.decide()
+
+    def _milli(self, samples: list[tuple[float, float, float, float]]) -> tuple[int | None, Sample, Sample]:
+        """BE's budget (milli-cores) from these samples (None where the fast path does not decide), with
+        the latest sample and the first of the pods' window."""
+        now, first, oldest = Sample(*samples[-1]), Sample(*samples[-3]), Sample(*samples[0])
+        # first: two intervals back, the pods' rates over the last ~100 ms; oldest: the node's over a second
         dt, span = now.mono - first.mono, now.mono - oldest.mono
         if dt <= 0 or span <= 0:
-            return None
+            return None, now, first
         system = (now.node - oldest.node - (now.kubepods - oldest.kubepods)) / span
-        milli = self.budget_milli(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt)
-        if milli is None:
-            self._cap = None
+        return self.budget_milli(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt), now, first
+
+    def decide(self) -> Write | Plan | None:
+        """Lower BE's limit when the latest samples show a rise in LS demand.  Returns the write, if any."""
+        samples = self._sampler.samples()
+        if len(samples) < 3:
             return None
+        milli, now, first = self._milli(samples)
+        if milli is None:
+            return None
+        dt = now.mono - first.mono
         quota = max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
-        self._cap = (now.mono, quota)
         s = self.strategy
         node = self.store.node
         if node is None:
@@ -374,6 +385,71 @@ class FastPath:
         q = calculate_be_suppress_cpu(node, kubepods + system, {}, {}, (), {}, thr.cpu_suppress_threshold_percent,
                                       thr.cpu_suppress_min_percent, used)
         return q.milli
+
+    # ------------------------------------------------------------------ when Python must look
+    def retrigger(self) -> None:
+        """Tell the sampler the lowest non-BE load (pods + system, cores) at which :meth:`decide` could
+        write: its thread returns to Python only there.  Called after every decision of the fast path and
+        after the scheduler's jobs that move its inputs (the tick's decision, the Node and NodeSLO)."""
+        with self._trigger_lock:  # two threads call it: the last one's levels must be the latest
+            level, follow, floor, fixed = self.trigger_levels()
+            self._sampler.set_trigger(level, follow, self._follow_until, floor, fixed)
+
+    def trigger_levels(self) -> tuple[float, float, float, float]:
+        """(level, level within :data:`FOLLOW` of a write, the system term's floor, the system term when
+        fixed (NaN: measured)).  With K = capacity x threshold - host applications (milli-cores), the
+        budget is K - int(1000 pods) - int(1000 system), at least the floors; :meth:`decide` writes when it
+        is at most a bound B (the quota in force less the hysteresis, in milli-cores; under the cpuset
+        policy, the CPUs held less one, less the hysteresis).  Each truncation takes less than one, so a
+        write needs 1000 (pods + system) > K - B - 2: that is the level.  A bound the floors keep the
+        budget above gives an infinite level: nothing to wake for."""
+        s, node, slo, last = self.strategy, self.store.node, self.store.nodeslo, self.strategy.last_suppress
+        never = (math.inf, math.inf, 0.0, math.nan)
+        if node is None or last is None or self.budget_milli(0.0, 0.0, 0.0) is None:
+            return never
+        if slo.host_applications:
+            floor, fixed = 0.0, last.used.system
+        else:
+            floor, fixed = node.reserved_cpu_milli / 1000, math.nan
+        thr = slo.resource_used_threshold_with_be
+        if thr.cpu_suppress_threshold_percent is None:
+            return never
+        capacity = node.cpu_capacity_milli
+        k = capacity * thr.cpu_suppress_threshold_percent // 100 - int(last.used.host_apps * 1000)
+        min_pct = thr.cpu_suppress_min_percent
+        min_milli = -math.inf if min_pct is None else capacity * min_pct // 100
+        bypass = node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
+        if self._policy() == CPU_SUPPRESS_POLICY_CPUSET:
+            held_cpuset, basis = s.held_cpuset, s.cpuset_basis
+            if held_cpuset is None or basis is None or not (basis.lsr or basis.ls):
+                return never
+            try:
+                count = len(parse_cpu_list(held_cpuset[0]))
+            except ValueError:
+                return never
+            if count <= BE_MIN_CPUSET_CORES:
+                return never
+
+            def bound(hysteresis: float) -> float:  # ceil((milli + slack) / 1000) < count
+                return (count - 1) * 1000 - hysteresis * 1000 / CFS_PERIOD_US
+        else:
+            held = s.held_quota
+            if held is None:
+                return never
+            if held == BE_UNSET_QUOTA:
+                return -math.inf, -math.inf, floor, fixed  # any budget is a write
+
+            def bound(hysteresis: float) -> float:  # quota <= held - hysteresis, quota >= BE_MIN_QUOTA
+                x = held - hysteresis
+                return -math.inf if x < BE_MIN_QUOTA else x * 1000 / CFS_PERIOD_US
+
+        def level(hysteresis: float) -> float:
+            b = bound(hysteresis)
+            if b < min_milli:
+                return math.inf
+            return (k - b - 2) / 1000
+
+        return level(max(bypass, HYSTERESIS_CORES * CFS_PERIOD_US)), level(bypass), floor, fixed
 
 
 __all__ = ["INTERVAL", "REACT_FAST", "REACT_MODES", "REACT_TICK", "FastPath", "Sample"]
