@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from qosmanager._native import (
     SAMPLER_KIND_NS,
@@ -126,18 +127,16 @@ class FastPath:
         self.counters = counters
         self.be_dir = layout.qos_dir(KUBE_QOS_BESTEFFORT)
         if layout.version == 1:
-            kind = SAMPLER_KIND_NS
             kubepods = layout.file("cpuacct", layout.kubepods_dir(), "cpuacct.usage")
             be = layout.file("cpuacct", self.be_dir, "cpuacct.usage")
         else:
-            kind = SAMPLER_KIND_USAGE_USEC
             kubepods = layout.file("cpu", layout.kubepods_dir(), "cpu.stat")
             be = layout.file("cpu", self.be_dir, "cpu.stat")
         # stopping writes a byte here: the sampler's wait (in C, without the GIL) returns at once
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         # the counters and their last SYSTEM_SAMPLES samples (qosmanager._native: C, or its Python twin)
-        self._sampler = CounterSampler(os.path.join(layout.roots.proc, "stat"), kubepods, be, kind,
-                                       float(clock_ticks()), SYSTEM_SAMPLES, interval, self._stop_r)
+        self.counters = (os.path.join(layout.roots.proc, "stat"), kubepods, be)
+        self._sampler = self.new_sampler(interval, self._stop_r)
         self._follow_until = float("-inf")
         self._children: tuple[int, list[str]] | None = None  # (pods generation, BE children's dirs): v1
         self.writes = 0
@@ -166,6 +165,11 @@ class FastPath:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._stop_r = self._stop_w = -1
+
+    def new_sampler(self, interval: float, stop_fd: int) -> Any:
+        """A sampler of this fast path's counters (:class:`qosmanager._native.CounterSampler`)."""
+        kind = SAMPLER_KIND_NS if self.layout.version == 1 else SAMPLER_KIND_USAGE_USEC
+        return CounterSampler(*self.counters, kind, float(clock_ticks()), SYSTEM_SAMPLES, interval, stop_fd)
 
     @property
     def samples(self) -> int:
