@@ -165,3 +165,17 @@ def test_wait_returns_at_the_trigger_level_or_when_stopped(tmp_path: Path, impl:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_both_keep_pushed_samples_alike(tmp_path: Path) -> None:
+    """Counter values read elsewhere (replay's series) are kept as samples, the ring bounded alike."""
+    files = Files(tmp_path)
+    got = []
+    for mod in IMPLS.values():
+        s = files.sampler(mod, keep=4)
+        s.set_trigger(0.0, 0.0, -math.inf, 0.0, math.nan)
+        for i in range(6):
+            s.push(10.0 + 0.05 * i, 1.0 + 0.1 * i, 2.0 + 0.2 * i, 0.5)
+        got.append((s.samples(), s.load(), s.taken))
+        s.close()
+    assert got[0] == got[1] and len(got[0][0]) == 4 and got[0][2] == 6

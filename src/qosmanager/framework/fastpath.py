@@ -135,7 +135,7 @@ class FastPath:
         # stopping writes a byte here: the sampler's wait (in C, without the GIL) returns at once
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         # the counters and their last SYSTEM_SAMPLES samples (qosmanager._native: C, or its Python twin)
-        self.counters = (os.path.join(layout.roots.proc, "stat"), kubepods, be)
+        self.counter_paths = (os.path.join(layout.roots.proc, "stat"), kubepods, be)
         self._sampler = self.new_sampler(interval, self._stop_r)
         self._follow_until = float("-inf")
         self._children: tuple[int, list[str]] | None = None  # (pods generation, BE children's dirs): v1
@@ -169,7 +169,7 @@ class FastPath:
     def new_sampler(self, interval: float, stop_fd: int) -> Any:
         """A sampler of this fast path's counters (:class:`qosmanager._native.CounterSampler`)."""
         kind = SAMPLER_KIND_NS if self.layout.version == 1 else SAMPLER_KIND_USAGE_USEC
-        return CounterSampler(*self.counters, kind, float(clock_ticks()), SYSTEM_SAMPLES, interval, stop_fd)
+        return CounterSampler(*self.counter_paths, kind, float(clock_ticks()), SYSTEM_SAMPLES, interval, stop_fd)
 
     @property
     def samples(self) -> int:
