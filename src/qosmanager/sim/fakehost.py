@@ -385,8 +385,18 @@ class FakeHost:
 
     @staticmethod
     def _put(path: str, body: str) -> None:
-        with open(path, "w") as f:
-            f.write(body)
+        """Replace a file's contents in place (the agent keeps its descriptors open), never through an
+        empty file: the new bytes over the old, then the length cut.  A reader between the two sees at
+        worst the old tail after a shorter new body; counters only grow, so their bodies rarely shrink.
+        (``open(path, "w")`` truncates first, and a collector read in that moment saw an empty
+        ``/proc/stat``, which a kernel file never is.)"""
+        data = body.encode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _get(path: str) -> str:
