@@ -120,6 +120,19 @@ def test_container_series_are_addressed_by_name_and_stored_under_the_runtime_id(
         parse_scenario(doc)
 
 
+def test_a_pod_with_two_containers_of_one_name_is_refused_at_parse() -> None:
+    """The API server gives each container of a pod (init containers included) its own name; the fake
+    host lays out one dir per name, so such a scenario is refused when it is read, not half-way through
+    its run (a scenario that parses runs)."""
+    doc = yaml.safe_load((SCENARIOS / "cfs-quota-v1.yaml").read_text())
+    pod = doc["pods"][1]
+    pod["spec"]["initContainers"] = [dict(pod["spec"]["containers"][0])]
+    with pytest.raises(ScenarioError, match=r"pods\[1\]: container name 'job' is used twice"):
+        parse_scenario(doc)
+    pod["spec"]["initContainers"][0]["name"] = "setup"
+    parse_scenario(doc)
+
+
 def test_feature_gates_cpu_manager_policy_and_config_reach_the_agent() -> None:
     sc = parse_scenario({"now": 1.0, "featureGates": {"BEMemoryEvict": True, "CPUBurst": False},
                          "kubeletCPUManagerPolicy": "static",

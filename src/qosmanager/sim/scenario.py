@@ -370,6 +370,11 @@ def parse_scenario(obj: Any, known_strategies: Sequence[str] | None = None) -> S
                 raise ScenarioError(f"pods[{i}]: {e}") from None
             if meta.uid in uids:
                 raise ScenarioError(f"pods[{i}]: uid {meta.uid} is also the uid of pods[{uids[meta.uid]}]")
+            names = [c.name for c in (*meta.init_containers, *meta.containers)]
+            if len(set(names)) != len(names):  # the API server's rule: one name per container of a pod
+                dup = sorted({n for n in names if names.count(n) > 1})
+                raise ScenarioError(f"pods[{i}]: container name {dup[0]!r} is used twice (initContainers "
+                                    "and containers share one name space)")
             containers += len(meta.containers) + len(meta.init_containers)
             _at_most(containers, MAX_CONTAINERS, f"pods[{i}]", "containers in all")
             uids[meta.uid] = i
