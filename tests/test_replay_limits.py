@@ -153,9 +153,13 @@ def test_the_temporary_tree_goes_on_sigterm_and_sigint(tmp_path: Path, sig: int,
     work, marker = tmp_path / "work", tmp_path / "replaying"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # SIGINT at its default disposition, as a terminal's foreground job has it: a shell starts
+    # background jobs (a CI runner's, too) with SIGINT ignored, the ignore survives exec, and Python
+    # then installs no KeyboardInterrupt handler -- Ctrl-C cannot reach such a process at all
     proc = subprocess.Popen([sys.executable, "-c", SLOW_REPLAY, str(work), str(marker),
                              str(SCENARIOS / "cfs-quota-v1.yaml")],
-                            env=env, stderr=subprocess.PIPE, text=True)
+                            env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
