@@ -1,8 +1,9 @@
 """The memory outcome benchmark (manual): tick mode against graduated mode on a real cgroup v2 kernel.
 
-``QOSM_OUTCOME_MEMORY=1 pytest benchmarks/test_bench_outcome_memory.py`` -- skipped otherwise, so CI
-never runs it.  On a cgroup v1 host it boots the cgroup v2 test guest (``tests/kernelvm.py``: 1 GiB,
-3 CPUs, a virtio disk), runs itself there and brings the guest's JSON report back to
+``QOSM_OUTCOME_MEMORY=1 pytest benchmarks/test_bench_outcome_memory.py`` -- the measurement is skipped
+otherwise, so CI never runs it (the quick pass checks only the report's arithmetic, without a guest).
+On a cgroup v1 host it boots the cgroup v2 test guest (``tests/kernelvm.py``: 1 GiB, 3 CPUs, a virtio
+disk), runs itself there and brings the guest's JSON report back to
 ``benchmarks/outcome/memory_results.json`` (``QOSM_OUTCOME_MEMORY_OUT`` elsewhere); inside the guest
 (a pure v2 kernel) it measures.  ``QOSM_OUTCOME_MEMORY_ROUNDS`` (default 1) rounds, the two modes
 alternating in each case, their order swapped every round.  ``benchmarks/outcome/memory_report.py``
@@ -222,3 +223,24 @@ def test_outcome_memory(tmp_path: Path) -> None:
     import memory_report
 
     print("\n" + memory_report.table(data))
+
+
+def test_report_table_counts_evictions_and_work_lost_with_the_pod() -> None:
+    """The quick pass checks the report's arithmetic (no guest): evictions and OOM kills summed over the
+    rounds, medians with their spread, and a killed load's work not kept."""
+    sys.path.insert(0, str(HERE / "outcome"))
+    import memory_report
+
+    def run(mode: str, r: int, work: float, alive: bool, evicted: list[str]) -> dict[str, Any]:
+        return {"case": "spike", "mode": mode, "round": r, "be_evicted": evicted, "be_work_mib": work,
+                "be_alive": alive, "ls_alive": True, "ls_requests": 100 + r, "ls_stall_some_ms": 2.0 * r,
+                "ls_stall_full_ms": 0.0, "oom_kill_ls": 0, "oom_kill_be": r, "peak_used_pct": 80.0}
+
+    data = {"rounds": 2, "case_seconds": 15.0, "capacity_mib": 448, "threshold": 70, "lower": 60,
+            "kernel": "k", "cpus": 3, "date": "d",
+            "runs": [run("graduated", 0, 100.0, True, []), run("tick", 0, 200.0, False, ["be-load"]),
+                     run("tick", 1, 220.0, False, ["be-load"]), run("graduated", 1, 120.0, True, [])]}
+    lines = memory_report.table(data).splitlines()
+    assert lines[2] == "| spike | tick | 2 | 210 (200-220) | 0 | 100 (100-101) | 1 (0-2) / 0 | 0 / 1 | 80 |"
+    assert lines[3] == ("| spike | graduated | 0 | 110 (100-120) | 110 (100-120) | 100 (100-101) | 1 (0-2) / 0 "
+                        "| 0 / 1 | 80 |")
