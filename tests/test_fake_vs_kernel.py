@@ -417,7 +417,9 @@ def test_memory_high_and_reclaim_take_page_cache_as_the_fake_does(tmp_path: Path
 
         r, f, (rc, _), (fc, _) = both("memory.reclaim", str(16 << 20))
         assert (r, f) == ("ok", "ok")
-        assert current - rc >= 16 << 20 and current - fc == 16 << 20, (current, rc, fc)
+        # "ok" is the kernel's word that it took at least what was asked; memory.current also moves with
+        # what the cgroup charges meanwhile (the reader's exec of sleep, page tables, slab): a few pages
+        assert current - rc >= (16 << 20) - (1 << 20) and current - fc == 16 << 20, (current, rc, fc)
         high = min(rc, fc) - (8 << 20)
         r, f, (rc, _), (fc, _) = both("memory.high", str(high))
         assert (r, f) == ("ok", "ok")

@@ -84,7 +84,10 @@ def test_cfs_quota_suppression(tmp_path) -> None:
         node.write_nodeslo(suppress_slo("cfsQuota"))
         (ls_before,), _ = node.rates([ls.dir], 1.0)
         assert node.quota(be_dir) == -1
-        with node.agent("--strategies", "cpuSuppress", *FAST) as agent:
+        # the tick's formula, at the tick's pace: the fast path (its own tests: test_kernel_fastpath.py)
+        # follows short bursts of system use down -- in the emulated guest, the interpreter's own -- and
+        # the tick then raises BE back in bounded steps, so the quotas seen would be the recovery's
+        with node.agent("--strategies", "cpuSuppress", *FAST, "--react-mode", "tick") as agent:
             agent.wait_for("BE quota from the agent", lambda: node.quota(be_dir) != -1, 60)
             throttled0 = node.cpu_stat(be_dir)["nr_throttled"]
             (ls_used, be_used, pods_used), node_used, quotas = watch(node, [ls.dir, be_dir, pods_dir], be_dir, 2.5)
