@@ -88,6 +88,7 @@ from qosmanager.strategies.cpu_suppress import (
     QUOTA,
     REASON,
     SUPPRESS_BYPASS_QUOTA_DELTA_RATIO,
+    CPUSetBasis,
     CPUSuppress,
     calculate_be_suppress_cpu,
     pick_be_cpuset,
@@ -289,19 +290,28 @@ class FastPath:
             # from the start of the window that showed the rise to the limit in the kernel
             self.observe(self.monotonic() - first.mono)
 
+    def _held_cpus(self) -> tuple[int, CPUSetBasis] | None:
+        """How many CPUs BE's cpuset holds and the basis (pools, dirs) the tick picked them from; None
+        where the fast path cannot narrow it: no cpuset decision yet, no LS pools, an unreadable list."""
+        s = self.strategy
+        held, basis = s.held_cpuset, s.cpuset_basis
+        if held is None or basis is None or not (basis.lsr or basis.ls):
+            return None
+        try:
+            return len(parse_cpu_list(held[0])), basis
+        except ValueError:
+            return None
+
     def _lower_cpuset(self, milli: int, hysteresis: float, now: Sample, first: Sample) -> Plan | None:
         """The cpuset policy: BE's cpuset narrowed at once to the CPUs the tick would pick for this budget
         (from the pools and dirs of its last decision), when that is fewer CPUs than BE holds.  The budget
         must fall short of BE's CPUs by the hysteresis too, so noise at a whole CPU does not flap it.  The
         write is the tick's own plan (``be-cpuset``) in the executor: children narrowed before parents."""
         s = self.strategy
-        held, basis = s.held_cpuset, s.cpuset_basis
-        if held is None or basis is None or not (basis.lsr or basis.ls):
+        held = self._held_cpus()
+        if held is None:
             return None
-        try:
-            count = len(parse_cpu_list(held[0]))
-        except ValueError:
-            return None
+        count, basis = held
         slack = hysteresis * 1000 / CFS_PERIOD_US  # milli-cores
         n = max(math.ceil((milli + slack) / 1000), BE_MIN_CPUSET_CORES)
         if n >= count:
@@ -424,13 +434,10 @@ class FastPath:
         min_milli = -math.inf if min_pct is None else capacity * min_pct // 100
         bypass = node.cpu_capacity_cores * CFS_PERIOD_US * SUPPRESS_BYPASS_QUOTA_DELTA_RATIO
         if self._policy() == CPU_SUPPRESS_POLICY_CPUSET:
-            held_cpuset, basis = s.held_cpuset, s.cpuset_basis
-            if held_cpuset is None or basis is None or not (basis.lsr or basis.ls):
+            cpus = self._held_cpus()
+            if cpus is None:
                 return never
-            try:
-                count = len(parse_cpu_list(held_cpuset[0]))
-            except ValueError:
-                return never
+            count = cpus[0]
             if count <= BE_MIN_CPUSET_CORES:
                 return never
 
