@@ -5,7 +5,7 @@ Levels (docs/interfaces.md, README "Memory protection"):
 
 * ``0`` -- nothing in force: BE's cap is lifted (v2 ``memory.high`` "max", v1 soft limit unlimited);
 * ``1`` -- BE capped: the BE QoS dir's ``memory.high`` (v1: ``memory.soft_limit_in_bytes``) at BE's
-  budget, never below BE's usage;
+  budget (a cap found in force at start: never below BE's usage then);
 * ``2`` -- capped and reclaiming: BE is over its budget and ``memory.reclaim`` takes at most 32 MiB of it
   per tick (gate ``BEMemoryReclaim``);
 * level 3 (evict) is memoryEvict's.  What it reads here: :attr:`MemoryProtection.level`, and whether the

@@ -31,24 +31,32 @@ The cap is compared by the kernel with the whole page counter, cache included, s
 memoryEvict's threshold, in memoryEvict's own terms.  The budget is at L, not T, so that a BE pressing
 its cap does not hold the node exactly at the eviction threshold (where one sample's noise would evict).
 
-The limit of level 1: when BE's page counter is already above its budget (page cache BE holds), the cap
-can only be its usage (point 2 below), and BE's anonymous memory may still grow into the room its page
-cache leaves as the kernel reclaims it; the node's usage then rises by up to that much.  Level 2
-(reclaim) takes that cache back in bounded steps, and the cap follows BE's usage down.
+The limit of level 1: a cap below BE's page counter (BE holds page cache past its budget, or LS grew
+under a capped BE) makes the kernel reclaim BE at once -- the writer of memory.high synchronously, BE's
+allocations after it -- and throttle BE while its anonymous memory stays above the cap; it does not
+kill.  Level 2 (reclaim) takes BE's memory back in bounded steps on top.
 
 The decision, each tick:
 
 1. **Engage** when ``used`` reaches ``L - 5`` % of capacity (BE then has what is left up to L before
    the kernel holds it, with no reaction delay); **lift** the cap (``max``) when ``used`` falls below
    ``L - 10`` % (the pressure ended), when the NodeSLO switches the thresholds off, or on a clean exit.
-2. While engaged the cap is ``max(budget, be)``, page-aligned: it follows the budget as LS usage moves,
-   but is **never below BE's current usage** -- a memory.high below usage makes the writer reclaim
-   synchronously and the kernel throttle BE hard; pushing BE down is level 2's job, in bounded steps.
-3. Writes are bounded: a new cap is written only when it moves by at least 0.5 % of capacity (and
-   4 MiB), or when the cap in force is below BE's usage (a cap left by an agent killed with SIGKILL:
-   reconciled at the first tick, raised to the usage or lifted).
-4. Level 2: while engaged and ``be > budget``, one ``memory.reclaim`` of ``min(32 MiB, be - budget)``.
-   A kernel without the file (v1, before 5.19) is said once and level 2 stays off.
+2. While engaged the cap is the budget, page-aligned: it follows the budget as LS usage moves, and
+   **only the budget** -- not BE's usage.  The kernel lets a throttled allocator pass memory.high (by a
+   delay that grows with the overage, not a wall), so a cap raised to BE's usage whenever BE stood
+   above it would be dragged up by any allocator faster than the tick, and the node would stay over
+   the threshold until level 3 evicted anyway.  BE's own growth does not move the budget (``non_be``
+   excludes it), so the cap holds still while BE presses on it.
+3. At start, a cap found in force **below BE's usage** (left by an agent killed with SIGKILL) is
+   reconciled at the first tick: lifted when there is no pressure; under pressure raised to BE's
+   usage and **never below it** from then on -- that floor only falls (with BE's usage, as BE frees
+   memory or level 2 reclaims it) and is dropped once the budget is above it.  Only that cap found
+   in force gets the floor: the agent's own caps move with the budget alone.
+4. Writes are bounded: a new cap is written only when it moves by at least 0.5 % of capacity (and
+   4 MiB), or when it reconciles a cap found in force below BE's usage.
+5. Level 2: while engaged and ``be > budget``, one ``memory.reclaim`` of ``min(32 MiB, be - budget)``
+   -- not in a tick that wrote a cap below BE's usage (that write has the kernel reclaim BE down to it
+   already).  A kernel without the file (v1, before 5.19) is said once and level 2 stays off.
 
 On cgroup v1 there is no memory.high (outside Anolis).  The nearest safe equivalent is
 ``memory.soft_limit_in_bytes`` on the BE QoS dir, at the same cap: when the node runs short the
@@ -99,6 +107,8 @@ class MemoryHigh(Strategy):
         super().__init__(cfg, gates)
         self.engaged = False
         self.reclaim_unsupported = False
+        self.started = False  # the first tick (its reconciliation of a cap found in force) is done
+        self.floor: int | None = None  # never below this: BE's usage over a cap found in force at start
 
     def needs(self, ctx: Context) -> Sequence[Need]:
         return (Need("node_memory_usage", NODE),)
@@ -155,16 +165,18 @@ class MemoryHigh(Strategy):
         prot.high_events = events
         prot.at, prot.reclaimed = ctx.now, 0
         in_force = self.cap_in_force(ctx)
+        first = not self.started
         off = self.switched_off(ctx)
         if off is not None:
-            self.engaged = False
+            self.engaged, self.floor, self.started = False, None, True
             return self.lift(ctx, prot, in_force, off)
         node = ctx.node
         cfg = ctx.nodeslo.resource_used_threshold_with_be
         used = ctx.node_metric("node_memory_usage")
         be = self.be_usage(ctx)
         if node is None or used is None or be is None:
-            return []  # no fresh sample: keep what is in force until there is one
+            return []  # no fresh sample: keep what is in force (and reconcile it) until there is one
+        self.started = True
         threshold = cfg.memory_evict_threshold_percent
         assert threshold is not None  # checked by switched_off
         lower = memory_evict_lower_percent(cfg, threshold)
@@ -181,20 +193,33 @@ class MemoryHigh(Strategy):
         terms = (f"node memory {int(used)} of {capacity} bytes ({pct:.1f}%), BE {be} bytes ({be_counted} "
                  f"without page cache), non-BE {non_be}; BE's budget at {lower}%: {budget}")
         if not self.engaged:
+            self.floor = None
             return self.lift(ctx, prot, in_force, f"pressure ended: {terms}, below {lower - RELEASE_BAND_PERCENT}%"
                              if in_force is not None else "")
         out: list[Request] = []
-        cap = _page_up(max(budget, be))
+        if first and in_force is not None:  # a cap found in force at start: never below BE's usage
+            self.floor = _page_up(be)
+        elif self.floor is not None:  # the floor only falls, with BE's usage
+            self.floor = min(self.floor, _page_up(be))
+        if self.floor is not None and self.floor <= budget:
+            self.floor = None  # the budget is above it: the cap follows the budget alone
+        reconcile = first and in_force is not None and in_force < be
+        cap = _page_up(max(budget, self.floor or 0, 0))  # (LS alone past the line: 0, BE may not grow)
         step = max(MIN_STEP_BYTES, int(capacity * MIN_STEP_PERCENT / 100))
-        if in_force is None or in_force < be or abs(cap - in_force) >= step:
-            why = (f"{terms}; cap BE at {cap}" + (" (its usage: never below it)" if budget < be else "")
-                   + (f", replacing {in_force} below BE's usage" if in_force is not None and in_force < be else ""))
+        below = False  # a cap written below BE's usage: the kernel reclaims BE down to it in that write
+        if in_force is None or reconcile or abs(cap - in_force) >= step:
+            below = cap < be
+            why = (f"{terms}; cap BE at {cap}"
+                   + (f" (BE's usage, replacing {in_force}: a cap found in force at start is never set below it)"
+                      if reconcile else " (BE's usage: a cap found in force at start is never set below it)"
+                      if self.floor is not None else ""))
             out.append(self.write(self.cap_resource(ctx), self.be_dir(ctx), cap, why))
             prot.cap, prot.reason = cap, why
         else:
             prot.cap = in_force
         prot.level = LEVEL_CAP
-        if be > budget and self.gate(GATE_RECLAIM) and ctx.cgroup_version == 2 and not self.reclaim_unsupported:
+        if (be > budget and not below and self.gate(GATE_RECLAIM) and ctx.cgroup_version == 2
+                and not self.reclaim_unsupported):
             amount = min(RECLAIM_STEP_BYTES, be - budget) // PAGE * PAGE
             if amount > 0:
                 why = f"{terms}; BE is {be - budget} bytes over its budget: reclaim {amount}"
