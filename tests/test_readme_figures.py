@@ -13,8 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("qosm_readme_figures", ROOT / "benchmarks" / "readme_figures.py")
+def load(path: str = "benchmarks/readme_figures.py", name: str = "qosm_readme_figures") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -22,6 +22,7 @@ def load() -> ModuleType:
 
 
 rf = load()
+outcome = load("benchmarks/outcome/report.py", "qosm_outcome_report")
 
 
 def ratio(value: float, low: float, high: float, scenario: str = "demand tmpfs v2 2000c") -> dict:
@@ -77,3 +78,19 @@ def test_ci_checks_the_figures_after_the_test_command() -> None:
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     test_line = run.index(".venv/bin/python -m pytest")
     assert run.index("benchmarks/readme_figures.py --check") > test_line
+
+
+def test_the_readme_outcome_table_is_made_from_the_outcome_results(tmp_path: Path) -> None:
+    """The README's outcome table is what benchmarks/outcome/report.py makes of results.json: a figure
+    edited by hand, or results without the README rewritten, fails the test run (and so CI)."""
+    assert outcome.main(["--check", str(ROOT / "README.md")]) == 0
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    a = text.index(outcome.BEGIN)
+    row = next(line for line in text[a:].splitlines() if line.startswith("| agent, fast path (default) |"))
+    cells = row.split(" | ")
+    cells[5] = "1 (1-2)"  # the fast path's reaction, edited by hand
+    readme.write_text(text.replace(row, " | ".join(cells)), encoding="utf-8")
+    assert outcome.main(["--check", str(readme)]) == 1
+    assert outcome.main(["--readme", str(readme)]) == 0  # rewritten from the results, it agrees again
+    assert outcome.main(["--check", str(readme)]) == 0 and readme.read_text(encoding="utf-8") == text

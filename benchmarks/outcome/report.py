@@ -2,11 +2,14 @@
 
     QOSM_OUTCOME=1 pytest benchmarks/test_bench_outcome.py -s     # writes benchmarks/outcome/results.json
     python benchmarks/outcome/report.py [--readme README.md] [--plot docs/outcome-timeline.png]
+    python benchmarks/outcome/report.py --check README.md
 
 Without options it prints the table.  ``--readme`` replaces the text between the README's
-``<!-- outcome:begin -->`` and ``<!-- outcome:end -->`` markers; ``--plot`` draws one round of each agent
-mode around its LS burst (LS request latency, BE's quota and both classes' CPU use) with matplotlib, the
-tool ``qosmanager simulate --plot`` uses.
+``<!-- outcome:begin -->`` and ``<!-- outcome:end -->`` markers; ``--check`` changes nothing and fails
+(exit 1) when that text is not the table of the results (tests/test_readme_figures.py runs it in every
+test run, so a README edited by hand or a new results.json without the README fails CI); ``--plot``
+draws one round of each agent mode around its LS burst (LS request latency, BE's quota and both classes'
+CPU use) with matplotlib, the tool ``qosmanager simulate --plot`` uses.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def table(data: dict[str, Any]) -> str:
                 f"{meta.get('threshold')} %, load average {load[0]:.1f} at the end of the run. A round's reaction "
                 f"is timed only when its LS burst got at least {MIN_BURST} cores from this shared machine "
                 f"({starved} agent rounds did not). "
-                "Made by `benchmarks/outcome/report.py` from `benchmarks/outcome/results.json`.")
+                "Made by `benchmarks/outcome/report.py` from `benchmarks/outcome/results.json`; every test run "
+                "checks that the two agree (`report.py --check README.md`).")
     return "\n".join(rows)
 
 
@@ -100,25 +104,45 @@ def plot(data: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def write_readme(path: str, text: str) -> None:
-    with open(path) as f:
+def _block(path: str) -> tuple[str, int, int]:
+    with open(path, encoding="utf-8") as f:
         readme = f.read()
     a, b = readme.find(BEGIN), readme.find(END)
     if a < 0 or b < a:
         raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    with open(path, "w") as f:
-        f.write(readme[:a + len(BEGIN)] + "\n" + text + "\n" + readme[b:])
+    return readme, a + len(BEGIN), b
+
+
+def write_readme(path: str, text: str) -> None:
+    readme, a, b = _block(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(readme[:a] + "\n" + text + "\n" + readme[b:])
+
+
+def check_readme(path: str, text: str) -> bool:
+    """Whether the README's outcome block is ``text`` (the table of the results)."""
+    readme, a, b = _block(path)
+    return readme[a:b].strip("\n") == text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=RESULTS)
     p.add_argument("--readme", default=None, help="rewrite the outcome section of this README")
+    p.add_argument("--check", default=None, metavar="README",
+                   help="fail when this README's outcome section is not the table of the results")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw the timeline plot")
     args = p.parse_args(argv)
     with open(args.results) as f:
         data = json.load(f)
     text = table(data)
+    if args.check:
+        if not check_readme(args.check, text):
+            print(f"outcome report: {args.check}'s outcome table is not the table of {args.results}; "
+                  f"python benchmarks/outcome/report.py --readme {args.check} rewrites it", file=sys.stderr)
+            return 1
+        print(f"outcome report: {args.check}'s outcome table is the table of {args.results}")
+        return 0
     if args.plot:
         plot(data, args.plot)
     if args.readme:
