@@ -82,6 +82,12 @@ class Knobs(Strategy):
                                                          self.write("cpu.shares", be, "3", "ok")])]
         if mode == "evict-as":
             ctx.evict("memoryEvict", [])
+        if mode == "dir":  # value: the directory
+            return [self.write("cpu.shares", value, "5", "a directory of its choosing")]
+        if mode == "restore-dir":
+            return [Restore(self.name, "cpu.shares", value)]
+        if mode == "junk":
+            return ["cpu.shares=5", self.write("cpu.shares", ctx.qos_dir("Burstable"), "1500", "its own")]
         return []
 """
 
@@ -306,6 +312,7 @@ def test_a_tick_that_works_again_clears_the_condition(dists: Any) -> None:
     ("lease", "an ownership lease of 1000000000.0 s"),
     ("restore-other", "a Restore in the name of 'cpuSuppress'"),
     ("plan-spoof", "a write in the name of 'cpuSuppress'"),
+    ("junk", "str is not a Write, Plan, PlanGroup or Restore"),
 ])
 def test_a_plugin_acts_only_in_its_own_name_and_through_validation(dists: Any, mode: str, reason: str) -> None:
     with on_path(*dists):
@@ -321,12 +328,39 @@ def test_a_plugin_acts_only_in_its_own_name_and_through_validation(dists: Any, m
             assert not refused[0]["executed"]
             cond = h.store.conditions.get("plugin/TestKnobs")
             assert cond is not None and reason in cond.message
-            if mode == "spoof":  # its own write in the same tick still goes through
+            if mode in ("spoof", "junk"):  # its own write in the same tick still goes through
                 shares = h.cgroup_file("cpu", h.layout.qos_dir("Burstable"), "cpu.shares")
                 assert (h.read_file(shares) or "").strip() == "1500"
             if mode == "plan-spoof":
                 shares = h.cgroup_file("cpu", h.layout.qos_dir("BestEffort"), "cpu.shares")
                 assert (h.read_file(shares) or "").strip() == "3"
+        finally:
+            h.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_plugin_writes_only_below_the_cgroup_root(dists: Any, tmp_path: Path, version: int) -> None:
+    """A directory that climbs out of the cgroup tree ('..') or is absolute is refused before the executor,
+    which would join it to the root as it is and write a file of that name wherever it points."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shares = outside / ("cpu.shares" if version == 1 else "cpu.weight")
+    shares.write_text("2\n")
+    with on_path(*dists):
+        h = Harness(version=version, gates={"TestKnobs": True})
+        try:
+            climb = os.path.relpath(outside, h.layout.abs_dir("cpu", ""))
+            assert climb.startswith("..")
+            for mode, where in (("dir", climb), ("dir", str(outside)), ("dir", f"kubepods/../{climb}"),
+                                ("restore-dir", climb)):
+                knobs(mode, where)
+                assert h.tick("testKnobs", NOW) == []
+                assert shares.read_text() == "2\n"
+                refused = [r for r in h.audit.recent if r["reason"].startswith("refused:")]
+                assert refused and "is not below the root" in refused[-1]["reason"], (mode, where)
+                assert refused[-1]["strategy"] == "testKnobs" and not refused[-1]["executed"]
+            cond = h.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and "is not below the root" in cond.message
         finally:
             h.close()
 

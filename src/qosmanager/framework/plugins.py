@@ -20,9 +20,10 @@ subclass.  :func:`discovered` finds and imports them once per process and checks
 The :class:`~qosmanager.framework.manager.QoSManager` builds the loaded ones like the built-ins, and
 isolates a plugin strategy that raises when built (failed) or at :data:`MAX_FAILED_TICKS` ticks in a row
 (stopped: what it changed is restored).  Its requests pass through a :class:`Guard`: in its own name
-only, no raw or restore content (those bypass validation), a bounded ownership lease; its context
-(:class:`PluginContext`) evicts, creates directories and audits in its own name only.  What it writes
-then meets the executor's rules exactly as a built-in's does.
+only, no raw or restore content (those bypass validation), a bounded ownership lease, directories
+below their root (no absolute path, no ``..``); its context (:class:`PluginContext`) evicts, creates
+directories and audits in its own name only.  What it writes then meets the executor's rules exactly as
+a built-in's does.
 """
 
 from __future__ import annotations
@@ -244,6 +245,16 @@ class PluginContext(Context):
         return super().mkdir(d)
 
 
+def dir_problem(cgroup: object) -> str | None:
+    """Why a request's directory (relative to its root: the cgroup tree, a resctrl group) would name a file
+    outside that root; None when it does not.  The executor joins it to the root as it is."""
+    if not isinstance(cgroup, str):
+        return f"a directory of type {type(cgroup).__name__}"
+    if cgroup.startswith("/") or ".." in cgroup.split("/"):
+        return f"the directory {cgroup!r} is not below the root (absolute, or with '..')"
+    return None
+
+
 class Guard:
     """Checks what one plugin strategy hands the executor (see the module docstring); what it refuses
     is collected in :attr:`refused` (the request or write, and why) for the manager to audit."""
@@ -263,7 +274,7 @@ class Guard:
             return "raw or restore content (only the executor writes originals back)"
         if not w.lease <= self.max_lease:
             return f"an ownership lease of {w.lease} s (at most {self.max_lease:g} s)"
-        return None
+        return dir_problem(w.cgroup)
 
     def problem(self, r: object) -> str | None:
         if isinstance(r, Write):
@@ -271,6 +282,8 @@ class Guard:
         if isinstance(r, Restore | Plan | PlanGroup):
             if r.strategy != self.strategy:
                 return f"a {type(r).__name__} in the name of {r.strategy!r}"
+            if isinstance(r, Restore) and (why := dir_problem(r.cgroup)) is not None:
+                return why
             if isinstance(r, PlanGroup) and r.plans is not self._groups.get(r.key):
                 for p in r.plans:
                     if not isinstance(p, Plan) or p.strategy != self.strategy:
