@@ -59,6 +59,21 @@ def test_an_unknown_gate_names_a_close_one_and_the_acted_on_gates() -> None:
     assert not any(re.search(rf"\b{g}\b", acted_part) for g in ACCEPTED_ONLY)
 
 
+def test_a_misspelt_gate_or_strategy_names_the_one_meant(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    with pytest.raises(UnknownGateError, match=r"BECPUSupress: did you mean BECPUSuppress\?"):
+        FeatureGates.from_overrides({"BECPUSupress": True})  # a letter missing
+    with pytest.raises(UnknownGateError, match=r"CPUBrust: did you mean CPUBurst\?"):
+        FeatureGates.from_overrides({"CPUBrust": True})  # two swapped
+    with pytest.raises(UnknownGateError) as e:
+        FeatureGates.from_overrides({"Turbo": True})  # nothing close: no guess
+    assert "did you mean" not in str(e.value)
+    pods = tmp_path / "pods.json"
+    pods.write_text('{"kind": "PodList", "items": []}')
+    assert main(["run", "--pods-file", str(pods), "--strategies", "cpuSupress", "--duration", "1s"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cpuSupress: unknown strategy (did you mean cpuSuppress?)" in err
+
+
 def test_run_refuses_an_unknown_gate_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     pods = tmp_path / "pods.json"
     pods.write_text('{"kind": "PodList", "items": []}')

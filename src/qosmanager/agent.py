@@ -49,7 +49,7 @@ from qosmanager.framework.beidle import BEIdle
 from qosmanager.framework.context import Shared
 from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, Need, Planner
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
-from qosmanager.framework.gates import FeatureGates
+from qosmanager.framework.gates import FeatureGates, did_you_mean
 from qosmanager.framework.manager import QoSManager, load_strategies
 from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import QoSConfig
@@ -635,7 +635,9 @@ def check_startup(cfg: AgentConfig) -> None:
         for name in cfg.strategies:
             cls = classes.get(name)
             if cls is None:
-                raise StartupError("--strategies", f"--strategies {name}: unknown strategy; known: "
+                near = did_you_mean(name, classes)
+                hint = f" (did you mean {near}?)" if near else ""
+                raise StartupError("--strategies", f"--strategies {name}: unknown strategy{hint}; known: "
                                    f"{', '.join(classes)}")
             if not any(gates.enabled(g) for g in cls.gates):
                 if len(cls.gates) == 1:

@@ -11,7 +11,8 @@ them alone (a plugin runs only when the operator names its gate).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ALPHA, BETA = "alpha", "beta"
@@ -88,6 +89,13 @@ class UnknownGateError(ValueError):
     pass
 
 
+def did_you_mean(name: str, names: Iterable[str]) -> str | None:
+    """The name ``name`` was most likely meant to be (a letter missing, doubled or swapped), if any."""
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.85)
+    return by_lower[close[0]] if close else None
+
+
 @dataclass(frozen=True)
 class FeatureGates:
     values: Mapping[str, bool]
@@ -109,10 +117,13 @@ class FeatureGates:
         unknown = sorted(set(overrides) - set(values))
         if unknown:
             hints = []
+            names = (*values, "AllAlpha", "AllBeta")
             for name in unknown:
-                close = [k for k in (*values, "AllAlpha", "AllBeta") if k.lower() == name.lower()]
+                close = [k for k in names if k.lower() == name.lower()]
                 if close:
                     hints.append(f"{name}: did you mean {close[0]}? (names are case-sensitive)")
+                elif near := did_you_mean(name, names):
+                    hints.append(f"{name}: did you mean {near}?")
             plugins = f"; plugin gates: {', '.join(sorted(plugin_gates))}" if plugin_gates else ""
             raise UnknownGateError(
                 f"unknown feature gate(s): {', '.join(unknown)}"
