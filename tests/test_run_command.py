@@ -251,7 +251,7 @@ def test_a_zero_collect_interval_is_refused_and_zero_cool_downs_are_not(tmp_path
     ("cpuSuppress,cgroupReconcile", "", "--strategies cgroupReconcile: its gate CgroupReconcile is off; "
                                         "enable it with --feature-gates CgroupReconcile=true"),
     ("cpuSuppress", "BECPUSuppress=false", "--strategies cpuSuppress: its gate BECPUSuppress is off"),
-    ("cpuSupress", "", "--strategies cpuSupress: unknown strategy; known: cpuSuppress, "),
+    ("cpuSupress", "", "--strategies cpuSupress: unknown strategy (did you mean cpuSuppress?); known: cpuSuppress, "),
 ])
 def test_strategies_that_cannot_run_are_refused_naming_the_gate(tmp_path, capsys, restore_logging,
                                                                 strategies: str, gates: str,
