@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,11 @@ def test_simulate_keep_leaves_one_node_name_and_says_how_to_run_the_agent_on_it(
     finally:
         agent.close()
     assert {"cpuSuppress", "memoryEvict"} <= running
+    # the README's dry run on a kept node is this command: the same flags (its own audit log besides)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Run it safely", 1)[1].split("```", 2)[1]
+    shown = shlex.split(section.replace("\\\n", " ").split("qosmanager run", 1)[1].splitlines()[0])
+    flags = {a for a in shown if a.startswith("--")} - {"--audit-log"}
+    assert flags == {a for a in argv if a.startswith("--")}
+    assert shown[shown.index("--feature-gates") + 1] == argv[argv.index("--feature-gates") + 1]
+    assert shown[shown.index("--node-name") + 1] == node["metadata"]["name"]
