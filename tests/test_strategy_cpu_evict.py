@@ -7,6 +7,7 @@ The node has 8 CPUs (capacity 8000m) unless a test says otherwise.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -206,6 +207,19 @@ def test_be_cpu_evict_by_satisfaction(version: int) -> None:
     # be-3 first (spec.priority 5100 < 5500), then by CpuUsage: be-0; 2000 + 2000 >= 3000
     assert evicted(h) == [("be-3", "BECPUEvict"), ("be-0", "BECPUEvict")]
     assert "release 3000m batch-cpu" in h.recorded.evictions[0]["reason"]
+
+
+def test_be_cpu_evict_reasons_give_the_priority_the_victims_were_sorted_on() -> None:
+    """A BE pod without spec.priority sorts as 0; its reason says 0, not its class-default priority value
+    (5500 for koord-batch) that would contradict the order."""
+    pods = [be(0, 2000, priority=None), be(1, 2000, priority=5100)]
+    h = harness({"BECPUEvict": True}, pods, BE_SLO)
+    be_series(h, T1, [2900.0] * 6, [10000.0] * 6, [3000.0] * 6)  # release 3000m, as above
+    usage(h, T1, {0: 1.0, 1: 1.9})
+    h.tick("cpuEvict", T1)
+    assert evicted(h) == [("be-0", "BECPUEvict"), ("be-1", "BECPUEvict")]  # 0 before 5100
+    priorities = [re.search(r"priority=(\d+)", e["reason"]).group(1) for e in h.recorded.evictions]
+    assert priorities == ["0", "5100"]
 
 
 def test_be_cpu_evict_counts_a_killed_pod_still_listed_before_evicting_another() -> None:
