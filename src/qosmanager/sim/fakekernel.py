@@ -47,9 +47,10 @@ What it does not model is listed in :data:`KNOWN_LIMITS` (the proof-by-differenc
 ``tests/test_fake_vs_kernel.py`` exempts exactly those).
 
 Map of the file (:class:`FakeKernel`, top to bottom): the kernel's numbers and file keys, what
-is not modelled; processes, where a path is, mkdir (v1, v2 files); writes and the rule table;
+is not modelled; processes, where a path is, mkdir; writes and the rule table;
 the rules: CFS bandwidth, cpuset, memory (and the load model's hooks), v2 controllers,
 processes.  Its rooms: :mod:`~qosmanager.sim.kparse` (the kernel's parsers, file helpers),
+:mod:`~qosmanager.sim.fakefiles` (the files mkdir makes, the kernel's tables),
 :mod:`~qosmanager.sim.fakeblock` (blkio and io), :mod:`~qosmanager.sim.fakeresctrl` (resctrl),
 :mod:`~qosmanager.sim.fakesysio` (the sysio interposer, :func:`install`, :func:`register`).
 """
@@ -66,6 +67,24 @@ from collections.abc import Callable, Sequence
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.roots import HostRoots
 from qosmanager.sim.fakeblock import BlockRules
+from qosmanager.sim.fakefiles import (  # noqa: F401  (re-exported: the kernel's tables)
+    BLKIO_THROTTLE_FILES,
+    CFS_PERIOD_US,
+    MEMORY_EVENT_KEYS,
+    MEMORY_EVENTS_ZERO,
+    PSI_ZERO,
+    V1_CPU_STAT_KEYS,
+    V1_HIERARCHIES,
+    V1_MEMORY_STAT_KEYS,
+    V1_MEMORY_UNLIMITED,
+    V2_CONTROLLERS,
+    V2_CPU_STAT_KEYS,
+    V2_MEMORY_STAT_KEYS,
+    V2_ORDER,
+    V2_ROOT_CPU_STAT_KEYS,
+    v1_files,
+    v2_files,
+)
 from qosmanager.sim.fakeresctrl import ResctrlRules
 from qosmanager.sim.fakesysio import install, register  # noqa: F401  (re-exported)
 from qosmanager.sim.kparse import (  # noqa: F401  (re-exported: the kernel's numbers and parsers)
@@ -89,8 +108,6 @@ from qosmanager.sim.kparse import (  # noqa: F401  (re-exported: the kernel's nu
     memparse_pages,
 )
 
-V1_MEMORY_UNLIMITED = PAGE_COUNTER_MAX * PAGE_SIZE  # 9223372036854771712: what v1 prints for "no limit"
-CFS_PERIOD_US = 100_000
 CFS_MIN_US = 1_000  # min_cfs_quota_period: 1 ms
 CFS_MAX_PERIOD_US = 1_000_000  # max_cfs_quota_period: 1 s
 MAX_CFS_RUNTIME_US = ((1 << 44) - 1) // 1000  # max_cfs_runtime (MAX_BW * NSEC_PER_USEC) in us
@@ -98,49 +115,9 @@ SHARES_MIN, SHARES_MAX = 2, 262_144
 BW_SHIFT = 20
 RUNTIME_INF = -1
 
-V1_HIERARCHIES = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
-# v2 controllers in the kernel's subsystem order (how cgroup.controllers and subtree_control print)
-V2_ORDER = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc")
-V2_CONTROLLERS = "cpuset cpu io memory pids"
 # threaded controllers: enabled alone below a cgroup, they leave it free to hold processes (a thread root)
 THREADED_CONTROLLERS = frozenset({"cpu", "cpuset", "perf_event", "pids"})
-
-# memory.stat of a cgroup v1 memcg on a 6.x kernel, in kernel order.
-V1_MEMORY_STAT_KEYS = (
-    "cache", "rss", "rss_huge", "shmem", "mapped_file", "dirty", "writeback", "workingset_refault_anon",
-    "workingset_refault_file", "swap", "swapcached", "pgpgin", "pgpgout", "pgfault", "pgmajfault",
-    "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
-    "hierarchical_memory_limit", "hierarchical_memsw_limit",
-    "total_cache", "total_rss", "total_rss_huge", "total_shmem", "total_mapped_file", "total_dirty",
-    "total_writeback", "total_workingset_refault_anon", "total_workingset_refault_file", "total_swap",
-    "total_swapcached", "total_pgpgin", "total_pgpgout", "total_pgfault", "total_pgmajfault",
-    "total_inactive_anon", "total_active_anon", "total_inactive_file", "total_active_file",
-    "total_unevictable",
-)
-# memory.stat of a cgroup v2 memcg on a 6.x kernel, in kernel order.
-V2_MEMORY_STAT_KEYS = (
-    "anon", "file", "kernel", "kernel_stack", "pagetables", "sec_pagetables", "percpu", "sock", "vmalloc",
-    "shmem", "zswap", "zswapped", "file_mapped", "file_dirty", "file_writeback", "swapcached", "anon_thp",
-    "file_thp", "shmem_thp", "inactive_anon", "active_anon", "inactive_file", "active_file", "unevictable",
-    "slab_reclaimable", "slab_unreclaimable", "slab", "workingset_refault_anon", "workingset_refault_file",
-    "workingset_activate_anon", "workingset_activate_file", "workingset_restore_anon",
-    "workingset_restore_file", "workingset_nodereclaim", "pgscan", "pgsteal", "pgscan_kswapd",
-    "pgscan_direct", "pgscan_khugepaged", "pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged",
-    "pgfault", "pgmajfault", "pgrefill", "pgactivate", "pgdeactivate", "pglazyfree", "pglazyfreed",
-    "zswpin", "zswpout", "zswpwb", "thp_fault_alloc", "thp_collapse_alloc", "thp_swpout",
-    "thp_swpout_fallback",
-)
-V1_CPU_STAT_KEYS = ("nr_periods", "nr_throttled", "throttled_time", "nr_bursts", "burst_time")
-V2_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec", "nr_periods", "nr_throttled", "throttled_usec",
-                    "nr_bursts", "burst_usec")
-V2_ROOT_CPU_STAT_KEYS = ("usage_usec", "user_usec", "system_usec")
-BLKIO_THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
-                        "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
-MEMORY_EVENT_KEYS = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
-MEMORY_EVENTS_ZERO = "".join(f"{k} 0\n" for k in MEMORY_EVENT_KEYS)
 MAX_SWAPPINESS = 200
-PSI_ZERO = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 
 # What the fake does not model, each a documented difference the proof-by-difference test exempts.
 KNOWN_LIMITS = {
@@ -247,66 +224,13 @@ class FakeKernel:
                 self._populate_v2(path)
 
     def _populate_v1(self, hierarchy: str, path: str) -> None:
-        files: dict[str, str] = {"tasks": "", "cgroup.procs": "", "notify_on_release": "0\n",
-                                 "cgroup.clone_children": "0\n"}
-        if hierarchy == "cpu":
-            files.update({"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": f"{CFS_PERIOD_US}\n",
-                          "cpu.cfs_burst_us": "0\n", "cpu.shares": "1024\n", "cpu.idle": "0\n",
-                          "cpu.stat": _kv(V1_CPU_STAT_KEYS)})
-        elif hierarchy == "cpuacct":
-            files.update({"cpuacct.usage": "0\n", "cpuacct.stat": "user 0\nsystem 0\n"})
-        elif hierarchy == "cpuset":
-            files.update({"cpuset.cpus": "\n", "cpuset.mems": "\n", "cpuset.cpu_exclusive": "0\n",
-                          "cpuset.mem_exclusive": "0\n"})
-        elif hierarchy == "memory":
-            stat = {"hierarchical_memory_limit": V1_MEMORY_UNLIMITED,
-                    "hierarchical_memsw_limit": V1_MEMORY_UNLIMITED}
-            files.update({"memory.limit_in_bytes": f"{V1_MEMORY_UNLIMITED}\n",
-                          "memory.soft_limit_in_bytes": f"{V1_MEMORY_UNLIMITED}\n",
-                          "memory.usage_in_bytes": "0\n", "memory.max_usage_in_bytes": "0\n",
-                          "memory.stat": _kv(V1_MEMORY_STAT_KEYS, stat)})
-        elif hierarchy == "blkio":
-            files.update(dict.fromkeys(BLKIO_THROTTLE_FILES, ""))
-        for name, body in files.items():
+        for name, body in v1_files(hierarchy).items():
             _put(os.path.join(path, name), body)
-
-    def _v2_files(self, controllers: Sequence[str], parent: str) -> dict[str, str]:
-        files = {
-            "cgroup.controllers": " ".join(controllers) + "\n" if controllers else "",
-            "cgroup.subtree_control": "", "cgroup.procs": "", "cgroup.threads": "",
-            "cgroup.type": "domain\n", "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.freeze": "0\n",
-            "cgroup.max.depth": "max\n", "cgroup.max.descendants": "max\n",
-            "cgroup.stat": "nr_descendants 0\nnr_dying_descendants 0\n",
-            "cpu.stat": _kv(V2_ROOT_CPU_STAT_KEYS),
-            "cpu.pressure": PSI_ZERO, "memory.pressure": PSI_ZERO, "io.pressure": PSI_ZERO,
-        }
-        if "cpu" in controllers:
-            files.update({"cpu.max": f"max {CFS_PERIOD_US}\n", "cpu.max.burst": "0\n", "cpu.weight": "100\n",
-                          "cpu.weight.nice": "0\n", "cpu.idle": "0\n", "cpu.stat": _kv(V2_CPU_STAT_KEYS)})
-        if "cpuset" in controllers:
-            files.update({"cpuset.cpus": "\n", "cpuset.mems": "\n",
-                          "cpuset.cpus.effective": _read_or(os.path.join(parent, "cpuset.cpus.effective"),
-                                                            "\n"),
-                          "cpuset.mems.effective": _read_or(os.path.join(parent, "cpuset.mems.effective"),
-                                                            "\n"),
-                          "cpuset.cpus.partition": "member\n"})
-        if "memory" in controllers:
-            files.update({"memory.current": "0\n", "memory.min": "0\n", "memory.low": "0\n",
-                          "memory.high": "max\n", "memory.max": "max\n", "memory.peak": "0\n",
-                          "memory.oom.group": "0\n", "memory.stat": _kv(V2_MEMORY_STAT_KEYS),
-                          "memory.events": MEMORY_EVENTS_ZERO, "memory.events.local": MEMORY_EVENTS_ZERO,
-                          "memory.reclaim": "",
-                          "memory.swap.current": "0\n", "memory.swap.max": "max\n"})
-        if "io" in controllers:
-            files.update({"io.max": "", "io.weight": "default 100\n", "io.stat": ""})
-        if "pids" in controllers:
-            files.update({"pids.max": "max\n", "pids.current": "0\n", "pids.peak": "0\n"})
-        return files
 
     def _populate_v2(self, path: str) -> None:
         parent = os.path.dirname(path)
         controllers = _read_or(os.path.join(parent, "cgroup.subtree_control"), "").split()
-        for name, body in self._v2_files(controllers, parent).items():
+        for name, body in v2_files(controllers, parent).items():
             _put(os.path.join(path, name), body)
 
     # ---------------------------------------------------------------- writes
@@ -650,9 +574,9 @@ class FakeKernel:
         line = " ".join(ordered) + "\n" if ordered else ""
         for c in children:  # the children's controller files appear and go
             _put(os.path.join(c, "cgroup.controllers"), line)
-            want = self._v2_files(ordered, d)
+            want = v2_files(ordered, d)
             for gone in disable:
-                for name in self._v2_files([gone], d):
+                for name in v2_files([gone], d):
                     if name not in want:
                         with contextlib.suppress(OSError):
                             os.unlink(os.path.join(c, name))
