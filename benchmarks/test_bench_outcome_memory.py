@@ -24,8 +24,9 @@ Modes: ``tick`` (memoryEvict alone, koordlet's one step: kill) and ``graduated``
 memoryEvict with the ``BEMemoryHigh`` gate: the BE cap first, eviction as level 3).  Kill mode, the
 agent at 0.5 s.  Measured per case over :data:`CASE_SECONDS`: the BE pods evicted (audit), BE's work
 (its bytes processed: read or allocated, until it ended or the case did), LS's requests served, LS's
-memory stall (its pod's ``memory.pressure`` some/full totals over the case), and OOM kills
-(``memory.events`` ``oom_kill`` of the LS pod and of the BE pods).  Nothing is asserted: it is a
+memory stall (its pod's ``memory.pressure`` some/full totals over the case), OOM kills
+(``memory.events`` ``oom_kill`` of the LS pod and of the BE pods), and in graduated mode the highest
+``memory.high`` seen on the BE QoS dir beside the highest budget memoryHigh audited.  Nothing is asserted: it is a
 measurement, reported as it came out.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -77,6 +79,7 @@ CASE_SECONDS = 15.0
 START_TIMEOUT = 120.0  # for a load's first progress (an interpreter's start in the emulated guest)
 GUEST_TIMEOUT = float(os.environ.get("QOSM_GUEST_TIMEOUT", "1500"))
 DISK_BYTES = 512 << 20  # the guest's disk: the page-cache load reads it (bigger than BE's budget)
+BUDGET = re.compile(r"BE's budget at \d+%: (-?\d+)")  # in memoryHigh's audited reasons
 
 
 def _progress(path: Path) -> int:
@@ -146,7 +149,10 @@ def run_case(workdir: Path, case: str, mode: str, device: str) -> dict[str, Any]
                 time.sleep(0.25)
             be_work, ls_served = _progress(be_file), _progress(ls_file) - ls_at
             stall = _pressure(node.path(ls.dir, "memory.pressure", "memory"))
-            evictions = sorted({str(r["target"]).split("/")[-1] for r in agent.audit() if r["action"] == "evict"})
+            audit = agent.audit()
+            evictions = sorted({str(r["target"]).split("/")[-1] for r in audit if r["action"] == "evict"})
+            budgets = [int(m.group(1)) for r in audit if r["strategy"] == "memoryHigh"
+                       for m in [BUDGET.search(str(r.get("reason") or ""))] if m is not None]
             be_events = kv_file(node.path(be_dir, "memory.events", "memory"))
         return {
             "case": case, "mode": mode,
@@ -159,6 +165,7 @@ def run_case(workdir: Path, case: str, mode: str, device: str) -> dict[str, Any]
             "be_high_events": be_events.get("high", 0),
             "peak_used_pct": round(100 * peak["used"] / CAPACITY, 1),
             "peak_cap_mib": round(peak["cap"] / MiB, 1) if peak["cap"] else None,
+            "top_budget_mib": round(max(budgets) / MiB, 1) if budgets else None,
         }
 
 
@@ -234,13 +241,15 @@ def test_report_table_counts_evictions_and_work_lost_with_the_pod() -> None:
     def run(mode: str, r: int, work: float, alive: bool, evicted: list[str]) -> dict[str, Any]:
         return {"case": "spike", "mode": mode, "round": r, "be_evicted": evicted, "be_work_mib": work,
                 "be_alive": alive, "ls_alive": True, "ls_requests": 100 + r, "ls_stall_some_ms": 2.0 * r,
-                "ls_stall_full_ms": 0.0, "oom_kill_ls": 0, "oom_kill_be": r, "peak_used_pct": 80.0}
+                "ls_stall_full_ms": 0.0, "oom_kill_ls": 0, "oom_kill_be": r, "peak_used_pct": 80.0,
+                "peak_cap_mib": 180.0 + r if mode == "graduated" else None,
+                "top_budget_mib": 178.5 if mode == "graduated" else None}
 
     data = {"rounds": 2, "case_seconds": 15.0, "capacity_mib": 448, "threshold": 70, "lower": 60,
             "kernel": "k", "cpus": 3, "date": "d",
             "runs": [run("graduated", 0, 100.0, True, []), run("tick", 0, 200.0, False, ["be-load"]),
                      run("tick", 1, 220.0, False, ["be-load"]), run("graduated", 1, 120.0, True, [])]}
     lines = memory_report.table(data).splitlines()
-    assert lines[2] == "| spike | tick | 2 | 210 (200-220) | 0 | 100 (100-101) | 1 (0-2) / 0 | 0 / 1 | 80 |"
+    assert lines[2] == "| spike | tick | 2 | 210 (200-220) | 0 | 100 (100-101) | 1 (0-2) / 0 | 0 / 1 | 80 | — |"
     assert lines[3] == ("| spike | graduated | 0 | 110 (100-120) | 110 (100-120) | 100 (100-101) | 1 (0-2) / 0 "
-                        "| 0 / 1 | 80 |")
+                        "| 0 / 1 | 80 | 181 / 178 |")
