@@ -5,18 +5,22 @@ v1's soft limit."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.memlevel import LEVEL_CAP, LEVEL_NONE, LEVEL_RECLAIM
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
+from qosmanager.restore import OriginalsJournal, read_originals
 from qosmanager.strategies.memory_high import RECLAIM_STEP_BYTES
 
 GiB = 1 << 30
@@ -33,10 +37,10 @@ def be_pod(i: int) -> dict[str, Any]:
 
 
 def harness(*, version: int = 2, reclaim: bool = False, slo: Mapping[str, Any] | None = None,
-            enable: bool = True, dry_run: bool = False) -> Harness:
+            enable: bool = True, dry_run: bool = False, root: str | None = None) -> Harness:
     gates = {"BEMemoryHigh": True, "BEMemoryReclaim": reclaim}
     h = Harness(version=version, gates=gates, strategies=["memoryHigh"], memory_bytes=CAP, now=T0,
-                dry_run=dry_run)
+                dry_run=dry_run, root=root)
     h.set_node(node_object(h.host))
     h.set_pods([be_pod(1)])
     h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": enable, **(slo or SLO)}})
@@ -245,6 +249,60 @@ def test_a_cap_left_by_a_killed_agent_is_reconciled_at_start() -> None:
     state(h, T0, 75, 10 * GiB)
     tick(h, T0)
     assert cap(h) == str(10 * GiB)
+
+
+def killed_agent_left_a_cap(tmp_path: Path, version: int, *, journal: bool = True) -> tuple[Harness, str, str]:
+    """An agent with BEMemoryHigh on (and the originals file, unless ``journal`` is False) caps BE, then
+    dies without a clean exit (SIGKILL): its cap stays.  The harness, the originals file's path and what
+    the cap file held before."""
+    h = harness(version=version, root=str(tmp_path / "host"))
+    before = cap(h)
+    path = str(tmp_path / "originals.jsonl")
+    if journal:
+        j = OriginalsJournal(path, h.executor, clock=lambda: h.now)
+        h.executor.on_write.append(j.on_write)
+    state(h, T0, 64, 10 * GiB)
+    tick(h, T0)
+    if journal:
+        j.close()
+    assert cap(h) == str(14 * GiB)
+    return h, path, before
+
+
+def restarted(h: Harness, tmp_path: Path, *, gates: Mapping[str, bool], originals: str | None) -> None:
+    """A new agent on the same node, run briefly: BEMemoryHigh off (``gates``)."""
+    agent = Agent(AgentConfig(roots=h.host.roots, cgroup_version=str(h.layout.version), cgroup_driver="cgroupfs",
+                              feature_gates=dict(gates), originals_file=originals,
+                              audit_log=str(tmp_path / "audit.jsonl")))
+    agent.run(duration=0.05)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_cap_left_by_a_killed_agent_is_lifted_when_the_gate_is_off_at_restart(tmp_path: Path,
+                                                                                version: int) -> None:
+    """The next agent does not run memoryHigh (gate off) and so never ticks it: the cap would stay for
+    good.  The originals file says memoryHigh set it: the agent writes back what the file held before."""
+    h, path, original = killed_agent_left_a_cap(tmp_path, version)
+    assert original == "max" or int(original) >= 1 << 62
+    restarted(h, tmp_path, gates={"BEMemoryHigh": False}, originals=path)
+    assert cap(h) == original
+    audit = [json.loads(line) for line in open(tmp_path / "audit.jsonl")]
+    [lift] = [r for r in audit if r["action"] == "write" and r["target"].endswith(cap_file(h).split("/")[-1])]
+    assert lift["strategy"] == "memoryHigh" and "memoryHigh is off" in lift["reason"] and lift["executed"]
+    # the record stays (a later uninstall writes the same value back); nothing more is done at the next start
+    assert [o.strategy for o in read_originals(path)] == ["memoryHigh"]
+    restarted(h, tmp_path, gates={}, originals=path)  # (the gate's default: off)
+    assert cap(h) == original
+
+
+def test_a_cap_no_record_claims_is_left_at_restart(tmp_path: Path) -> None:
+    """Without the originals file (or its record), the agent cannot tell its own cap from an operator's:
+    it leaves it."""
+    h, path, _ = killed_agent_left_a_cap(tmp_path, 2, journal=False)
+    restarted(h, tmp_path, gates={"BEMemoryHigh": False}, originals=None)
+    assert cap(h) == str(14 * GiB)
+    restarted(h, tmp_path, gates={"BEMemoryHigh": False}, originals=path)  # a file with no record of it
+    assert cap(h) == str(14 * GiB)
 
 
 def test_a_clean_exit_lifts_the_cap() -> None:

@@ -376,6 +376,9 @@ class Agent:
         if self.exporter is not None:
             self.exporter.start()
         try:
+            # what a strategy this agent does not run undoes of an earlier agent's (a memory cap a
+            # SIGKILLed agent left while BEMemoryHigh was on), known by the originals file
+            self.manager.start_writes(self.clock(), self.originals.kept if self.originals is not None else ())
             t0 = time.monotonic()
             if self.wait_for_state(duration if duration > 0 else None):
                 left = duration - (time.monotonic() - t0) if duration > 0 else 0.0

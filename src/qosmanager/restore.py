@@ -110,6 +110,7 @@ class OriginalsJournal:
         if d:
             os.makedirs(d, exist_ok=True)
         kept = [o for o in read_originals(path) if _exists(executor, o)]
+        self.kept: tuple[Original, ...] = tuple(kept)  # the records found at start (memoryHigh's start reads them)
         self._seen: set[Key] = {o.key for o in kept}
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework import plugins
@@ -29,6 +30,9 @@ from qosmanager.framework.builtins import ORDER, builtin_strategies
 from qosmanager.framework.context import Context, Shared
 from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import Strategy
+
+if TYPE_CHECKING:
+    from qosmanager.restore import Original
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +259,23 @@ class QoSManager:
                     results += self.shared.executor.apply(writes, now)
             except Exception:  # a failed exit step must not keep the agent from stopping
                 log.exception("strategy %s failed on exit", s.name)
+        return results
+
+    def start_writes(self, now: float, owned: Sequence[Original]) -> list[WriteResult]:
+        """At start: what each built-in strategy that does not run here undoes of an earlier agent's run
+        (:meth:`Strategy.on_start_off`; memoryHigh lifts the BE memory cap a killed agent left), applied
+        by the executor.  ``owned``: the originals file's records."""
+        results: list[WriteResult] = []
+        for name, cls in builtin_strategies().items():
+            s = self.strategies.get(name)
+            if s is not None and (name in self._plugin_of or self._is_enabled(s)):
+                continue
+            try:
+                writes = cls.on_start_off(self.context(now), owned)
+                if writes:
+                    results += self.shared.executor.apply(writes, now)
+            except Exception:  # a failed start step must not keep the agent from starting
+                log.exception("strategy %s failed at start", name)
         return results
 
     def register(self, scheduler: Scheduler, *, first_delay: float = 0.0) -> list[str]:

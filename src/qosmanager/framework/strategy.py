@@ -30,6 +30,7 @@ from qosmanager.framework.gates import FeatureGates
 if TYPE_CHECKING:
     from qosmanager.framework.context import Context
     from qosmanager.framework.demand import Need
+    from qosmanager.restore import Original
 
 
 class Strategy(abc.ABC):
@@ -78,6 +79,15 @@ class Strategy(abc.ABC):
     def on_exit(self, ctx: Context) -> Sequence[Request]:
         """A clean agent stop (SIGTERM, ``--duration``): the writes that undo what must not outlive the
         agent.  Built-ins only (memoryHigh lifts BE's memory cap); every other file stays as it is."""
+        return ()
+
+    @classmethod
+    def on_start_off(cls, ctx: Context, owned: Sequence[Original]) -> Sequence[Request]:
+        """The start of an agent that does not run this strategy (its gate off, or not in
+        ``--strategies``): the writes that undo what an earlier agent's run of it left and must not
+        outlive it (an agent killed with SIGKILL exits without :meth:`on_exit`).  ``owned``: the records
+        of ``--originals-file`` (what agents changed, and what the file held before; empty without it),
+        how the agent knows a value was its own.  Built-ins only (memoryHigh lifts BE's memory cap)."""
         return ()
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:  # noqa: B027 - optional hook

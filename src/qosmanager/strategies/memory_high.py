@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework.context import Context
@@ -84,6 +85,9 @@ from qosmanager.host import resources as res
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.strategies._eviction import is_feature_disabled
 from qosmanager.strategies.memory_evict import check_common_config, memory_evict_lower_percent
+
+if TYPE_CHECKING:
+    from qosmanager.restore import Original
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +152,10 @@ class MemoryHigh(Strategy):
                 return _int(value)
         return None
 
-    def cap_in_force(self, ctx: Context) -> int | None:
+    @classmethod
+    def cap_in_force(cls, ctx: Context) -> int | None:
         """The cap the BE QoS dir holds now; None when unlimited (or unreadable)."""
-        text = ctx.read(self.cap_resource(ctx), self.be_dir(ctx))
+        text = ctx.read(cls.cap_resource(ctx), cls.be_dir(ctx))
         if text is None or text.strip() in res.UNLIMITED_TOKENS:
             return None
         v = _int(text)
@@ -251,6 +256,26 @@ class MemoryHigh(Strategy):
             if r.write.resource == "memory.reclaim" and r.status in ("missing", "unsupported"):
                 self.reclaim_unsupported = True
                 log.warning("memoryHigh: this kernel has no memory.reclaim (%s): level 2 stays off", r.target)
+
+    @classmethod
+    def on_start_off(cls, ctx: Context, owned: Sequence[Original]) -> Sequence[Request]:
+        """An agent that does not run memoryHigh lifts the cap an earlier agent left (killed with SIGKILL,
+        so no clean exit lifted it), when the originals file says memoryHigh changed the file: it writes
+        back what the file held before (``max`` / unlimited, unless someone else had set it).  A cap no
+        record claims is left in force, and said once: the agent cannot tell it from an operator's."""
+        in_force = cls.cap_in_force(ctx)
+        if in_force is None:
+            return ()
+        key = (cls.cap_resource(ctx), cls.be_dir(ctx), "")
+        mine = [o for o in owned if o.key == key and o.strategy == cls.name]
+        if not mine:
+            log.warning("memoryHigh is off and BE's %s holds %d, which no --originals-file record says an "
+                        "agent set: left as it is", key[0], in_force)
+            return ()
+        o = mine[0]
+        why = (f"memoryHigh is off: lift BE's memory cap {in_force}, left by an earlier agent that did not stop "
+               f"cleanly (the originals file says memoryHigh changed it from {o.value.strip()!r})")
+        return [Write(cls.name, o.resource, o.value, o.cgroup, reason=why, raw=o.raw, restore=True)]
 
     def on_exit(self, ctx: Context) -> Sequence[Request]:
         """A clean stop lifts the cap (the next agent decides again; a SIGKILL leaves it, and the next
