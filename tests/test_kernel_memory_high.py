@@ -91,3 +91,74 @@ def test_memory_high_holds_a_be_allocator_without_eviction_or_oom(tmp_path) -> N
             assert writes and all(r["target"].endswith("memory.high") for r in writes if r["action"] == "write")
         # a clean stop (SIGTERM) lifts the cap
         assert cap() is None
+
+
+V1_CAPACITY, V1_SYSTEM, V1_HOG = 2048 * MiB, 256 * MiB, 512 * MiB
+
+
+def test_v1_soft_limit_is_the_cap_and_never_a_kill(tmp_path) -> None:
+    """cgroup v1 (the host): level 1 is the BE QoS dir's ``memory.soft_limit_in_bytes`` at BE's budget, on
+    a real memory hierarchy.  The kernel takes the agent's cap (page-aligned, read back as written); no
+    hard limit is set, and the BE process lives on with its memory (a soft limit acts only in the node's
+    global reclaim).  The cap is lifted (the kernel's unlimited) when the NodeSLO's thresholds rise past
+    the node's use, put back when they fall, and lifted on a clean stop.
+
+    The node's memory use is the test's own, as in the v2 test: MemTotal 2 GiB, in use 256 MiB plus what
+    the kernel counts in this test's cgroups less their page cache.  NodeSLO: eviction at 40 %, lower
+    35 %: memoryHigh engages at 30 %; with the 512 MiB BE process the node is at about 38 %, BE's budget
+    (35 % of the node less the rest) about 460 MiB: below BE's usage, which a soft limit allows."""
+    with real_node(tmp_path, version=1, controllers=("cpu", "memory")) as node:
+        def stat(rel: str) -> dict[str, int]:
+            return kv_file(node.path(rel, "memory.stat", "memory"))
+
+        def counted(rel: str) -> int:  # the page counter less page cache, as node usage counts it
+            return int(node.read(rel, "memory.usage_in_bytes", "memory")) - stat(rel).get("total_cache", 0)
+
+        def used() -> int:
+            return V1_SYSTEM + counted("")
+
+        be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+
+        def soft() -> int:
+            return int(node.read(be_dir, "memory.soft_limit_in_bytes", "memory"))
+
+        unlimited = soft()
+        hard = node.read(be_dir, "memory.limit_in_bytes", "memory")
+        assert unlimited >= 1 << 62, "a new memory cgroup's soft limit is unlimited"
+        node.write_node(memory=V1_CAPACITY)
+        be = node.add_pod("be-hog", "BE")
+        ls = node.add_pod("ls", "LS")
+        ls_proc = node.start(ls, ["sleep", "600"], memory=True)
+        code = f"import time\nb = bytearray({V1_HOG})\nb[::4096] = b'x' * {V1_HOG // 4096}\ntime.sleep(600)\n"
+        hog = node.start(be, [sys.executable, "-c", code], memory=True)
+        deadline = time.monotonic() + 60
+        while counted(be_dir) < V1_HOG:
+            assert time.monotonic() < deadline, "the BE process's allocation"
+            time.sleep(0.1)
+        slo = {"enable": True, "memoryEvictThresholdPercent": 40, "memoryEvictLowerPercent": 35}
+        node.write_nodeslo({"resourceUsedThresholdWithBE": slo})
+        with proc_view(node, memory=(V1_CAPACITY, used)) as view, \
+                node.agent("--strategies", "memoryHigh", "--feature-gates", "BEMemoryHigh=true",
+                           "--collect-interval", "500ms", "--memory-evict-interval-seconds", "0.5",
+                           "--proc-root", view.root) as agent:
+            agent.wait_for("BE's soft limit", lambda: soft() < unlimited, 120)
+            budget = V1_CAPACITY * 35 // 100 - (used() - counted(be_dir))
+            step = V1_CAPACITY * 5 // 1000  # memoryHigh rewrites the cap when it moves this much
+            cap = soft()
+            assert cap % 4096 == 0 and abs(cap - budget) <= step, (cap, budget)
+            assert cap < counted(be_dir), "BE's budget is below its usage here: a soft limit allows that"
+            writes = [r for r in agent.audit("memoryHigh") if r["action"] == "write"]
+            assert writes and {r["target"].rsplit("/", 1)[1] for r in writes} == {"memory.soft_limit_in_bytes"}
+            assert str(cap) in {r["value"] for r in writes}
+            # the thresholds rise past the node's use: the pressure ended, the cap is lifted
+            node.write_nodeslo({"resourceUsedThresholdWithBE": {**slo, "memoryEvictThresholdPercent": 90,
+                                                                "memoryEvictLowerPercent": 85}})
+            agent.wait_for("the cap lifted", lambda: soft() == unlimited, 60)
+            node.write_nodeslo({"resourceUsedThresholdWithBE": slo})
+            agent.wait_for("the cap again", lambda: soft() < unlimited, 60)
+            assert hog.poll() is None and ls_proc.poll() is None, "nothing is killed"
+            assert counted(be_dir) >= V1_HOG, "the soft limit took nothing from BE (no global pressure)"
+            assert node.read(be_dir, "memory.limit_in_bytes", "memory") == hard, "no hard limit"
+            assert not [r for r in agent.audit() if r["action"] == "evict"]
+        assert soft() == unlimited, "a clean stop lifts the cap"
+
