@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import random
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +17,10 @@ import pytest
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.memlevel import LEVEL_CAP, LEVEL_NONE, LEVEL_RECLAIM
 from qosmanager.host.cgroups import KubeQoS
+from qosmanager.restore import OriginalsJournal, read_originals
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
-from qosmanager.restore import OriginalsJournal, read_originals
 from qosmanager.strategies.memory_high import RECLAIM_STEP_BYTES
 
 GiB = 1 << 30
@@ -286,7 +286,7 @@ def test_a_cap_left_by_a_killed_agent_is_lifted_when_the_gate_is_off_at_restart(
     assert original == "max" or int(original) >= 1 << 62
     restarted(h, tmp_path, gates={"BEMemoryHigh": False}, originals=path)
     assert cap(h) == original
-    audit = [json.loads(line) for line in open(tmp_path / "audit.jsonl")]
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     [lift] = [r for r in audit if r["action"] == "write" and r["target"].endswith(cap_file(h).split("/")[-1])]
     assert lift["strategy"] == "memoryHigh" and "memoryHigh is off" in lift["reason"] and lift["executed"]
     # the record stays (a later uninstall writes the same value back); nothing more is done at the next start
