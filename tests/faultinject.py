@@ -1,7 +1,7 @@
 """Make chosen host writes and reads fail with a chosen errno, for the fault tests.
 
-:class:`IOFaults` wraps the executor's two ways of writing (the batch ``pwrite`` of the sysio
-module and the one-shot write of its descriptor table) and its batch read.  A rule names a file by a
+:class:`IOFaults` wraps the executor's writes (the batch ``pwrite`` of the sysio module, which the
+one-shot writes of its descriptor table use too) and its batch read.  A rule names a file by a
 substring of its path and says which errno it gets, for how many attempts (``None``: every one).
 Every other file is written or read for real, in the batch's order.  ``attempts`` lists every write
 the executor tried (path, payload), failed or not, so a test can tell what was sent.
@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from qosmanager._native import sysio
-from qosmanager.executor.files import FileTable
 
 
 def fd_path(fd: int) -> str:
@@ -42,17 +41,9 @@ class IOFaults:
         self.reads: list[str] = []
         self._pwrite = sysio.pwrite_batch
         self._pread = sysio.pread_batch
-        self._write_once = FileTable.write_once
+        # one-shot writes (FileTable.write_once) go through pwrite_batch too
         monkeypatch.setattr(sysio, "pwrite_batch", self._pwrite_batch)
         monkeypatch.setattr(sysio, "pread_batch", self._pread_batch)
-        faults = self
-
-        def write_once(table: FileTable, path: str, payload: bytes) -> int:
-            faults.attempts.append((path, payload))
-            err = faults._fault(path, "write")
-            return err if err else faults._write_once(table, path, payload)
-
-        monkeypatch.setattr(FileTable, "write_once", write_once)
 
     def fail(self, match: str, err: int, times: int | None = None, on: str = "write") -> None:
         self.rules.append(Rule(match, err, times, on))

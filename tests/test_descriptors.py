@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from qosmanager._native import sysio
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor, Write
 from qosmanager.executor.files import ONE_SHOT
@@ -117,22 +119,22 @@ def test_an_emfile_on_a_one_shot_closes_cached_descriptors_and_tries_again(
     dirs = quota_dirs(layout, 6)
     ex.apply([Write("s", "cpu.cfs_quota_us", "20000", d) for d in dirs[:4]])
     assert len(ex.files) == 4
-    real_open = os.open
+    real_open = sysio.open_batch
     refused: list[str] = []
 
-    def open_once_refused(path: Any, flags: int, *a: Any) -> int:
+    def open_once_refused(paths: Any, flags: int) -> Any:
         if not refused:
-            refused.append(str(path))
-            raise OSError(errno.EMFILE, "Too many open files")
-        return real_open(path, flags, *a)
+            refused.append(str(paths[0]))
+            return np.full(len(paths), -errno.EMFILE, dtype=np.int32)
+        return real_open(paths, flags)
 
-    monkeypatch.setattr(os, "open", open_once_refused)
+    monkeypatch.setattr(sysio, "open_batch", open_once_refused)
     assert ex.files.write_once(layout.file("cpu", dirs[5], "cpu.cfs_quota_us"), b"7000") == 0
     assert refused and len(ex.files) == 0  # the cache gave its descriptors back
     assert quota(layout, dirs[5]) == "7000"
     # refused twice: the errno, not an exception
     refused.clear()
-    monkeypatch.setattr(os, "open", lambda *a: (_ for _ in ()).throw(OSError(errno.EMFILE, "full")))
+    monkeypatch.setattr(sysio, "open_batch", lambda paths, flags: np.full(len(paths), -errno.EMFILE, dtype=np.int32))
     assert ex.files.write_once(layout.file("cpu", dirs[4], "cpu.cfs_quota_us"), b"7000") == errno.EMFILE
 
 

@@ -1,15 +1,28 @@
-"""The executor on fake cgroup trees: validation, cache, leveled order, ownership, audit."""
+"""The executor on fake cgroup trees: validation, cache, leveled order, ownership, audit.
+
+The trees are the fake kernel's (:mod:`qosmanager.sim.fakekernel`): a directory :func:`put` makes holds
+the files the kernel makes with a cgroup, and the executor's writes meet the kernel's rules.
+"""
 
 from __future__ import annotations
 
 import os
+import weakref
 
+import numpy as np
 import pytest
 
+from qosmanager._native import sysio
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor, Write
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.roots import HostRoots
+from qosmanager.sim.fakefiles import V2_CONTROLLERS
+from qosmanager.sim.fakekernel import FakeKernel, register
+
+N_CPUS = 8
+DISKS = {"sda": "8:0", "sdb": "8:16", "sdc": "8:32"}
+_KERNEL_OF: weakref.WeakKeyDictionary[Executor, FakeKernel] = weakref.WeakKeyDictionary()
 
 
 class Clock:
@@ -25,13 +38,61 @@ def make(tmp_path, version: int = 1, **kw):
     layout = CgroupLayout(roots, version, "cgroupfs")
     clock = Clock()
     audit = AuditLog(str(tmp_path / "audit.log"), clock=clock)
+    kernel = FakeKernel(roots, version, n_cpus=N_CPUS)
+    register(kernel)
+    os.makedirs(roots.cgroup, exist_ok=True)
+    if version == 2:  # the root hands every controller down, as on a node
+        for f in ("cgroup.controllers", "cgroup.subtree_control"):
+            with open(os.path.join(roots.cgroup, f), "w") as fh:
+                fh.write(V2_CONTROLLERS + "\n")
+    for disk, dev in DISKS.items():  # the node's whole disks (blkio and io.max name them)
+        os.makedirs(os.path.join(roots.sys, "block", disk))
+        with open(os.path.join(roots.sys, "block", disk, "dev"), "w") as fh:
+            fh.write(dev + "\n")
     ex = Executor(layout, audit, clock=clock, **kw)
+    _KERNEL_OF[ex] = kernel  # the kernel lives as long as its executor
     return ex, layout, clock, audit
 
 
+def kernel_of(ex: Executor) -> FakeKernel:
+    return _KERNEL_OF[ex]
+
+
+def _makedirs(d: str) -> None:
+    """mkdir -p through the sysio layer: in a cgroup tree the fake kernel makes each cgroup's files; on v2
+    a parent hands its controllers to the new child (as the kubelet's cgroups do)."""
+    if os.path.isdir(d):
+        return
+    parent = os.path.dirname(d)
+    _makedirs(parent)
+    controllers = os.path.join(parent, "cgroup.controllers")
+    subtree = os.path.join(parent, "cgroup.subtree_control")
+    if os.path.exists(subtree) and os.path.exists(controllers):
+        with open(controllers) as f:
+            want = f.read().split()
+        with open(subtree) as f:
+            have = f.read().split()
+        if set(want) - set(have):
+            fds = sysio.open_batch([subtree], os.O_WRONLY)
+            try:
+                sysio.pwrite_batch(fds, [" ".join("+" + c for c in want).encode()], np.zeros(1, dtype=np.uint8))
+            finally:
+                sysio.close_batch(fds)
+    sysio.mkdir(d, 0o755)
+    for f, whole in (("cpuset.cpus", f"0-{N_CPUS - 1}"), ("cpuset.mems", "0")):
+        # a new v1 cpuset is empty: given its parent's, as the kubelet gives its cgroups (the root all)
+        path = os.path.join(d, f)
+        if os.path.exists(path) and not read(path).strip():
+            above = os.path.join(parent, f)
+            with open(path, "w") as fh:
+                fh.write((read(above).strip() if os.path.exists(above) else whole) + "\n")
+
+
 def put(layout: CgroupLayout, subsystem: str, rel: str, name: str, content: str) -> str:
+    """``name`` of the cgroup ``rel`` (made by the fake kernel when it is new), then set to ``content``
+    as by someone else: the state the test starts from."""
     path = layout.file(subsystem, rel, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _makedirs(os.path.dirname(path))
     with open(path, "w") as f:
         f.write(content)
     return path
@@ -49,7 +110,7 @@ def test_write_audit_and_cache(tmp_path) -> None:
     ex, layout, clock, audit = make(tmp_path)
     p = put(layout, "cpu", BE, "cpu.cfs_quota_us", "-1\n")
     res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE, reason="suppress BE")])
-    assert read(p) == "120000"
+    assert read(p) == "120000\n"
     assert [r.status for r in res] == ["written"]
     rec = audit.recent[-1]
     assert rec["target"] == "cpu/kubepods/besteffort/cpu.cfs_quota_us"
@@ -76,7 +137,7 @@ def test_forced_recheck_corrects_outside_change(tmp_path) -> None:
     assert read(p) == "-1\n"
     clock.t += 2  # past the 60 s force interval: read-compare, then correct
     res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
-    assert res[0].status == "written" and read(p) == "120000"
+    assert res[0].status == "written" and read(p) == "120000\n"
     # an unchanged file is only read, not written
     clock.t += 61
     w = ex.stats.write_syscalls
@@ -119,10 +180,10 @@ def test_v2_rendering(tmp_path) -> None:
     m = put(layout, "memory", BE, "memory.max", "max\n")
     ex.apply([Write("s", "cpu.cfs_quota_us", "50000", BE), Write("s", "cpu.shares", "2", BE),
               Write("s", "memory.limit_in_bytes", "1073741824", BE)])
-    assert read(q) == "50000 100000" and read(w) == "1" and read(m) == "1073741824"
+    assert read(q) == "50000 100000\n" and read(w) == "1\n" and read(m) == "1073741824\n"
     assert "kubepods/besteffort/cpu.max" in {r["target"] for r in audit.recent}
     ex.apply([Write("s", "cpu.cfs_quota_us", "-1", BE), Write("s", "memory.limit_in_bytes", "-1", BE)])
-    assert read(q) == "max 100000" and read(m) == "max"
+    assert read(q) == "max 100000\n" and read(m) == "max\n"
     # reads give canonical values back
     assert ex.read("cpu.cfs_quota_us", BE) == "-1"
     put(layout, "cpu", BE, "cpu.weight", "39\n")
@@ -169,17 +230,17 @@ def test_leveled_cpuset_union_then_exact(tmp_path) -> None:
     ex.apply([Write("s", "cpuset.cpus", "2-3", d) for d in (CTR, POD, QOS)])
     got = [(r["target"].split("/", 1)[1].rsplit("/", 1)[0], r["value"]) for r in audit.recent]
     assert got == [(QOS, "0-3"), (POD, "0-3"), (CTR, "0-3"), (CTR, "2-3"), (POD, "2-3"), (QOS, "2-3")]
-    assert all(read(p) == "2-3" for p in paths.values())
+    assert all(read(p) == "2-3\n" for p in paths.values())
 
 
 def test_ownership_lower_quota_wins_and_loser_audited_once(tmp_path) -> None:
     ex, layout, clock, audit = make(tmp_path)
     p = put(layout, "cpu", POD, "cpu.cfs_quota_us", "-1\n")
     ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD)])
-    assert read(p) == "300000"
+    assert read(p) == "300000\n"
     # another strategy wants a lower quota while cpuBurst's claim is live: it wins
     ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "100000", POD)])
-    assert read(p) == "100000" and ex.owner("cpu.cfs_quota_us", POD) == "cpuSuppress"
+    assert read(p) == "100000\n" and ex.owner("cpu.cfs_quota_us", POD) == "cpuSuppress"
     lost = [r for r in audit.recent if not r["executed"]]
     assert len(lost) == 1 and lost[0]["strategy"] == "cpuBurst" and "lower CFS quota" in lost[0]["reason"]
     # the higher wish keeps losing, audited only once
@@ -187,14 +248,14 @@ def test_ownership_lower_quota_wins_and_loser_audited_once(tmp_path) -> None:
         clock.t += 1
         res = ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD),
                         Write("cpuSuppress", "cpu.cfs_quota_us", "100000", POD)])
-        assert read(p) == "100000"
+        assert read(p) == "100000\n"
     # the same standing conflict (cpuBurst wants 300000, cpuSuppress holds the file) is audited once
     assert len([r for r in audit.recent if not r["executed"]]) == 1
     assert res[0].status == "lost"
     # when the owner stops claiming, its lease runs out and the other may take the file
     clock.t += 10
     ex.apply([Write("cpuBurst", "cpu.cfs_quota_us", "300000", POD)])
-    assert read(p) == "300000"
+    assert read(p) == "300000\n"
 
 
 def test_dry_run_writes_nothing(tmp_path) -> None:
@@ -214,7 +275,7 @@ def test_restore_writes_back_what_was_found(tmp_path) -> None:
     ex.apply([Write("sys", "min_free_kbytes", "100000"), Write("cpu", "cpu.cfs_quota_us", "50000", BE)])
     assert (s / "min_free_kbytes").read_text() == "100000"
     ex.restore("sys")
-    assert (s / "min_free_kbytes").read_text() == "67584" and read(p) == "50000"
+    assert (s / "min_free_kbytes").read_text() == "67584" and read(p) == "50000\n"
 
 
 def test_blkio_entries_are_independent(tmp_path) -> None:
@@ -238,13 +299,16 @@ def test_blkio_entries_are_independent(tmp_path) -> None:
 
 def test_schemata_lines_compose_in_one_batch(tmp_path) -> None:
     ex, _, _, _ = make(tmp_path)
-    d = tmp_path / "sys" / "fs" / "resctrl" / "BE"
-    d.mkdir(parents=True)
-    (d / "schemata").write_text("    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n")
+    root = tmp_path / "sys" / "fs" / "resctrl"  # two L3 domains, as a two-socket node's
+    for rel, body in (("info/L3/cbm_mask", "7ff"), ("info/L3/min_cbm_bits", "1"), ("info/L3/num_closids", "16"),
+                      ("info/MB/min_bandwidth", "10"), ("info/MB/bandwidth_gran", "10"),
+                      ("schemata", "L3:0=7ff;1=7ff\nMB:0=100;1=100"), ("tasks", "")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body + "\n" if body else "")
+    _makedirs(str(root / "BE"))  # the kernel gives the new group the root's lines
     ex.apply([Write("r", "resctrl.schemata", "L3:0=f;1=f;\n", "BE", entry="L3"),
               Write("r", "resctrl.schemata", "MB:0=30;1=30;\n", "BE", entry="MB")])
-    text = (d / "schemata").read_text()
-    assert "L3:0=f;1=f;" in text and "MB:0=30;1=30;" in text
+    assert (root / "BE" / "schemata").read_text() == "L3:0=f;1=f\nMB:0=30;1=30\n"
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -262,7 +326,7 @@ def test_batch_larger_than_the_descriptor_table(tmp_path) -> None:
     paths = [put(layout, "cpu", d, "cpu.cfs_quota_us", "-1\n") for d in dirs]
     res = ex.apply([Write("s", "cpu.cfs_quota_us", str(10000 + i), d) for i, d in enumerate(dirs)])
     assert [r.status for r in res] == ["written"] * 10
-    assert [read(p) for p in paths] == [str(10000 + i) for i in range(10)]
+    assert [read(p) for p in paths] == [f"{10000 + i}\n" for i in range(10)]
     ex.apply([Write("s", "cpu.cfs_quota_us", "5000", dirs[0])])
     assert len(ex.files) <= 10
 
@@ -304,11 +368,11 @@ def test_one_path_string_per_file_held(tmp_path, version: int) -> None:
                                           for i, d in enumerate(dirs[:60])])
     res = ex.apply([plan, *(Write("s", "cpu.cfs_burst_us", "7", d) for d in dirs[60:])])
     assert [r.status for r in res] == ["written"] * 100
-    assert [read(p) for p in paths] == [str(1000 + i) for i in range(60)] + ["7"] * 40
+    assert [read(p) for p in paths] == [f"{1000 + i}\n" for i in range(60)] + ["7\n"] * 40
     assert ex.read_many("cpu.cfs_burst_us", dirs) == [str(1000 + i) for i in range(60)] + ["7"] * 40
     # a dir spelled with a trailing slash: its display path is normalised, its absolute path kept
     assert [r.status for r in ex.apply([Write("s", "cpu.cfs_burst_us", "9", dirs[0] + "/")])] == ["written"]
-    assert read(paths[0]) == "9"
+    assert read(paths[0]) == "9\n"
     # (not through the executor itself: its descriptor table keeps the paths of the 4 files it holds open)
     held = _strings_held([ex.locator.where, ex.cache.entries, ex.claims.claims, ex.plans.plans, ex.plans.groups,
                           ex.originals.table], "/" + name, skip=ex)
@@ -363,7 +427,7 @@ def test_reads_renew_the_cache_of_a_file_it_knows(tmp_path) -> None:
     clock.t += 61
     assert ex.read("cpu.cfs_quota_us", BE) == "-1"
     res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE)])
-    assert res[0].status == "written" and read(path) == "120000"
+    assert res[0].status == "written" and read(path) == "120000\n"
 
 
 
@@ -374,7 +438,11 @@ def test_a_file_missing_in_a_directory_that_exists_is_a_failure_not_a_vanished_c
     import logging
 
     ex, layout, clock, audit = make(tmp_path)
-    put(layout, "cpu", BE, "cpu.shares", "2\n")  # the dir exists; cpu.cfs_quota_us does not
+    put(layout, "cpu", BE, "cpu.shares", "2\n")
+    # the dir exists, its cpu.cfs_quota_us does not (a tree that lost it), nor cpu.cfs_burst_us (a kernel
+    # before 5.14, which has none)
+    for name in ("cpu.cfs_quota_us", "cpu.cfs_burst_us"):
+        os.unlink(layout.file("cpu", BE, name))
     with caplog.at_level(logging.WARNING, logger="qosmanager.executor.executor"):
         for _ in range(3):
             res = ex.apply([Write("cpuSuppress", "cpu.cfs_quota_us", "120000", BE, reason="suppress")])

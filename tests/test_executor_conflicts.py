@@ -71,7 +71,7 @@ def test_a_conflict_that_stops_clears_the_condition(tmp_path) -> None:
         statuses.append(ex.apply([w()])[0].status)
         clock.t += 1
     assert "written" in statuses and statuses[-1] == "unchanged"
-    assert read(path) == "270000"
+    assert read(path) == "270000\n"
     assert conditions.get(COND) is None and ex.conflicts() == {}
     assert [c.active for c in seen] == [True, False]
     # a single later reset is an ordinary correction, not a new conflict

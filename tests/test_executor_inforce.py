@@ -64,7 +64,7 @@ def test_a_be_quota_the_kernel_refuses_is_degraded_naming_strategy_file_and_errn
     assert ex.not_in_force() == {("cpuSuppress", QUOTA): 1}
     # the kernel takes it again: in force, the condition and the count are gone
     refusing["on"] = False
-    assert ex.apply([suppress()])[0].status == "written" and read(path) == "150000"
+    assert ex.apply([suppress()])[0].status == "written" and read(path) == "150000\n"
     assert conditions.get(NOT_IN_FORCE) is None and ex.not_in_force() == {}
 
 
@@ -124,7 +124,7 @@ def test_a_kubelet_resetting_the_be_quota_once_a_minute_is_undone_within_a_tick_
     unlimited_ticks = 0
     for k in range(600):
         ex.apply([suppress()])
-        assert read(path) == "150000", k  # in force after every tick
+        assert read(path) == "150000\n", k  # in force after every tick
         if k % 60 == 59:
             with open(path, "w") as f:
                 f.write("-1\n")  # the kubelet's reset, between two ticks

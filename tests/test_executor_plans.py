@@ -40,7 +40,7 @@ def test_an_unchanged_plan_is_skipped_without_building_its_writes(tmp_path) -> N
         assert ex.apply([Plan("s", "quota", ("v1",), build)]) == []  # an equal version: skipped
     assert build.builds == 1 and ex.stats.plans_skipped == 10
     assert (ex.stats.read_syscalls, ex.stats.write_syscalls) == (reads, writes)
-    assert all(read(paths[d]) == "50000" for d in PODS)
+    assert all(read(paths[d]) == "50000\n" for d in PODS)
 
 
 def test_a_changed_file_is_corrected_once_the_force_window_is_over(tmp_path) -> None:
@@ -57,7 +57,7 @@ def test_a_changed_file_is_corrected_once_the_force_window_is_over(tmp_path) -> 
     res = ex.apply([Plan("s", "quota", 1, build)])
     # every file of the plan was re-read (not answered by the write cache), the changed one corrected
     assert sorted(r.status for r in res) == ["unchanged"] * 3 + ["written"]
-    assert read(paths[PODS[2]]) == "50000"
+    assert read(paths[PODS[2]]) == "50000\n"
     assert audit.recent[-1]["target"].endswith("pod2/cpu.cfs_quota_us") and audit.recent[-1]["old"] == "-1"
     # and the next window starts from that re-check
     clock.t += 30
@@ -164,7 +164,7 @@ def test_a_group_is_skipped_in_one_step_and_walked_when_a_window_ends(tmp_path) 
         walks += ex.stats.plans_skipped - before != len(PODS)  # a walk skips only some of them
     # every plan re-checked once within the window (the changed file corrected), in a few walks
     assert all(b.builds == 2 for b in builds.values())
-    assert read(paths[PODS[1]]) == "50000"
+    assert read(paths[PODS[1]]) == "50000\n"
     assert walks <= 4
 
 

@@ -87,7 +87,8 @@ def test_two_threads_applying_at_once_keep_cache_stats_and_audit_consistent(tmp_
     request is counted once, every write is audited once with the value the file then held, and the
     write cache agrees with the files."""
     ex, layout, _clock, audit = make(tmp_path)
-    own = {name: [f"{BE}/{name}{i}" for i in range(20)] for name in ("tick", "fast")}
+    # their own files beside the shared one, not below it (v1 refuses a parent's quota below a child's)
+    own = {name: [f"kubepods/burstable/{name}{i}" for i in range(20)] for name in ("tick", "fast")}
     for cgs in own.values():
         for cg in cgs:
             put(layout, "cpu", cg, "cpu.cfs_quota_us", "-1\n")
@@ -129,6 +130,6 @@ def test_two_threads_applying_at_once_keep_cache_stats_and_audit_consistent(tmp_
     for name, base in (("tick", 100_000), ("fast", 200_000)):
         last = str(base + 1000 * (rounds - 1))
         for cg in own[name]:
-            assert read(layout.file("cpu", cg, "cpu.cfs_quota_us")) == last
-    assert read(shared) == chains[os.path.relpath(shared, layout.roots.cgroup)][-1][1]
-    assert ex.read("cpu.cfs_quota_us", BE) == read(shared)
+            assert read(layout.file("cpu", cg, "cpu.cfs_quota_us")) == last + "\n"
+    assert read(shared) == chains[os.path.relpath(shared, layout.roots.cgroup)][-1][1] + "\n"
+    assert ex.read("cpu.cfs_quota_us", BE) == read(shared).strip()

@@ -396,6 +396,28 @@ def test_the_executor_write_path_meets_the_rules(tmp_path: Path) -> None:
         ex.close()
 
 
+def test_a_one_shot_write_meets_the_rules_too(tmp_path: Path) -> None:
+    """With no descriptor to keep (the budget spent) the executor writes a file one shot: through the
+    sysio layer like any write, so the fake kernel refuses it where the kernel would (it reached the
+    plain file before)."""
+    h = _v1(tmp_path)
+    pod = FakeHost.make_pods(1, containers_per_pod=1)[0]
+    h.add_pod(pod)
+    rel = h.pod_dir(pod.uid)
+    ex = Executor(h.layout, AuditLog(None), clock=lambda: 100.0, max_open_files=0)
+    try:
+        res = ex.apply([Write("t", "cpu.cfs_quota_us", "50000", cgroup=rel, reason="x"),
+                        Write("t", "memory.limit_in_bytes", "1000000", cgroup=rel, reason="x")])
+        res += ex.apply([Write("t", "cpu.cfs_burst_us", "60000", cgroup=rel, reason="burst above quota")])
+        assert ex.files.one_shot_writes == 3 and len(ex.files) == 0
+        assert [r.status for r in res] == ["written", "written", "failed"]
+        assert res[2].error is not None and res[2].error.startswith("EINVAL")
+        assert h.read(f"cgroup/cpu/{rel}/cpu.cfs_burst_us") == "0\n"
+        assert h.read(f"cgroup/memory/{rel}/memory.limit_in_bytes") == "999424\n"  # page-rounded
+    finally:
+        ex.close()
+
+
 def test_the_executor_mkdir_populates_a_resctrl_group(tmp_path: Path) -> None:
     h = FakeHost(str(tmp_path / "h"), version=1, n_cpus=4, resctrl=True)
     ex = Executor(h.layout, AuditLog(None), clock=lambda: 100.0)

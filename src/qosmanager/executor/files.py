@@ -163,21 +163,22 @@ class FileTable:
 
     def write_once(self, path: str, payload: bytes) -> int:
         """Write ``payload`` at offset 0 of ``path`` with a descriptor of its own (a plain file is
-        truncated after it, as with a kept descriptor); the errno, 0 when it was written."""
+        truncated after it, as with a kept descriptor); the errno, 0 when it was written.  Opened,
+        written and closed through the sysio layer, as a kept descriptor is."""
         self.one_shot_writes += 1
-        fd = self._open_once(path, os.O_WRONLY)
-        if fd < 0:
-            return -fd
+        for attempt in (0, 1):
+            fds = sysio.open_batch([path], os.O_WRONLY)
+            err = -int(fds[0])
+            if err <= 0:
+                break
+            if err not in OUT_OF_FDS or attempt:
+                return err
+            self.shed(SHED_ON_EMFILE)
         try:
-            if os.pwrite(fd, payload, 0) != len(payload):
-                return errno.EIO
-            if self._needs_truncate(fd):
-                os.ftruncate(fd, len(payload))
-            return 0
-        except OSError as e:
-            return e.errno or errno.EIO
+            trunc = np.asarray([self._needs_truncate(int(fds[0]))], dtype=np.uint8)
+            return int(sysio.pwrite_batch(fds, [payload], trunc)[0])
         finally:
-            os.close(fd)
+            sysio.close_batch(fds)
 
     # ------------------------------------------------------------------
     def forget(self, prefixes: Sequence[str]) -> int:

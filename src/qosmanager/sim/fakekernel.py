@@ -131,8 +131,8 @@ KNOWN_LIMITS = {
                "are not modelled",
     "io.weight": "io.weight (iocost/BFQ) is stored as written, without the scheduler's checks",
     "exclusive": "cpuset exclusivity, partitions and resctrl exclusive/pseudo-locked modes are not modelled",
-    "bypass": "only the sysio layer is interposed: a one-shot write (FileTable.write_once, used when the "
-              "descriptor budget is spent), cgroup.kill and writes by other processes reach the plain files",
+    "bypass": "only the sysio layer is interposed (the executor's batched and one-shot writes, mkdir): "
+              "cgroup.kill and writes by other processes or by plain open() reach the plain files",
     "rmdir": "rmdir is not interposed: removing a cgroup with children or processes is not refused",
     "unknown-files": "files without a rule (statistics, pressure) take any write as plain files, so the "
                      "fake host's load generator can set them",
