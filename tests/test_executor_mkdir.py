@@ -10,20 +10,31 @@ from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.dryrun import DryRun
 from qosmanager.executor.mkdir import Dirs
 from qosmanager.executor.types import MakeDir
-from qosmanager.host.roots import HostRoots
+from qosmanager.sim.fakehost import FakeHost
+
+_HOSTS: dict[str, FakeHost] = {}  # each test's host, kept alive with its fake kernel for the test
+
+
+@pytest.fixture(autouse=True)
+def _hosts():
+    yield
+    _HOSTS.clear()
 
 
 def dirs(tmp_path, dry: bool = False) -> tuple[Dirs, AuditLog]:
-    roots = HostRoots(cgroup=str(tmp_path / "cg"), proc=str(tmp_path / "proc"), sys=str(tmp_path / "sys"))
-    os.makedirs(tmp_path / "sys" / "fs" / "resctrl")
+    """The mkdir room on a fake host with resctrl mounted (its root group only) and the fake kernel."""
+    host = _HOSTS[str(tmp_path)] = FakeHost(str(tmp_path), version=1, n_cpus=4, resctrl=True)
     audit = AuditLog()
-    return Dirs(roots, audit, DryRun(60) if dry else None), audit
+    return Dirs(host.roots, audit, DryRun(60) if dry else None), audit
 
 
 def test_created_once_then_exists(tmp_path) -> None:
     d, audit = dirs(tmp_path)
     md = MakeDir("resctrl", "sys", "fs/resctrl/BE")
     assert d.mkdir(md, 1.0) == "created" and os.path.isdir(tmp_path / "sys/fs/resctrl/BE")
+    # the kernel makes the group's files with it
+    assert (tmp_path / "sys/fs/resctrl/BE/schemata").read_text() == "L3:0=7ff\nMB:0=100\n"
+    assert (tmp_path / "sys/fs/resctrl/BE/tasks").read_text() == ""
     assert d.mkdir(md, 2.0) == "exists"
     assert [(r["action"], r["target"], r["executed"]) for r in audit.recent] == [
         ("mkdir", "sys/fs/resctrl/BE", True)]
