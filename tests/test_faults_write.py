@@ -1,4 +1,4 @@
-"""Host writes that fail inside the executor's batch, on fake cgroup trees (``faultinject`` makes
+"""Host writes that fail inside the executor's batch, on the fake kernel's trees (``faultinject`` makes
 chosen files fail with a chosen errno; every other file is written for real, in the batch's order).
 
 Each case: the batch goes on past the failure, what failed is neither cached nor audited as done,
@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 
 import pytest
 
@@ -20,31 +21,18 @@ from qosmanager.executor import executor as executor_mod
 from qosmanager.executor.audit import AuditLog
 from qosmanager.executor.executor import Executor, Write
 from qosmanager.host.cgroups import CgroupLayout
-from qosmanager.host.roots import HostRoots
+from test_executor import Clock, put
+from test_executor import make as executor_on_fake_kernel
 
 POD = "kubepods/burstable/podf1"
 CTRS = [f"{POD}/c{i}" for i in range(6)]
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def make(tmp_path, version: int = 1) -> tuple[Executor, CgroupLayout, Clock, AuditLog]:
-    roots = HostRoots(cgroup=str(tmp_path / "cgroup"), proc=str(tmp_path / "proc"), sys=str(tmp_path / "sys"))
-    layout = CgroupLayout(roots, version, "cgroupfs")
-    clock = Clock()
-    audit = AuditLog(str(tmp_path / "audit.log"), clock=clock)
-    ex = Executor(layout, audit, clock=clock)
+    """A pod and its containers on the fake kernel (test_executor's tree), their quotas unlimited."""
+    ex, layout, clock, audit = executor_on_fake_kernel(tmp_path, version)
     for d in [POD, *CTRS]:
-        path = layout.file("cpu", d, "cpu.cfs_quota_us")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write("-1\n")
+        put(layout, "cpu", d, "cpu.cfs_quota_us", "-1\n")
     return ex, layout, clock, audit
 
 
@@ -90,8 +78,7 @@ def test_a_cgroup_really_removed_after_the_decision_is_skipped_quietly(tmp_path)
     ex, layout, clock, audit = make(tmp_path)
     writes = lower_all(50000)
     gone = layout.abs_dir("cpu", CTRS[2])
-    os.remove(os.path.join(gone, "cpu.cfs_quota_us"))
-    os.rmdir(gone)
+    shutil.rmtree(gone)  # rmdir: the kernel's files go with the cgroup
     for _ in range(3):
         res = ex.apply(writes)
         assert {r.write.cgroup: r.status for r in res}[CTRS[2]] == "missing"
