@@ -28,33 +28,31 @@ from qosmanager.executor.files import ONE_SHOT
 from qosmanager.exporter.server import MAX_CLIENTS, descriptor_reserve
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.descriptors import BASE_RESERVE, HEALTH_SERVER_RESERVE, DescriptorBudget, nofile_limit
-from qosmanager.host.roots import HostRoots
 from qosmanager.metrics.cache import MetricCache
 from qosmanager.metrics.collector import Collector
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import pod_object
 from qosmanager.states.store import StateStore
+from test_executor import make, put
 
 # ----------------------------------------------------------------------------- the parts
 
 
 def executor(tmp_path: Path, budget: DescriptorBudget | None, **kw: Any) -> tuple[Executor, CgroupLayout]:
-    roots = HostRoots(cgroup=str(tmp_path / "cgroup"), proc=str(tmp_path / "proc"), sys=str(tmp_path / "sys"))
-    layout = CgroupLayout(roots, 1, "cgroupfs")
-    return Executor(layout, AuditLog(str(tmp_path / "audit.log")), budget=budget, **kw), layout
+    """An executor on a v1 tree of the fake kernel (test_executor's)."""
+    ex, layout, _clock, _audit = make(tmp_path, 1, budget=budget, **kw)
+    return ex, layout
 
 
 def quota_dirs(layout: CgroupLayout, n: int, parent: str = "kubepods/burstable") -> list[str]:
     dirs = [f"{parent}/pod{i}" for i in range(n)]
     for d in dirs:
-        path = layout.file("cpu", d, "cpu.cfs_quota_us")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        Path(path).write_text("-1\n")
+        put(layout, "cpu", d, "cpu.cfs_quota_us", "-1\n")
     return dirs
 
 
 def quota(layout: CgroupLayout, d: str) -> str:
-    return Path(layout.file("cpu", d, "cpu.cfs_quota_us")).read_text()
+    return Path(layout.file("cpu", d, "cpu.cfs_quota_us")).read_text().strip()
 
 
 def test_the_server_reserve_covers_the_servers_descriptors() -> None:
