@@ -3,7 +3,15 @@
 :class:`RealNode` builds a kubepods tree (cgroupfs or systemd layout) inside a
 :class:`kernelcg.KernelTree`, lays out pods and containers the way the kubelet would (CPU and
 memory limits included), starts real processes in the containers' cgroups, writes the standalone
-files (pods, Node, NodeSLO) and starts ``qosmanager run`` as a subprocess on it.  What a test then
+files (pods, Node, NodeSLO) and starts ``qosmanager run`` as a subprocess on it.
+
+By default the node is a koordinator colocation node (``sim.koordnode``, the model the fake nodes
+use too): every pod's and container's cgroups hold what its object asks of the kubelet and of
+koordlet's batch-resource hook -- BE pods' CFS quota from the ``kubernetes.io/batch-cpu`` limit, shares
+from the batch-cpu request and memory limit from the ``kubernetes.io/batch-memory`` limit, other pods'
+quotas, shares and memory limits from their own limits and requests, the Burstable QoS dir's shares
+from its pods' requests and the BestEffort dir's 2.  ``real_node(vanilla="why")`` opts a test out:
+BE pods are then laid out as the kubelet alone would (no hook: unlimited, 2 shares).  What a test then
 checks is what the kernel reports -- ``cpu.stat``, ``cpu.max``, ``memory.events``,
 ``/proc/<pid>/status`` -- read here without the agent's code, so the tests hold whatever the agent's
 internals become.
@@ -31,8 +39,11 @@ import pytest
 
 import kernelcg
 from kernelcg import KernelTree
+from qosmanager.api.pod import BATCH_CPU, BATCH_MEMORY, pod_meta
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
+from qosmanager.host.resources import milli_cpu_to_shares, shares_to_weight
 from qosmanager.host.roots import HostRoots
+from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import FakeContainer, FakePod
 from qosmanager.sim.objects import nodeslo_object, pod_list, pod_object
 
@@ -54,9 +65,10 @@ def kernel_version() -> int:
 
 @contextlib.contextmanager
 def real_node(workdir: str, *, version: int | None = None, driver: str = "cgroupfs",
-              controllers: tuple[str, ...] = ("cpu",)) -> Iterator[RealNode]:
+              controllers: tuple[str, ...] = ("cpu",), vanilla: str = "") -> Iterator[RealNode]:
     """A :class:`RealNode` on this kernel's cgroups (``version``: only that one), removed afterwards;
-    the test skips, saying why, where that cannot be had."""
+    the test skips, saying why, where that cannot be had.  A koordinator node unless ``vanilla`` says
+    why the test needs a node without koordlet's hooks."""
     have = kernel_version()
     if version is not None and version != have:
         pytest.skip(f"needs cgroup v{version}, this kernel's tests use v{have}"
@@ -66,7 +78,7 @@ def real_node(workdir: str, *, version: int | None = None, driver: str = "cgroup
         pytest.skip(f"real cgroups v{have} unavailable: {reason}")
     tree = KernelTree(have, controllers)
     try:
-        yield RealNode(tree, str(workdir), driver=driver)
+        yield RealNode(tree, str(workdir), driver=driver, vanilla=vanilla)
     finally:
         tree.cleanup()
 
@@ -89,8 +101,9 @@ class Pod:
 class RealNode:
     """A kubepods tree of real cgroups with pods in it, and the files the agent reads."""
 
-    def __init__(self, tree: KernelTree, workdir: str, *, driver: str = "cgroupfs") -> None:
+    def __init__(self, tree: KernelTree, workdir: str, *, driver: str = "cgroupfs", vanilla: str = "") -> None:
         self.tree = tree
+        self.koordinator = not vanilla  # koordlet's batch-resource hook writes BE pods' values
         self.version = tree.version
         self.workdir = workdir
         os.makedirs(workdir, exist_ok=True)
@@ -109,63 +122,61 @@ class RealNode:
 
     # ------------------------------------------------------------------ pods, as the kubelet lays them out
     def add_pod(self, name: str, qos: str, *, containers: int = 1, cpu_milli: int = 1000,
-                memory: int = 1 << 30, cpu_limit: bool = False, memory_limit: bool = False,
-                annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+                memory: int = 1 << 30, cpu_limit: bool = True, memory_limit: bool = True,
+                memory_max: int | None = None, annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
                 priority: int | None = None) -> Pod:
-        """A pod of koordinator class ``qos`` (LS: Burstable, BE: BestEffort with batch resources,
-        its cgroups holding what koordlet's batch-resource hook writes: shares from the batch-cpu request).
-        ``cpu_limit`` / ``memory_limit``: set the limits of ``pod_object`` in the pod's and containers'
-        cgroups, as the kubelet does (LS pods: requests are half the limits; BE pods: the batch limits, as
-        koordlet's hook writes them)."""
+        """A pod of koordinator class ``qos`` (LS: Burstable with requests half its limits, LSE/LSR:
+        Guaranteed, BE: BestEffort with batch resources), each container asking ``cpu_milli`` and
+        ``memory``.  Its cgroups hold what the kubelet and koordlet's batch-resource hook write for it
+        (the module docstring).  ``cpu_limit`` / ``memory_limit`` False: the pod's spec has no such
+        limit (none in its object, none in its cgroups).  ``memory_max``: each container's memory limit
+        (its batch-memory limit for BE) when it is above its request (an LS or BE pod)."""
         uid = str(uuid.uuid4())
         fake = FakePod(uid, "default", name, KUBE_QOS_OF[qos],
                        [FakeContainer(f"c{i}", "containerd://" + uuid.uuid4().hex * 2) for i in range(containers)])
         obj = pod_object(fake, cpu_milli=cpu_milli, memory=memory, annotations=annotations, priority=priority,
                          labels={"koordinator.sh/qosClass": qos, **(labels or {})})
+        if memory_max is not None:
+            _set_memory_limit(obj, memory_max)
+        _drop_limits(obj, cpu=not cpu_limit, memory=not memory_limit)
         pod_dir = self.layout.pod_dir(fake.qos, uid)
         ctr_dirs = [self.layout.container_dir(pod_dir, c.container_id) for c in fake.containers]
         for d in ctr_dirs:
             self.tree.mkdir(d)
-        if cpu_limit:
-            for d in ctr_dirs:
-                self.set_quota(d, cpu_milli * PERIOD_US // 1000)
-            self.set_quota(pod_dir, containers * cpu_milli * PERIOD_US // 1000)
-        if memory_limit:
-            for d in ctr_dirs:
-                self.set_memory_limit(d, memory)
-            self.set_memory_limit(pod_dir, containers * memory)
         pod = Pod(name, qos, fake, obj, pod_dir, ctr_dirs)
         self.pods.append(pod)
-        self._kubelet_shares()
+        self._lay_out(pod)
         self.write_pods()
         return pod
 
-    def _kubelet_shares(self) -> None:
-        """CPU weights as the kubelet keeps them: pods and containers by their CPU request, the
-        Burstable dir by the sum over its pods, BestEffort the least (2 shares, weight 1); a BE pod's
-        by its batch-cpu request, as koordlet's batch-resource hook writes them (``sim.koordnode``)."""
-        burstable = 0
-        for pod in self.pods:
-            if pod.qos == "BE":
-                requests = [int(c["resources"].get("requests", {}).get("kubernetes.io/batch-cpu", "0"))
-                            for c in pod.obj["spec"]["containers"]]
-            else:
-                requests = [int(c["resources"].get("requests", {}).get("cpu", "0m").rstrip("m"))
-                            for c in pod.obj["spec"]["containers"]]
-            for d, milli in zip(pod.containers, requests):
-                self.set_shares(d, milli)
-            self.set_shares(pod.dir, sum(requests))
-            if pod.fake.qos == KubeQoS.BURSTABLE:
-                burstable += sum(requests)
-        self.set_shares(self.layout.qos_dir(KubeQoS.BURSTABLE), burstable)
-        self.set_shares(self.layout.qos_dir(KubeQoS.BESTEFFORT), 0)
+    def values(self, pod: Pod) -> tuple[koordnode.CgroupValues, list[koordnode.CgroupValues]]:
+        """What the pod's dir and its containers' dirs hold on this node (quota, shares, memory limit)."""
+        meta = pod_meta(pod.obj)
+        if meta.is_be() and not self.koordinator:  # the kubelet alone: a BestEffort pod, unlimited
+            kubelet = koordnode.CgroupValues(-1, milli_cpu_to_shares(0), -1)
+            return kubelet, [kubelet] * len(pod.containers)
+        pod_level, by_name = koordnode.pod_values(meta)
+        return pod_level, [by_name[c.name] for c in pod.fake.containers]
 
-    def set_shares(self, rel: str, request_milli: int) -> None:
-        shares = max(2, request_milli * 1024 // 1000)
+    def _lay_out(self, pod: Pod) -> None:
+        """The pod's values (containers first: a v1 parent quota is never below a child's), then the
+        QoS dirs' shares as the kubelet keeps them."""
+        pod_level, ctrs = self.values(pod)
+        for d, v in [*zip(pod.containers, ctrs), (pod.dir, pod_level)]:
+            self.set_quota(d, v.quota)
+            self.set_shares(d, v.shares)
+            if v.memory_limit > 0:
+                self.set_memory_limit(d, v.memory_limit)
+        burstable = koordnode.burstable_shares(pod_meta(p.obj) for p in self.pods)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BURSTABLE), burstable)
+        self.set_shares(self.layout.qos_dir(KubeQoS.BESTEFFORT), milli_cpu_to_shares(0))
+
+    def set_shares(self, rel: str, shares: int) -> None:
+        """v1 ``cpu.shares``; v2 the kubelet's conversion of shares to a ``cpu.weight``."""
         if self.version == 1:
             self.write(rel, "cpu.shares", str(shares))
-        else:  # the kubelet's conversion of shares to a v2 weight
-            self.write(rel, "cpu.weight", str(1 + ((shares - 2) * 9999) // 262142))
+        else:
+            self.write(rel, "cpu.weight", str(shares_to_weight(shares)))
 
     def remove_hierarchy(self, pod: Pod, hierarchy: str) -> None:
         """v1: take the pod's dirs out of one hierarchy, as on a node where that controller is not
@@ -236,16 +247,18 @@ class RealNode:
             f.write(value)
 
     def set_quota(self, rel: str, quota: int) -> None:
+        """The CFS quota in µs per 100 ms period; -1 for unlimited."""
         if self.version == 1:
             self.write(rel, "cpu.cfs_quota_us", str(quota))
         else:
-            self.write(rel, "cpu.max", f"{quota} {PERIOD_US}")
+            self.write(rel, "cpu.max", f"{'max' if quota < 0 else quota} {PERIOD_US}")
 
     def set_memory_limit(self, rel: str, limit: int) -> None:
-        if self.version == 1:
-            self.write(rel, "memory.limit_in_bytes", str(limit), "memory")
-        else:
-            self.write(rel, "memory.max", str(limit))
+        """The memory limit, where this node has the memory controller for ``rel`` (v1: its memory
+        hierarchy dir, v2: ``memory.max``, present when the tree was given the controller)."""
+        name, hierarchy = ("memory.limit_in_bytes", "memory") if self.version == 1 else ("memory.max", "cpu")
+        if os.path.exists(self.path(rel, name, hierarchy)):
+            self.write(rel, name, str(limit), hierarchy)
 
     def quota(self, rel: str) -> int:
         """The CFS quota in µs per 100 ms period; -1 for unlimited."""
@@ -482,6 +495,27 @@ def _meminfo_total() -> int:
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     raise ValueError("/proc/meminfo has no MemTotal")
+
+
+def _set_memory_limit(obj: dict[str, Any], limit: int) -> None:
+    """Each container's memory limit (batch-memory for a BE pod), above its request."""
+    for c in obj["spec"]["containers"]:
+        limits, requests = c["resources"]["limits"], c["resources"]["requests"]
+        name = BATCH_MEMORY if BATCH_MEMORY in limits else "memory"
+        if name == "memory" and limits.get("cpu") == requests.get("cpu"):
+            raise ValueError("a Guaranteed pod's memory limit is its request")
+        if limit < int(requests[name]):
+            raise ValueError(f"memory limit {limit} below the request {requests[name]}")
+        limits[name] = str(limit)
+
+
+def _drop_limits(obj: dict[str, Any], *, cpu: bool, memory: bool) -> None:
+    """Take the CPU (``cpu``, batch-cpu) and/or memory limits out of a pod object's containers."""
+    names = ((("cpu", BATCH_CPU) if cpu else ()) + (("memory", BATCH_MEMORY) if memory else ()))
+    for c in obj["spec"]["containers"]:
+        limits = c["resources"].get("limits", {})
+        for n in names:
+            limits.pop(n, None)
 
 
 def _write_json(path: str, obj: Any) -> None:

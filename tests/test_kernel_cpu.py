@@ -74,11 +74,13 @@ def test_cfs_quota_suppression(tmp_path) -> None:
     """BE's quota is capacity x threshold - LS use - system use as the node shows it; the kernel
     throttles BE to it while LS keeps its CPU; when LS stops, BE's quota rises in bounded steps."""
     with real_node(tmp_path) as node:
-        ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)  # one busy loop capped at 0.5 core
-        be = node.add_pod("be", "BE")
+        ls = node.add_pod("ls", "LS", cpu_milli=500)  # one busy loop capped at 0.5 core
+        be = node.add_pod("be", "BE", cpu_milli=2000)  # batch-cpu 2 cores: koordlet's quota 200000
         node.start(ls)
         node.start(be)
         node.start(be)  # BE wants two whole CPUs
+        batch_quota = node.quota(be.dir)
+        assert batch_quota == node.quota(be.containers[0]) == 2 * PERIOD_US
         be_dir = node.layout.qos_dir("BestEffort")
         pods_dir = node.layout.kubepods_dir()
         node.write_nodeslo(suppress_slo("cfsQuota"))
@@ -101,6 +103,16 @@ def test_cfs_quota_suppression(tmp_path) -> None:
             context = (f"BE quotas {quotas}; kernel: node {node_used:.2f}, pods {pods_used:.2f}, LS {ls_used:.2f}, "
                        f"BE {be_used:.2f} cores, system {system:.2f} -> expected {expected:.2f} cores")
             assert all(q >= 2000 for q in quotas), context  # never unlimited, never below koordlet's minimum
+            # the batch pod's own quota, above the budget: v1 refuses a parent below a child, so the pod and
+            # its container went down first, to at most the BE quota; v2 takes a parent below its children
+            # and needs no such step (the pod keeps koordlet's value)
+            be_before = node.quota(be_dir)
+            pod_quotas = (node.quota(be.dir), node.quota(be.containers[0]))
+            be_bound = max(be_before, node.quota(be_dir))  # a tick between the reads moves both, in order
+            if node.version == 1:
+                assert all(0 < q <= be_bound for q in pod_quotas), (pod_quotas, be_bound, context)
+            else:
+                assert pod_quotas == (batch_quota, batch_quota), (pod_quotas, context)
             median = sorted(seen)[len(seen) // 2]
             assert abs(median - max(expected, 0.02)) < 0.3, context
 

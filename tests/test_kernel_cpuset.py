@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from realnode import parse_cpus, real_node
+from realnode import PERIOD_US, parse_cpus, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -36,7 +36,9 @@ def test_cpuset_suppression_and_recovery(tmp_path) -> None:
         if node.cpus < 3:
             pytest.skip(f"BE keeps at least 2 CPUs: a shrink needs 3 or more, this node has {node.cpus}")
         ls = node.add_pod("ls", "LS", cpu_milli=1000, cpu_limit=True)
-        be = node.add_pod("be", "BE")
+        be = node.add_pod("be", "BE")  # batch-cpu 1 core: koordlet's quota 100000 in the pod and container
+        batch_quota = node.quota(be.dir)
+        assert batch_quota == PERIOD_US
         ls_proc = node.start(ls)
         be_procs = [node.start(be), node.start(be)]  # busy, but leaving the agent a CPU of the guest
         every = node.cpus_allowed(be_procs[0].pid)
@@ -60,6 +62,8 @@ def test_cpuset_suppression_and_recovery(tmp_path) -> None:
                 ran_on.update(last_cpu(p.pid) for p in be_procs)
             assert ran_on <= narrowed, f"BE ran on {ran_on}, allowed {narrowed}"
             assert node.cpus_allowed(ls_proc.pid) == every
+            # cpuset policy lowers no quota: the batch pod keeps koordlet's (no child step, v1 or v2)
+            assert node.quota(be.dir) == node.quota(be.containers[0]) == batch_quota
 
             node.write_nodeslo({"resourceUsedThresholdWithBE": {"enable": False}})
             agent.wait_for("BE's CPUs back", lambda: all(node.cpus_allowed(p.pid) == every for p in be_procs), 30)
@@ -94,6 +98,9 @@ def test_static_cpu_manager_node_keeps_exclusive_cpus_out(tmp_path) -> None:
             assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == shared, d
         assert exclusive not in node.cpus_allowed(be_proc.pid)
         assert node.cpus_allowed(lse_proc.pid) == {exclusive}
+        # cpuset policy lowers no quota: the batch pod keeps koordlet's, the BE dir stays unlimited
+        assert node.quota(be.dir) == node.quota(be.containers[0]) == PERIOD_US
+        assert node.quota(be_dir) == -1
 
 
 def format_cpus(cpus: set[int]) -> str:

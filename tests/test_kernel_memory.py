@@ -31,21 +31,23 @@ def test_memory_qos_values_and_memory_high_throttles(tmp_path) -> None:
     with real_node(tmp_path, version=2, controllers=("memory",)) as node:
         if not disk:
             pytest.skip("needs a block device to read page cache from in QOSM_GUEST_DISK (the test guest has one)")
-        # LS: request 64 MiB, limit 128 MiB (set by the kubelet); BE: 40 MiB of batch memory
-        ls = node.add_pod("ls", "LS", memory=128 * MiB, memory_limit=True)
-        be = node.add_pod("be", "BE", memory=40 * MiB)
+        # LS: request 64 MiB, limit 128 MiB (set by the kubelet); BE: 40 MiB of batch memory requested, an
+        # 80 MiB limit (koordlet's hook: memory.max), memory.high half-way between
+        ls = node.add_pod("ls", "LS", memory=128 * MiB)
+        be = node.add_pod("be", "BE", memory=40 * MiB, memory_max=80 * MiB)
+        assert node.read(be.containers[0], "memory.max") == str(80 * MiB)
         node.write_nodeslo({"resourceQOSStrategy": {
             "lsClass": {"memoryQOS": {"enable": True, "minLimitPercent": 50, "lowLimitPercent": 75,
                                       "throttlingPercent": 50}},
             "beClass": {"memoryQOS": {"enable": True, "minLimitPercent": 10, "lowLimitPercent": 20,
-                                      "throttlingPercent": 100}},
+                                      "throttlingPercent": 50}},
         }})
         expected = {
             # containers: min/low a share of the request, high from the request towards the limit
             (ls.containers[0], "memory.min"): 32 * MiB, (ls.containers[0], "memory.low"): 48 * MiB,
             (ls.containers[0], "memory.high"): 64 * MiB + 64 * MiB * 50 // 100,
             (be.containers[0], "memory.min"): 4 * MiB, (be.containers[0], "memory.low"): 8 * MiB,
-            (be.containers[0], "memory.high"): 40 * MiB,
+            (be.containers[0], "memory.high"): 40 * MiB + 40 * MiB * 50 // 100,
             # pods: min/low of their request
             (ls.dir, "memory.min"): 32 * MiB, (ls.dir, "memory.low"): 48 * MiB,
             (be.dir, "memory.min"): 4 * MiB, (be.dir, "memory.low"): 8 * MiB,
@@ -66,6 +68,7 @@ def test_memory_qos_values_and_memory_high_throttles(tmp_path) -> None:
             agent.wait_for("every memory QoS value in the kernel", all_in_place, 60)
             assert node.read(ls.dir, "memory.high") == "max", "memory.high is a container knob"
             assert node.read(ls.containers[0], "memory.max") == str(128 * MiB), "the kubelet's limit stays"
+            assert node.read(be.containers[0], "memory.max") == str(80 * MiB), "koordlet's limit stays"
             refused = [r for r in agent.audit("cgroupReconcile") if not r["executed"]]
             assert not refused, f"writes the kernel refused: {refused[:3]}"
 
@@ -78,6 +81,6 @@ def test_memory_qos_values_and_memory_high_throttles(tmp_path) -> None:
             assert reader.returncode == 0, err
             high = kv_file(events)["high"]
             current = int(node.read(ctr, "memory.current"))
-            assert high > 0, "128 MiB read through a 40 MiB memory.high must have hit it"
-            assert current <= 40 * MiB + 4 * MiB, f"memory.current {current} stays near memory.high"
+            assert high > 0, "128 MiB read through a 60 MiB memory.high (80 MiB memory.max) must have hit it"
+            assert current <= 60 * MiB + 4 * MiB, f"memory.current {current} stays near memory.high"
             assert kv_file(events)["oom_kill"] == 0

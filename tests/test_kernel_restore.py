@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from realnode import real_node
+from realnode import PERIOD_US, real_node
 
 pytestmark = pytest.mark.kernel
 
@@ -30,11 +30,13 @@ def test_restore_puts_back_what_the_node_held_and_a_stop_does_not(tmp_path) -> N
     originals = str(tmp_path / "originals.jsonl")
     with real_node(tmp_path) as node:
         ls = node.add_pod("ls", "LS", cpu_milli=500, cpu_limit=True)
-        be = node.add_pod("be", "BE")
+        be = node.add_pod("be", "BE")  # batch-cpu 1 core: koordlet's quota 100000 in the pod and container
         node.start(ls)
         node.start(be)
         be_dir = node.layout.qos_dir("BestEffort")
         assert node.quota(be_dir) == -1  # the kubelet leaves the BestEffort level unlimited
+        batch = (node.quota(be.dir), node.quota(be.containers[0]))
+        assert batch == (PERIOD_US, PERIOD_US)
         node.write_nodeslo(suppress(40))
         with node.agent(*FAST, "--originals-file", originals) as first:
             first.wait_for("BE quota", lambda: node.quota(be_dir) == 40 * node.cpus * 1000, 60)
@@ -59,6 +61,9 @@ def test_restore_puts_back_what_the_node_held_and_a_stop_does_not(tmp_path) -> N
         assert done.returncode == 0, done.stdout + done.stderr
         assert "written" in done.stdout, done.stdout
         assert node.quota(be_dir) == -1, "BE is back to what the kubelet left"
+        # the BE floor (20 % of the node) was below the batch pod's quota when the node has fewer than five
+        # CPUs, and v1 lowered the pod and container first: they hold koordlet's values again
+        assert (node.quota(be.dir), node.quota(be.containers[0])) == batch
         assert not os.path.exists(originals) and os.path.exists(originals + ".restored")
         with open(audit) as f:
             writes = [json.loads(line) for line in f]
