@@ -123,8 +123,8 @@ class RealNode:
     # ------------------------------------------------------------------ pods, as the kubelet lays them out
     def add_pod(self, name: str, qos: str, *, containers: int = 1, cpu_milli: int = 1000,
                 memory: int = 1 << 30, cpu_limit: bool = True, memory_limit: bool = True,
-                memory_max: int | None = None, annotations: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-                priority: int | None = None) -> Pod:
+                memory_max: int | None = None, annotations: Mapping[str, str] | None = None,
+                labels: Mapping[str, str] | None = None, priority: int | None = None) -> Pod:
         """A pod of koordinator class ``qos`` (LS: Burstable with requests half its limits, LSE/LSR:
         Guaranteed, BE: BestEffort with batch resources), each container asking ``cpu_milli`` and
         ``memory``.  Its cgroups hold what the kubelet and koordlet's batch-resource hook write for it

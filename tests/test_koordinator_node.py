@@ -27,11 +27,13 @@ from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import V1_MEMORY_UNLIMITED, FakeContainer, FakePod
 from qosmanager.sim.harness import Harness
 from qosmanager.sim.objects import node_object, pod_object
+from qosmanager.sim.replay import load_scenario, run_scenario
 from qosmanager.sim.simulate import SimConfig, run_simulation
 
 NOW = 1000.0
 BE_DIR = "kubepods/besteffort"
 BATCH_QUOTA = 150_000  # koordlet's hook for a 1.5-core batch-cpu limit
+BE_QUOTA_FILE = f"cpu/{BE_DIR}/cpu.cfs_quota_us"
 
 
 def cid(ch: str) -> str:
@@ -151,7 +153,7 @@ def test_a_koordinator_harness_lays_the_values_out(version: int) -> None:
         assert h.read_file(h.cgroup_file("cpu", pod, "cpu.weight")) == "59\n"  # shares 1536
         assert h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.weight")) == "1\n"
         assert h.read_file(h.cgroup_file("memory", ctr, "memory.max")) == f"{2 << 30}\n"
-    vanilla = Harness(version=version)
+    vanilla = Harness(version=version, koordinator=False)
     vanilla.set_pods([pod_object(BE, cpu_milli=1500)])
     assert quota(vanilla, vanilla.host.pod_dir("be-1")) == -1  # a vanilla kubelet node leaves BE unlimited
     if version == 1:
@@ -356,6 +358,31 @@ def test_simulate_runs_on_a_koordinator_node(tmp_path: Path) -> None:
     assert any(d != BE_DIR for d, _ in writes), "no BE pod quota was lowered under the budget"
     assert [v for d, v in writes if d == BE_DIR], "no BE budget was written"
     assert not v1_violations(before, writes)
+
+
+def test_replay_and_a_plain_harness_are_koordinator_nodes(tmp_path: Path) -> None:
+    """Without being told, the fake nodes carry the hooks' values: a ``Harness()`` and ``replay`` (whose
+    scenario's own ``cgroups`` files are written over them); ``koordinator=False`` is a vanilla node."""
+    plain = Harness(version=1)
+    plain.set_pods([pod_object(BE, cpu_milli=1500)])
+    assert quota(plain, plain.host.pod_dir("be-1")) == BATCH_QUOTA
+    # cfs-quota-v1 at a 40 % threshold: BE budgets 70000, 150000, 220000 against a BE pod whose batch-cpu
+    # limit (2 cores) koordlet's hook wrote as 200000 into its pod's and container's quota
+    scenario = yaml.safe_load((Path(__file__).parent / "scenarios" / "cfs-quota-v1.yaml").read_text())
+    scenario["nodeSLO"]["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = 40
+    pod_dir = f"cpu/kubepods/besteffort/pod{scenario['pods'][1]['metadata']['uid']}"
+    scenario["cgroups"][f"{pod_dir}/cpu.shares"] = "4096"
+    scenario["cgroups"]["cpu/kubepods/besteffort/cpu.cfs_quota_us"] = "-1"
+    scenario_file = tmp_path / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario))
+    out = run_scenario(load_scenario(str(scenario_file)))
+    ctr_quota = f"{pod_dir}/{'2' * 64}/cpu.cfs_quota_us"
+    got = [(w["file"], w["value"]) for w in out["writes"]]
+    assert got == [(ctr_quota, "70000"), (f"{pod_dir}/cpu.cfs_quota_us", "70000"), (BE_QUOTA_FILE, "70000"),
+                   (BE_QUOTA_FILE, "150000"), (f"{pod_dir}/cpu.cfs_quota_us", "150000"), (ctr_quota, "150000"),
+                   (BE_QUOTA_FILE, "220000"), (f"{pod_dir}/cpu.cfs_quota_us", "200000"), (ctr_quota, "200000")], got
+    assert out["files"][f"{pod_dir}/cpu.shares"] == "4096", "the scenario's own file is written over the layout"
+    assert not out["refused"]
 
 
 # ---------------------------------------------------------------------------------------------

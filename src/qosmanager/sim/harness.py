@@ -7,10 +7,11 @@ Tests and scenarios then set the node, pods and NodeSLO, inject metric samples s
 the cache, and run strategy ticks at chosen times; every write that hit a file and every
 eviction decision is recorded in order.
 
-``koordinator=True`` makes the fake host a koordinator node: every pod set is laid out with the
-cgroup values koordlet's batch-resource hook and the kubelet write (:mod:`qosmanager.sim.koordnode`:
-BE pods' quotas, shares and memory limits from their batch resources, Burstable shares from
-requests, the BestEffort QoS dir's shares 2).
+The fake host is a koordinator node (``koordinator=False`` opts out): every pod set is laid out with
+the cgroup values koordlet's batch-resource hook and the kubelet write (:mod:`qosmanager.sim.koordnode`:
+BE pods' quotas, shares and memory limits from their batch resources, other pods' from their limits
+and requests, Burstable shares from requests, the BestEffort QoS dir's shares 2).  ``replay`` and the
+tests get it by default, as ``simulate`` and the real-kernel test nodes do.
 
 Nothing here is test-only logic: the strategies, executor and coordinator are the ones ``run``
 uses, on files in a directory.
@@ -48,9 +49,8 @@ class Recorded:
 
 
 class Harness:
-    # whether a Harness lays out a koordinator node when not told (tests/conftest.py turns it on for
-    # the strategy tests)
-    koordinator_default = False
+    # whether a Harness lays out a koordinator node when not told
+    koordinator_default = True
 
     def __init__(self, *, version: int = 1, driver: str = "cgroupfs", root: str | None = None, n_cpus: int = 8,
                  memory_bytes: int = 64 << 30, gates: Mapping[str, bool] | None = None,
