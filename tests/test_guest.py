@@ -57,6 +57,7 @@ GUESTS = (
     Guest("v2", 3, (
         "tests/test_kernel_cpu.py",
         "tests/test_kernel_koordnode.py",
+        "tests/test_kernel_strategies.py",  # every strategy at once on a koordinator node: one agent run
         "tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",
         "tests/test_kernel_memory.py",
         "tests/test_kernel_memory_high.py",  # memory.high holds a BE allocator: no eviction, no OOM kill
