@@ -68,6 +68,27 @@ def test_a_be_quota_the_kernel_refuses_is_degraded_naming_strategy_file_and_errn
     assert conditions.get(NOT_IN_FORCE) is None and ex.not_in_force() == {}
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_be_cpuset_the_kernel_refuses_is_degraded_naming_strategy_file_and_errno(tmp_path, version: int) -> None:
+    """The cpuset policy's protection: a BE QoS dir cpuset the kernel refuses (v1: EBUSY while a child
+    holds a CPU outside it) is not in force, said with the strategy, the file, the value and the errno,
+    until the kernel takes it."""
+    conditions = Conditions()
+    ex, layout, _clock, _audit = make(tmp_path, version, conditions=conditions)
+    path = put(layout, "cpuset" if version == 1 else "", BE, "cpuset.cpus", "0-7\n")
+    refusing = refuse(ex, path, errno.EBUSY)
+    narrow = Write("cpuSuppress", "cpuset.cpus", "0-1", BE, reason="suppress BE", cacheable=False)
+    assert ex.apply([narrow])[0].status == "failed"
+    cond = conditions.get("executor/not-in-force/cpuSuppress/cpuset.cpus")
+    assert cond is not None
+    assert "cpuSuppress" in cond.message and "cpuset.cpus" in cond.message and "EBUSY" in cond.message
+    assert "0-1" in cond.message
+    assert ex.not_in_force() == {("cpuSuppress", "cpuset.cpus"): 1}
+    refusing["on"] = False
+    assert ex.apply([narrow])[0].status == "written" and read(path) == "0-1"
+    assert conditions.get("executor/not-in-force/cpuSuppress/cpuset.cpus") is None and ex.not_in_force() == {}
+
+
 def test_the_gauge_and_healthz_show_a_refused_be_quota(tmp_path) -> None:
     from promtext import parse
     from qosmanager.exporter import AgentMetrics
