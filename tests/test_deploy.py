@@ -769,6 +769,22 @@ def test_crd_carries_types_only_like_koordinators(schema: dict[str, Any]) -> Non
         assert memory[name] == {"type": "integer", "format": "int64"}
 
 
+def test_every_document_says_the_crd_checks_types_only() -> None:
+    """What the documents say of the CRD matches it (types only, the test above): a sentence of the README,
+    docs/ or deploy/ that names the CRD together with ranges, minimums, maximums or enums says it checks types only
+    (deploy/README once said every range the agent checks was in the CRD)."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "deploy").rglob("*.md"))]
+    claims = []
+    for doc in docs:
+        text = re.sub(r"\s+", " ", doc.read_text())
+        for sentence in re.split(r"(?<=[.;:])\s", text):
+            if re.search(r"\bCRD", sentence) and re.search(r"\b(ranges?|minimum|maximum|enums?)\b", sentence):
+                claims.append((doc.relative_to(ROOT).as_posix(), sentence))
+    assert claims, "the deploy README says what the CRD checks"
+    wrong = [(d, s) for d, s in claims if "types only" not in s]
+    assert not wrong, wrong
+
+
 # Every field of every NodeSLO dataclass, reached through the spec, tried with boundary and
 # wrongly-typed values: what koordinator's CRD accepts, ours accepts; what the agent uses, the
 # CRD accepts; a value of the wrong type both refuse (the agent drops it, that field only).
