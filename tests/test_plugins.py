@@ -46,7 +46,9 @@ class Shares(Strategy):
 
 # a strategy whose behaviour the test sets through module globals
 KNOBS = """
-from qosmanager.plugin import Context, Plan, Restore, Strategy, Write
+import sys
+
+from qosmanager.plugin import POD, Context, Need, Plan, Restore, Strategy, Write
 
 ACT = {"mode": "shares", "value": "1234"}
 
@@ -55,8 +57,19 @@ class Knobs(Strategy):
     gates = ("TestKnobs",)
 
     def needs(self, ctx: Context):
-        if ACT["mode"] == "needs-raise":
+        mode = ACT["mode"]
+        if mode == "needs-raise":
             raise RuntimeError("no needs today")
+        if mode == "needs-exit":
+            sys.exit(7)
+        if mode == "needs-none":
+            return None
+        if mode == "needs-junk":
+            return [Need("pod_cpu_usage", POD), "pod_memory_usage"]
+        if mode == "near-junk":
+            return [Need("pod_memory_usage", POD, near=lambda ctx: "close")]
+        if mode == "near-exit":
+            return [Need("pod_memory_usage", POD, near=lambda ctx: sys.exit(8))]
         return ()
 
     def tick(self, ctx: Context):
@@ -64,6 +77,8 @@ class Knobs(Strategy):
         be = ctx.qos_dir("BestEffort")
         if mode == "raise":
             raise RuntimeError("the plugin broke")
+        if mode == "exit":
+            sys.exit(5)
         if mode == "shares":
             return [self.write("cpu.shares", ctx.qos_dir("Burstable"), value, "test")]
         if mode == "quota":
@@ -92,6 +107,20 @@ class Knobs(Strategy):
 """
 
 BROKEN_IMPORT = "raise ImportError('a dependency is missing')\n"
+EXITS_BUILT = """
+import sys
+from qosmanager.plugin import Strategy
+
+class ExitsBuilt(Strategy):
+    name = "testExitsBuilt"
+    gates = ("TestExitsBuilt",)
+
+    def __init__(self, cfg, gates):
+        sys.exit("no configuration")
+
+    def tick(self, ctx):
+        return []
+"""
 EXITS = "import sys\nsys.exit(3)\n"
 NOT_BUILT = """
 from qosmanager.plugin import Strategy
@@ -153,7 +182,9 @@ def dists(tmp_path: Any) -> Any:
         "TestNotBuilt": "notbuilt_mod:NotBuilt", "TestClash": "bad_mod:Clash", "TestTwoGates": "bad_mod:TwoGates",
         "TestAbstract": "bad_mod:Abstract", "TestFuture": "bad_mod:Future", "CPUBurst": "bad_mod:OnBuiltinGate",
         "TestNotAClass": "bad_mod:not_a_class", "lowercase": "bad_mod:Clash",
-    }, {"broken_mod": BROKEN_IMPORT, "exits_mod": EXITS, "notbuilt_mod": NOT_BUILT, "bad_mod": BAD_CLASSES})
+        "TestExitsBuilt": "exitsbuilt_mod:ExitsBuilt",
+    }, {"broken_mod": BROKEN_IMPORT, "exits_mod": EXITS, "notbuilt_mod": NOT_BUILT, "bad_mod": BAD_CLASSES,
+        "exitsbuilt_mod": EXITS_BUILT})
     return good, knobs, bad
 
 
@@ -167,7 +198,7 @@ def test_discovery_names_every_plugin_with_its_package_and_loads_only_the_sound_
         good = found["TestShares"]
         assert (good.status, good.strategy, good.package, good.version) == ("loaded", "testShares", "good-plugin",
                                                                              "1.2.3")
-        assert set(d.strategies()) == {"testShares", "testKnobs", "testNotBuilt"}
+        assert set(d.strategies()) == {"testShares", "testKnobs", "testNotBuilt", "testExitsBuilt"}
         why = {g: p.error for g, p in found.items() if p.status == "failed"}
         assert "ImportError: a dependency is missing" in why["TestBroken"]
         assert "SystemExit" in why["TestExits"]
@@ -178,8 +209,8 @@ def test_discovery_names_every_plugin_with_its_package_and_loads_only_the_sound_
         assert "already a built-in gate" in why["CPUBurst"]
         assert "not a subclass" in why["TestNotAClass"]
         assert "not a feature gate name" in why["lowercase"]
-        # NotBuilt loads; it fails when the manager builds it
-        assert found["TestNotBuilt"].status == "loaded"
+        # NotBuilt and ExitsBuilt load; they fail when the manager builds them
+        assert found["TestNotBuilt"].status == "loaded" and found["TestExitsBuilt"].status == "loaded"
         # every plugin's gate is known and off: naming a broken plugin's gate does not stop the agent
         gates = plugins.feature_gates({"TestBroken": True, "TestShares": True})
         assert gates.enabled("TestShares") and not gates.enabled("TestKnobs")
@@ -195,9 +226,10 @@ def test_discovery_names_every_plugin_with_its_package_and_loads_only_the_sound_
 
 def test_a_broken_plugin_is_named_and_the_built_ins_keep_running(dists: Any) -> None:
     with on_path(*dists):
-        h = Harness(gates={"TestShares": True, "TestNotBuilt": True, "TestBroken": True})
+        h = Harness(gates={"TestShares": True, "TestNotBuilt": True, "TestBroken": True, "TestExitsBuilt": True})
         try:
             conds = h.store.conditions.snapshot()
+            assert "raised when built: SystemExit: no configuration" in conds["plugin/TestExitsBuilt"].message
             assert "ImportError" in conds["plugin/TestBroken"].message
             assert "raised when built: ValueError: bad configuration" in conds["plugin/TestNotBuilt"].message
             assert "bad-plugins 9.9" in conds["plugin/TestNotBuilt"].message
@@ -287,6 +319,76 @@ def test_a_failing_plugin_leaves_the_agent_healthy_and_degraded(dists: Any, tmp_
             ok, body = agent.exporter.health.check(liveness=True)
             assert ok and body["checks"]["strategies"]["ok"], body
             assert "is stopped" in body["degraded"]["plugin/TestKnobs"]["detail"]
+        finally:
+            agent.close()
+
+
+def test_a_plugin_that_calls_sys_exit_in_its_tick_is_failing_not_the_end_of_the_agent(dists: Any) -> None:
+    with on_path(*dists):
+        h = Harness(gates={"TestKnobs": True})
+        try:
+            knobs("exit")
+            assert h.tick("testKnobs", NOW) == []  # SystemExit did not leave the manager
+            cond = h.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and "SystemExit: 5" in cond.message and "1 in a row" in cond.message
+            errors = [r for r in h.audit.recent if r["action"] == "error" and r["strategy"] == "testKnobs"]
+            assert errors and errors[-1]["error"] == "SystemExit: 5"
+            h.tick("cpuSuppress", NOW + 1)  # the built-ins run on
+            assert h.manager.stats["cpuSuppress"].errors == 0
+        finally:
+            h.close()
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize(("mode", "why"), [
+    ("needs-none", "needs() returned NoneType, not a list of Need"),
+    ("needs-junk", "needs() returned a str among its needs, not a Need"),
+    ("needs-exit", "needs() raised (RuntimeError: SystemExit(7))"),
+])
+def test_a_plugins_broken_needs_do_not_stop_the_collection(dists: Any, tmp_path: Path, mode: str, why: str) -> None:
+    """What a plugin's needs() hands back reaches the collector's planner only once checked: None, a non-Need
+    or SystemExit made the whole collector tick fail, for the built-ins as well."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
+    host.add_pods([LS, BE])
+    (tmp_path / "pods.json").write_text(json.dumps({"items": [pod_object(LS), pod_object(BE)]}))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    with on_path(*dists):
+        agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
+                                  node_file=str(tmp_path / "node.json"), feature_gates={"TestKnobs": True},
+                                  node_slo_file=str(EXAMPLES / "standalone" / "nodeslo.yaml")))
+        try:
+            knobs("shares")  # needs nothing: the built-ins' plan
+            agent.source.poll(agent.clock())
+            plain = agent.plan(agent.clock())
+            assert plain.node_cpu and plain.demands  # the built-ins read the node and their pods
+            knobs(mode)
+            assert agent.plan(agent.clock()) == plain
+            cond = agent.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and why in cond.message
+            agent.collect(agent.clock())  # the whole collector tick
+        finally:
+            agent.close()
+
+
+@pytest.mark.parametrize("mode", ["near-junk", "near-exit"])
+def test_a_plugins_broken_trigger_estimate_collects_what_it_asks(dists: Any, tmp_path: Path, mode: str) -> None:
+    """A ``near`` estimate that is not a number, or that exits, counts as near (its need is read), as one that
+    raises does; before, the planner's comparison raised, or SystemExit went through, and nothing was read."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
+    host.add_pods([LS, BE])
+    (tmp_path / "pods.json").write_text(json.dumps({"items": [pod_object(LS), pod_object(BE)]}))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    with on_path(*dists):
+        agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
+                                  node_file=str(tmp_path / "node.json"), feature_gates={"TestKnobs": True}))
+        try:
+            agent.source.poll(agent.clock())
+            knobs(mode)
+            plan = agent.plan(agent.clock())
+            assert "testKnobs" in plan.near
+            agent.collect(agent.clock())
         finally:
             agent.close()
 

@@ -358,7 +358,7 @@ class Agent:
         sources: list[tuple[str, Sequence[Need]]] = []
         for s in self.manager.enabled():
             try:
-                sources.append((s.name, s.needs(ctx)))
+                sources.append((s.name, self.manager.needs_of(s, ctx)))
             except Exception as e:  # one strategy's declaration must not stop collection: read everything
                 if self.manager.is_plugin(s.name):  # named in its condition; its metrics may be missing
                     self.manager.plugin_needs_failed(s, e)

@@ -126,7 +126,8 @@ class Planner:
         else:
             try:
                 p = need.near(ctx)
-            except Exception:  # a strategy's estimate must not stop collection: read what it asks for
+                p = None if p is None else float(p)
+            except (Exception, SystemExit):  # a strategy's estimate must not stop collection: read what it asks
                 log.exception("%s: trigger proximity failed; collecting its detail", owner)
                 p = math.inf
             self._seen[need.near] = p

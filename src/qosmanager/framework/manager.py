@@ -11,7 +11,9 @@ condition ``plugin/<gate>`` and, at :data:`~qosmanager.framework.plugins.MAX_FAI
 in a row, stopped and its changes restored; its requests pass a :class:`~plugins.Guard` (refusals are
 audited and named in the same condition); a write it loses to another strategy's file, or one another
 strategy loses to it, raises ``plugin/<gate>/ownership`` (the executor's merge rule decided; nothing is
-fought over quietly).
+fought over quietly).  ``SystemExit`` from a plugin's code counts as raising (a plugin cannot end the
+agent), and what its ``needs()`` returns is checked (:meth:`QoSManager.needs_of`) before the collector's
+planner sees it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework import plugins
 from qosmanager.framework.builtins import ORDER, builtin_strategies
 from qosmanager.framework.context import Context, Shared
+from qosmanager.framework.demand import Need
 from qosmanager.framework.scheduler import Scheduler
 from qosmanager.framework.strategy import Strategy
 
@@ -73,6 +76,7 @@ class QoSManager:
         self._guards: dict[str, plugins.Guard] = {}
         self._plugin_enabled: dict[str, bool] = {}
         self._contested: dict[str, float] = {}  # plugin strategy -> last lost write involving it
+        self._needs_checked: dict[str, Sequence[Need]] = {}  # plugin strategy -> the needs last found sound
         for n, cls in classes.items():
             info = self._plugin_of.get(n)
             if info is None:
@@ -95,7 +99,7 @@ class QoSManager:
             interval = float(s.interval)
             if on and not (math.isfinite(interval) and interval > 0):
                 raise ValueError(f"interval {interval!r} is not a positive number of seconds")
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             info.fail(f"raised when built: {type(e).__name__}: {e}")
             del self._plugin_of[info.strategy]
             log.error("plugin %s is not loaded: %s", info.describe(), info.error)
@@ -179,6 +183,30 @@ class QoSManager:
             del self._contested[strategy.name]
             self.shared.store.conditions.clear(info.condition + "/ownership")
 
+    def needs_of(self, strategy: Strategy, ctx: Context) -> Sequence[Need]:
+        """``strategy.needs(ctx)``; a plugin's checked to be a list or tuple of :class:`Need` (each
+        ``near`` a hashable callable) - the planner reads them as such, and one broken item would stop
+        the collection for every strategy.  Raises (``SystemExit`` as RuntimeError) when it is not."""
+        if strategy.name not in self._plugin_of:
+            return strategy.needs(ctx)
+        try:
+            needs = strategy.needs(ctx)
+        except SystemExit as e:
+            raise RuntimeError(f"SystemExit({e.code!r})") from e
+        if needs is not None and needs is self._needs_checked.get(strategy.name):
+            return needs  # kept_needs: the same object as last time, checked then
+        if not isinstance(needs, list | tuple):
+            raise TypeError(f"needs() returned {type(needs).__name__}, not a list of Need")
+        for n in needs:
+            if not isinstance(n, Need):
+                raise TypeError(f"needs() returned a {type(n).__name__} among its needs, not a Need")
+            if n.near is not None:
+                if not callable(n.near):
+                    raise TypeError(f"need {n.metric}: near is a {type(n.near).__name__}, not a callable")
+                hash(n.near)  # the planner keys its estimates by it
+        self._needs_checked[strategy.name] = needs
+        return needs
+
     def plugin_needs_failed(self, strategy: Strategy, e: Exception) -> None:
         """A plugin's ``needs()`` raised: named in its condition (logged once), and nothing collected for
         it (a built-in's failure has everything collected instead; a plugin's would cost every tick)."""
@@ -227,7 +255,9 @@ class QoSManager:
             if plugin is not None and st.streak:
                 st.streak = 0
                 self.shared.store.conditions.clear(plugin.condition)
-        except Exception as e:  # one strategy's bug must not stop the agent
+        except (Exception, SystemExit) as e:  # one strategy's bug must not stop the agent
+            if isinstance(e, SystemExit) and plugin is None:
+                raise
             st.errors += 1
             st.last_error = f"{type(e).__name__}: {e}"
             log.exception("strategy %s failed", strategy.name)
