@@ -8,6 +8,7 @@ Node, the pods and metric samples, ticks the strategy at chosen times and reads 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from be_burst_cap import ANNOTATION_ENABLED, BEBurstCap
@@ -18,7 +19,7 @@ NOW = 1000.0
 LS_ID, BE_ID = "containerd://" + "b" * 64, "containerd://" + "a" * 64
 
 
-def pod(uid: str, qos_class: str, container_id: str, qos_label: str | None = None) -> dict:
+def pod(uid: str, qos_class: str, container_id: str, qos_label: str | None = None) -> dict[str, Any]:
     labels = {"koordinator.sh/qosClass": qos_label} if qos_label else {}
     return {"metadata": {"uid": uid, "name": uid, "namespace": "default", "labels": labels},
             "spec": {"containers": [{"name": "c"}]},
@@ -27,7 +28,7 @@ def pod(uid: str, qos_class: str, container_id: str, qos_label: str | None = Non
                                               "state": {"running": {}}}]}}
 
 
-def node(annotations: dict[str, str] | None = None) -> dict:
+def node(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     return {"metadata": {"name": "node", "annotations": annotations or {}},
             "status": {"capacity": {"cpu": "8", "memory": "64Gi"}, "allocatable": {"cpu": "8", "memory": "64Gi"}}}
 
