@@ -715,3 +715,16 @@ def test_the_example_under_run_caps_be_burst_while_ls_is_throttled(example: str,
     caps = [r for r in recs if r["strategy"] == "beBurstCap" and r["action"] == "write" and r["executed"]]
     assert {r["target"] for r in caps} == {f"cpu/{f}" for f in be_files}
     assert all(r["value"] == "0" and r["old"] == "50000" for r in caps)
+
+
+def test_the_docs_harness_example_runs_against_the_example_plugin(example: str, example_src: Path) -> None:
+    """docs/strategies.md's Harness snippet, as a newcomer would paste it, with the example's helpers for its
+    Kubernetes objects."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "strategies.md").read_text(encoding="utf-8")
+    snippet = doc.split("## Testing against the fake kernel", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    prelude = ("from test_be_burst_cap import BE_ID, LS_ID, node, pod\n"
+               "node_obj, ls_container_id = node(), LS_ID\n"
+               "ls_pod, be_pod = pod('ls-1', 'Burstable', LS_ID, 'LS'), pod('be-1', 'BestEffort', BE_ID, 'BE')\n")
+    out = subprocess.run([sys.executable, "-c", prelude + snippet], capture_output=True, text=True, timeout=300,
+                         env=env_with(example, str(example_src / "tests")))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
