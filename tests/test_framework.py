@@ -11,7 +11,7 @@ import pytest
 from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates, UnknownGateError
-from qosmanager.framework.scheduler import Scheduler
+from qosmanager.framework.scheduler import Scheduler, StopEvent
 from qosmanager.framework.strategy import REGISTRY, Strategy
 from qosmanager.sim.harness import Harness
 
@@ -67,6 +67,47 @@ def test_scheduler_jitter_is_bounded_and_a_failing_job_keeps_running() -> None:
     assert len(ok_runs) >= 9 and all(0.95 <= g <= 1.05 for g in gaps)
     assert bad.errors >= 9 and bad.runs == bad.errors and set(errors) == {"bad"}
     assert "ZeroDivisionError" in bad.last_error
+
+
+def test_jobs_that_share_an_interval_run_in_one_wake_up_within_their_jitter() -> None:
+    """A wake-up of the loop costs the process CPU: the jobs whose jitter window has opened run in the
+    wake-up of the first one due, so five jobs at one interval wake the loop about once per interval
+    (five times before), each job's period still within ``interval x (1 +- jitter)``."""
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=3)
+    runs: dict[str, list[float]] = {}
+    for name in ("a", "b", "c", "d", "e"):
+        runs[name] = []
+        sched.add(name, 1.0, lambda now, name=name: runs[name].append(mono.t), jitter=0.05)
+    stop = threading.Event()
+    wakes = []
+
+    def fake_wait(timeout: float | None = None) -> bool:
+        wakes.append(mono.t)
+        mono.t += timeout or 0.0
+        return False
+
+    stop.wait = fake_wait  # type: ignore[method-assign]
+    sched.run(stop, duration=30.0)
+    for times in runs.values():
+        assert len(times) >= 28
+        assert all(0.95 - 1e-9 <= b - a <= 1.05 + 1e-9 for a, b in itertools.pairwise(times))
+    assert len(wakes) <= len(runs["a"]) + 1
+
+
+def test_a_stop_event_wakes_the_scheduler_at_once() -> None:
+    stop = StopEvent()
+    sched = Scheduler()
+    sched.add("idle", 3600.0, lambda now: None, first_delay=3600.0)
+    done = threading.Event()
+    runner = threading.Thread(target=lambda: (sched.run(stop), done.set()), daemon=True)
+    runner.start()
+    stop.set()
+    assert done.wait(60)  # an hour's sleep cut short
+    stop.clear()
+    assert stop.sleep(0.01) is False and not stop.is_set()  # clear() drained the pipe
+    stop.set()
+    assert stop.sleep(3600.0) is True
 
 
 def test_feature_gates_defaults_overrides_and_typos() -> None:

@@ -28,7 +28,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, 
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
 from qosmanager.framework.gates import FeatureGates, did_you_mean
 from qosmanager.framework.manager import QoSManager, load_strategies
-from qosmanager.framework.scheduler import Scheduler
+from qosmanager.framework.scheduler import Scheduler, StopEvent
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.descriptors import DescriptorBudget
@@ -229,7 +228,7 @@ class Agent:
             idle = BEIdle(self.layout, self.executor)
             self.scheduler.add(idle.name, cfg.qos.reconcile_interval, idle.tick,
                                first_delay=min(cfg.collect_interval, 1.0))
-        self.stop_event = threading.Event()
+        self.stop_event = StopEvent()  # the scheduler sleeps in one poll on it
         # the fast path (its own thread, started by run()): BE's quota lowered within 100 ms of a rise
         # in LS demand (qosmanager.framework.fastpath); off in tick mode or without cpuSuppress
         self.fastpath: FastPath | None = None

@@ -2,9 +2,17 @@
 
 Semantics follow koordlet's ``wait.Until``: a job runs, then the next run is due
 ``interval`` after it *finished* (no catch-up after a slow run).  A little jitter
-(±5 % by default) keeps jobs that share an interval from piling up on one instant.
+(±5 % by default) varies each job's period within ``interval x (1 ± jitter)``.
 A job that raises is logged and reported to ``on_error``; it runs again at its next
 interval and never takes the loop or the other jobs down.
+
+One wake-up, many jobs: each wake-up of the loop costs the process CPU (about 70 µs on a small VM
+through ``threading.Event.wait``, half that through one ``poll``), as much as a small job.  So when
+the loop wakes for a job, every other job whose jitter window has opened (``interval x (1 - jitter)``
+after it finished) runs in the same wake-up, in the order they are due: the jobs that share an
+interval stay together and the agent wakes about once per interval instead of once per job, each
+job's period still within its jitter bounds.  With a :class:`StopEvent` the loop sleeps in one
+``poll`` on a descriptor that :meth:`StopEvent.set` makes readable.
 
 Everything runs on the caller's thread, so strategies see a consistent context and
 need no locks; blocking work (file I/O) is done in native batch calls.
@@ -12,10 +20,14 @@ need no locks; blocking work (file I/O) is done in native batch calls.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import random
+import select
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,10 +41,47 @@ class Job:
     fn: Callable[[float], object]  # called with the wall-clock time of the run
     jitter: float = 0.05
     next_at: float = 0.0  # monotonic
+    earliest: float = 0.0  # monotonic: from here it may run in another job's wake-up (its jitter window)
     runs: int = 0
     errors: int = 0
     last_duration: float = 0.0
     last_error: str = ""
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class StopEvent(threading.Event):
+    """A :class:`threading.Event` that :meth:`sleep` waits for in one ``poll``: :meth:`set` also writes a
+    byte to a pipe.  The pipe lives as long as the event (a signal handler may still set it after the
+    agent closed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._r, self._w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        weakref.finalize(self, _close, self._r, self._w)
+
+    def set(self) -> None:
+        super().set()
+        with contextlib.suppress(OSError):  # full (already set) or closed at exit
+            os.write(self._w, b"\0")
+
+    def clear(self) -> None:
+        super().clear()
+        with contextlib.suppress(OSError):
+            while os.read(self._r, 64):
+                pass
+
+    def sleep(self, timeout: float) -> bool:
+        """Wait until set or ``timeout`` seconds passed (rounded up to the millisecond); True when set."""
+        if not self.is_set():
+            p = select.poll()
+            p.register(self._r, select.POLLIN)
+            p.poll(max(0.0, timeout) * 1000.0)
+        return self.is_set()
 
 
 class Scheduler:
@@ -49,7 +98,8 @@ class Scheduler:
             first_delay: float = 0.0) -> Job:
         if interval <= 0:
             raise ValueError(f"job {name}: interval must be positive, got {interval}")
-        job = Job(name, interval, fn, jitter, self.monotonic() + first_delay)
+        due = self.monotonic() + first_delay
+        job = Job(name, interval, fn, jitter, due, due)
         self.jobs.append(job)
         return job
 
@@ -73,26 +123,42 @@ class Scheduler:
             job.runs += 1
             job.last_duration = end - t0
             job.next_at = end + self._next_interval(job)
+            job.earliest = end + job.interval * (1.0 - min(max(job.jitter, 0.0), 1.0))
             for run_cb in self.on_run:
                 run_cb(job, job.last_duration)
+
+    def run_ripe(self, stop: threading.Event | None = None) -> int:
+        """Run every job whose jitter window has opened, soonest due first (see the module docstring);
+        the number run."""
+        ran = 0
+        while stop is None or not stop.is_set():
+            now = self.monotonic()
+            ripe = [j for j in self.jobs if j.earliest <= now]
+            if not ripe:
+                break
+            self.run_job(min(ripe, key=lambda j: j.next_at))
+            ran += 1
+        return ran
 
     def run(self, stop: threading.Event, duration: float = 0.0) -> None:
         """Run due jobs until ``stop`` is set or ``duration`` seconds (0 = forever) have passed."""
         deadline = self.monotonic() + duration if duration > 0 else None
+        sleep = stop.sleep if isinstance(stop, StopEvent) else stop.wait
         while not stop.is_set():
             if not self.jobs:
-                stop.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - self.monotonic())))
+                sleep(0.1 if deadline is None else max(0.0, min(0.1, deadline - self.monotonic())))
             else:
                 job = min(self.jobs, key=lambda j: j.next_at)
                 now = self.monotonic()
                 wait = job.next_at - now
                 if deadline is not None:
                     wait = min(wait, deadline - now)
-                if wait > 0 and stop.wait(wait):
+                if wait > 0 and sleep(wait):
                     break
                 if deadline is not None and self.monotonic() >= deadline:
                     break
                 if job.next_at <= self.monotonic():
                     self.run_job(job)
+                    self.run_ripe(stop)  # the jobs whose window has opened, in this wake-up
             if deadline is not None and self.monotonic() >= deadline:
                 break
