@@ -332,3 +332,24 @@ def test_stop_closes_every_connection_and_the_port() -> None:
             s.close()
     with pytest.raises(ValueError, match="max_clients"):
         MetricsServer("127.0.0.1:0", str, health, max_clients=0)
+
+
+def _switches(tid: int) -> int:
+    """Context switches of thread ``tid`` so far (voluntary: each wake-up from a sleep)."""
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+
+
+def test_an_idle_server_never_wakes() -> None:
+    """An agent's server with no client sleeps until one comes (its thread counts in the agent's CPU:
+    it woke once a second before); a connection still gets its deadlines."""
+    with serving() as server:
+        assert probe(server) == 200
+        thread = server._thread
+        assert thread is not None and thread.native_id is not None
+        assert wait_for(lambda: server.connections == 0)
+        time.sleep(0.2)  # the loop is back in its select
+        before = _switches(thread.native_id)
+        time.sleep(2.5)
+        assert _switches(thread.native_id) == before
+        assert probe(server) == 200  # and wakes for a client at once

@@ -269,7 +269,11 @@ class MetricsServer:
         finally:
             self._shutdown()
 
-    def _timeout(self) -> float:
+    def _timeout(self) -> float | None:
+        """Seconds until the loop has something to do without an event; None (sleep until one) when
+        idle: no connection, accepting, the spare descriptor held (an idle agent's server never wakes)."""
+        if not self._conns and not self._accept_paused_until and self._spare is not None:
+            return None
         now = time.monotonic()
         wait = 1.0
         for c in self._conns:
