@@ -19,7 +19,9 @@ figure is the median of the rounds' ratios with its 95 % interval.
 
 Bound (issue 21): the fast path included, at most 0.3 x the floor.  Manual (about a minute):
 ``QOSM_OUTCOME_CPU=1 pytest benchmarks/test_bench_outcome_cpu.py -s``; the quick pass's proxy is the
-"agent second" scenario of ``benchmarks/test_bench_demand.py``.
+"agent second" scenario of ``benchmarks/test_bench_demand.py``.  Before and after a change, in the same
+rounds: ``QOSM_OUTCOME_CPU_BASE=<another checkout's src dir, extensions built>`` adds that tree's agents
+(``fast@base``, ``tick@base``) beside this one's; ``QOSM_OUTCOME_CPU_ROUNDS`` sets the rounds (7).
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ N = 2000
 CPUS = 64
 LS_RATE = 0.005  # cores per LS container
 WARM = 4.0  # seconds after the agents' first decisions
-ROUNDS, ROUND = 7, 2.0  # rounds of this many seconds (two ticks each)
+ROUNDS, ROUND = int(os.environ.get("QOSM_OUTCOME_CPU_ROUNDS", "7")), 2.0  # rounds of this many seconds (two ticks each)
 FLOOR_PASSES = 3  # read-everything passes per round
 SUMS_EVERY = 0.01  # seconds between writes of the sums and /proc/stat
 STAGGER = 100  # the LS containers are written in this many parts, one part with every sums' write
 BOUND = 0.3
-MODES = ("fast", "tick")
+BASE = os.environ.get("QOSM_OUTCOME_CPU_BASE", "")  # another tree's src dir: its agents in the same rounds
+MODES = ("fast", "tick") + (("fast@base", "tick@base") if BASE else ())
 
 pytestmark = pytest.mark.skipif(not FULL, reason="manual benchmark (about a minute): QOSM_OUTCOME_CPU=1")
 
@@ -141,16 +144,19 @@ def process_cpu(pid: int) -> float:
 
 
 def start_agent(node: SimNode, mode: str, workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``qosmanager run`` in ``mode`` (``fast`` or ``tick``; ``@base``: from the tree in ``BASE``)."""
     roots = node.host.roots
+    react, _, tree = mode.partition("@")
     audit = os.path.join(workdir, f"audit-{mode}.jsonl")
     cmd = [sys.executable, "-m", "qosmanager", "run", "--cgroup-root", roots.cgroup, "--proc-root", roots.proc,
            "--sys-root", roots.sys, "--cgroup-version", "2", "--cgroup-driver", "cgroupfs",
            "--node-name", "sim-node", "--pods-file", node.pods_file, "--node-file", node.node_file,
            "--node-slo-file", node.nodeslo_file, "--dry-run", "--audit-log", audit, "--metrics-addr", "127.0.0.1:0",
-           "--react-mode", mode]
+           "--react-mode", react]
     if node.gates:
         cmd += ["--feature-gates", ",".join(f"{k}={'true' if v else 'false'}" for k, v in node.gates.items())]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), audit
+    env = dict(os.environ, PYTHONPATH=BASE) if tree else None
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env), audit
 
 
 def threads_of(pid: int) -> int:
