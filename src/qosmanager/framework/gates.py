@@ -11,7 +11,6 @@ them alone (a plugin runs only when the operator names its gate).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -91,6 +90,8 @@ class UnknownGateError(ValueError):
 
 def did_you_mean(name: str, names: Iterable[str]) -> str | None:
     """The name ``name`` was most likely meant to be (a letter missing, doubled or swapped), if any."""
+    import difflib  # only for a refused start: not in every agent's memory
+
     by_lower = {n.lower(): n for n in names}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.85)
     return by_lower[close[0]] if close else None
