@@ -247,6 +247,11 @@ class QoSManager:
                 if plugin is not None:
                     writes = self._guarded(strategy, writes, now)
                 results = self.shared.executor.apply(writes, now)
+            later = strategy.later(ctx)
+            if later:
+                if plugin is not None:
+                    later = self._guarded(strategy, later, now)
+                results = [*results, *self.shared.executor.apply(later, now)]
             strategy.after_apply(ctx, results)
             if self._plugin_of:
                 if plugin is not None:

@@ -90,8 +90,14 @@ class Strategy(abc.ABC):
         how the agent knows a value was its own.  Built-ins only (memoryHigh lifts BE's memory cap)."""
         return ()
 
+    def later(self, ctx: Context) -> Sequence[Request]:
+        """Asked once the writes :meth:`tick` returned are applied: more writes of the same run, applied
+        as a batch of their own, so that a long read-compare (a recovery over every BE cgroup) never
+        holds the tick's protective writes back."""
+        return ()
+
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:  # noqa: B027 - optional hook
-        """Called with the executor's results of the writes returned by :meth:`tick`."""
+        """Called with the executor's results of the writes returned by :meth:`tick` (and :meth:`later`)."""
 
     def write(self, resource: str, cgroup: str, value: object, reason: str, **kw: object) -> Write:
         """Shorthand for a :class:`Write` from this strategy."""

@@ -11,12 +11,20 @@ Without ``--node-file`` the ``state/no-node`` condition says that nothing needin
 capacity runs.  Files are decoded within the document limits of :mod:`qosmanager.api.decode` (64 MiB, 100
 levels; a byte-order mark is skipped; a file over 256 KiB must be strict JSON, YAML is not tried
 on it); a pods file with one pod that cannot be read applies every other pod.
+
+A pods file of :data:`BACKGROUND_BYTES` or more (some 2,000 pods) is decoded on a thread of its own,
+beside the agent's ticks: at 100,000 pods the decode and the pod views take tens of seconds, and the
+collector's passes and the strategies' ticks go on meanwhile with the pods last in force (none at
+start: ``StateStore.pods_loading`` says the pods are on their way, and cpuSuppress decides the BE
+limit from the node and kube QoS-dir counters until they are in force).  The ``state/pods-loading``
+condition names the file while it is decoded; a log line says when it starts and how long it took.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +36,9 @@ from qosmanager.states.store import StateStore
 log = logging.getLogger(__name__)
 
 
+# a pods file this big (bytes) or bigger is decoded beside the ticks (a pruned pod takes some 550 bytes)
+BACKGROUND_BYTES = 1 << 20
+LOADING_CONDITION = "state/pods-loading"
 NO_NODE_CONDITION = "state/no-node"
 NO_NODE_MESSAGE = ("no Node: standalone mode without --node-file, so nothing that needs the node's capacity "
                    "runs (cpuSuppress, cpuEvict, memoryEvict, the BE cgroup reconcile, the system config); "
@@ -36,8 +47,16 @@ NO_NODE_MESSAGE = ("no Node: standalone mode without --node-file, so nothing tha
 
 class WatchedFile:
     def __init__(self, path: str, kind: str, apply: Callable[[Any], object],
-                 object_hook: Callable[[dict[str, Any]], Any] | None = None) -> None:
+                 object_hook: Callable[[dict[str, Any]], Any] | None = None,
+                 background_bytes: int | None = None) -> None:
+        """``background_bytes``: a file of that size or bigger is decoded (and applied) on a thread of
+        its own, :meth:`poll` returning at once (None: always on the caller's thread)."""
         self.path = path
+        self.background_bytes = background_bytes
+        self._worker: threading.Thread | None = None
+        self._worker_changed = False
+        self.loading_since: float | None = None  # monotonic start of the decode in flight
+        self.loading_bytes = 0
         self.object_hook = object_hook
         self.kind = kind
         self.apply = apply
@@ -50,7 +69,20 @@ class WatchedFile:
         size and the modification time, or a file system that does not update them)."""
         self._sig = None
 
+    @property
+    def loading(self) -> bool:
+        """A decode on its own thread is in flight."""
+        return self._worker is not None
+
     def poll(self) -> bool:
+        """Read the file when it changed; True when a new content was applied (a decode on its own
+        thread: at the first poll after it finished)."""
+        if self._worker is not None:
+            if self._worker.is_alive():
+                return False
+            self._worker = None
+            self.loading_since = None
+            return self._worker_changed
         try:
             st = os.stat(self.path)
         except OSError as e:
@@ -61,6 +93,29 @@ class WatchedFile:
                 self._unreadable, self.error = False, ""
             return False
         self._sig = sig
+        if self.background_bytes is not None and st.st_size >= self.background_bytes:
+            self.loading_since, self.loading_bytes = time.monotonic(), st.st_size
+            self._worker_changed = False
+            self._worker = threading.Thread(target=self._load_beside, name=f"decode-{self.kind}", daemon=True)
+            self._worker.start()
+            return False
+        return self._load()
+
+    def _load_beside(self) -> None:
+        t0 = time.monotonic()
+        log.info("decoding the %s file %s (%.0f MiB) beside the ticks", self.kind, self.path,
+                 self.loading_bytes / 2**20)
+        try:
+            self._worker_changed = changed = self._load()
+        except Exception as e:  # a bug in reading it: the last state stays, the next change is read again
+            log.exception("%s file %s: decoding it failed", self.kind, self.path)
+            self._unreadable, self.error = False, f"decoding {self.path} failed: {type(e).__name__}: {e}"
+            return
+        log.info("%s file %s %s in %.1f s", self.kind, self.path, "decoded and in force" if changed
+                 else "decoded, not applied" if self.error else "decoded, nothing changed", time.monotonic() - t0)
+
+    def _load(self) -> bool:
+        """Decode the file and apply it (the file's signature is taken)."""
         try:
             obj = read_document_file(self.path, object_hook=self.object_hook)  # bounded
         except OSError as e:
@@ -97,7 +152,9 @@ class FileSource:
     """Feeds a :class:`StateStore` from standalone files."""
 
     def __init__(self, store: StateStore, *, pods_file: str | None = None, node_file: str | None = None,
-                 node_slo_file: str | None = None) -> None:
+                 node_slo_file: str | None = None, background_bytes: int | None = None) -> None:
+        """``background_bytes``: a pods file that big or bigger is decoded on a thread of its own
+        (:data:`BACKGROUND_BYTES` in the agent; None: always at the poll, as tests and tools want)."""
         self.store = store
         self.files: list[WatchedFile] = []
         if node_file:
@@ -107,7 +164,8 @@ class FileSource:
             log.warning("%s", NO_NODE_MESSAGE)
         if pods_file:
             # pods pruned as they are decoded: a big node's list never stands whole in memory
-            self.files.append(WatchedFile(pods_file, "pods", self._set_pods, prune_pod_hook))
+            self.files.append(WatchedFile(pods_file, "pods", self._set_pods, prune_pod_hook,
+                                          background_bytes=background_bytes))
         if node_slo_file:
             self.files.append(WatchedFile(node_slo_file, "NodeSLO", store.set_nodeslo))
         self.connected = True
@@ -121,6 +179,20 @@ class FileSource:
         else:
             raise ValueError("not a PodList (no items list)")
 
+    def _note_loading(self) -> None:
+        """``StateStore.pods_loading`` and the ``state/pods-loading`` condition while a pods file is
+        decoded beside the ticks."""
+        loading = [f for f in self.files if f.loading]
+        self.store.pods_loading = bool(loading)
+        if loading:
+            f = loading[0]
+            self.store.conditions.set(LOADING_CONDITION, (
+                f"decoding the pods file {f.path} ({f.loading_bytes / 2**20:.0f} MiB) beside the ticks; until "
+                f"it is in force the agent works with the {len(self.store.pods)} pods it knows, and cpuSuppress "
+                "decides the BE limit from the node and kube QoS-dir counters"))
+        else:
+            self.store.conditions.clear(LOADING_CONDITION)
+
     def reread(self) -> None:
         """Read every file again at the next poll, changed or not (``qosmanager run`` on SIGHUP)."""
         for f in self.files:
@@ -133,7 +205,10 @@ class FileSource:
             changed |= f.poll()
         # an unchanged, readable file is still a fresh source; an unreadable or garbled one is not
         t = time.time() if now is None else now
+        self._note_loading()
         for f in self.files:
+            if f.loading:
+                continue  # fresh or not: said when the decode is done
             kind = {"Node": "node", "pods": "pods", "NodeSLO": "nodeslo"}[f.kind]
             h = self.store.health[kind]
             key = f"state/{kind}-file"

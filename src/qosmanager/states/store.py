@@ -59,6 +59,8 @@ class StateStore:
     pods_generation: int = 0
     nodeslo_generation: int = 0
     errors: dict[str, str] = field(default_factory=dict)
+    # a pods list is on its way (a big pods file decoded beside the ticks): no pods is not yet "none"
+    pods_loading: bool = False
     # what the agent works around (a bad NodeSLO field, an unreadable counter, ...): /healthz and
     # /metrics list them; every part of the agent reports into this one set
     conditions: Conditions = field(default_factory=Conditions)

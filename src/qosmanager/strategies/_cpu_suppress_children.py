@@ -53,6 +53,9 @@ class BEChildQuotas:
         self.lowered: dict[str, int] = {}
         self.lock = threading.Lock()  # the fast path lowers children from its own thread
         self._scanned = False  # every BE child read once (a restart finds lowered ones)
+        # children found at the BE dir's quota while the pods were not known yet (a big pods file on its
+        # way): dir -> the quota seen; decided at the first full read with the pods (the batch-cpu rule)
+        self._unsure: dict[str, int] = {}
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
 
     def fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
@@ -74,13 +77,15 @@ class BEChildQuotas:
             return []  # v2 takes a parent cpu.max below its children's
         own, lowered = self.own, self.lowered
         falling = be_now is None or be_now < 0 or 0 <= budget < be_now
-        full = budget >= 0 and (falling or not self._scanned)
+        provisional = not ctx.pods  # the pods on their way: the batch-cpu rule's quotas not known yet
+        full = budget >= 0 and (falling or not self._scanned or bool(self._unsure and not provisional))
         if full:  # every BE pod and container
             dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
             self._scanned = True
             if not dirs:
                 own.clear()
                 lowered.clear()
+                self._unsure.clear()
                 return []
         else:
             # the BE dir's quota stays or rises, and v1 keeps every child at or below a limited
@@ -94,8 +99,16 @@ class BEChildQuotas:
                     wanted.add(parent)
                     parent = parent.rpartition("/")[0]
             dirs = sorted(wanted, key=lambda d: (d.count("/"), d))
-        values = ctx.read_many(QUOTA, dirs)
+        # every BE child: read in native batches, not through the executor's tracked reads (at 100,000
+        # pods those cost seconds before the BE quota's write)
+        values = ctx.read_cgroup_files("cpu", QUOTA, dirs) if full else ctx.read_many(QUOTA, dirs)
         rule = self._rule_quotas_of(ctx)
+        if full and self._unsure and not provisional:
+            for d, at in self._unsure.items():  # at the BE quota of an earlier run: the rule's, if higher
+                if own.get(d) == at and _limit(rule.get(d, UNLIMITED)) > at:
+                    # held at ``at`` by that run (or lower by this one since): given back as the budget allows
+                    own[d], lowered[d] = rule[d], lowered.get(d, at)
+            self._unsure.clear()
         ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
         writes: list[Request] = []
         seen: set[str] = set()
@@ -114,10 +127,12 @@ class BEChildQuotas:
             if mine is None or lowered.get(d) != cur:
                 # first sight, or a value this strategy did not write: its owner's
                 ruled = rule.get(d, UNLIMITED)
-                if mine is None and cur >= 0 and cur == be_now and _limit(ruled) > cur:
+                if mine is None and not provisional and cur >= 0 and cur == be_now and _limit(ruled) > cur:
                     mine = ruled  # lowered by an earlier run of the agent: the batch-cpu rule's quota
                 else:
                     mine = cur
+                    if provisional and cur >= 0 and cur == be_now:
+                        self._unsure[d] = cur
                 own[d] = mine
                 lowered.pop(d, None)
             # an unlimited child inherits the limit above it (v1 takes it): only a quota above is lowered
@@ -138,6 +153,7 @@ class BEChildQuotas:
             for gone in [d for d in own if d not in seen]:
                 del own[gone]
                 lowered.pop(gone, None)
+                self._unsure.pop(gone, None)
         return writes
 
     def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:

@@ -168,6 +168,7 @@ class CPUSuppress(Strategy):
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
         self.quota_cap: Callable[[], int | None] | None = None
         self.cpuset_basis: CPUSetBasis | None = None  # the last cpuset decision's pools and dirs
+        self._later: list[Request] = []  # this tick's batch after the BE limit's (later())
 
     @property
     def last_split(self) -> ClassSplit | None:
@@ -205,6 +206,7 @@ class CPUSuppress(Strategy):
     def tick(self, ctx: Context) -> list[Request]:
         self._quota_recovery = None
         self._holding = False
+        self._later = []
         if self._first_tick is None:
             self._first_tick = ctx.now
         writes = self._suppress(ctx)
@@ -222,8 +224,11 @@ class CPUSuppress(Strategy):
         if disabled:
             return self._recover_cfs_quota(ctx) + self._recover_cpuset(ctx, CONTAINER_DEPTH)
         node = ctx.node
-        if node is None or not ctx.pods:
+        if node is None:
             return []
+        if not ctx.pods and not (ctx.pods_loading and ctx.nodeslo.resource_used_threshold_with_be.cpu_suppress_policy
+                                             == CPU_SUPPRESS_POLICY_CFS_QUOTA):
+            return []  # no pods (koordlet does nothing); pods on their way: the quota from the QoS dirs
         kubepods = ctx.node_metric("kubepods_cpu_usage")
         be_dir = ctx.node_metric("besteffort_cpu_usage")
         by_dirs = kubepods is not None and be_dir is not None  # the kernel's sums (demand-driven)
@@ -252,10 +257,19 @@ class CPUSuppress(Strategy):
         if thr.cpu_suppress_policy == CPU_SUPPRESS_POLICY_CFS_QUOTA:
             writes = self._adjust_by_cfs_quota(ctx, q, node)
             self.policy_status[CPU_SUPPRESS_POLICY_CFS_QUOTA] = POLICY_USING
-            return writes + self._recover_cpuset(ctx, CONTAINER_DEPTH)
+            # the cpuset recovery reads every BE cgroup's cpuset: a batch of its own after the quota's
+            # (later()), and only once the pods are known (their LSE CPUs are never given to BE)
+            self._later = self._recover_cpuset(ctx, CONTAINER_DEPTH) if ctx.pods else []
+            return writes
         writes = self._adjust_by_cpuset(ctx, q, cpu_info)  # "cpuset", "" or anything else
         self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_USING
         return writes + self._recover_cfs_quota(ctx)
+
+    def later(self, ctx: Context) -> list[Request]:
+        """The cfsQuota policy's cpuset recovery, a batch of its own once the BE quota is written: it
+        read-compares every BE pod's and container's cpuset (100,000 files on a big node)."""
+        later, self._later = self._later, []
+        return later
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
         if self._quota_recovery is not None:

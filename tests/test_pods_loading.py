@@ -1,0 +1,265 @@
+"""The BE limit never waits on per-pod work (issue 16, "Pod count"): at 100,000 pods the pods file's
+decode, the v1 read of every BE child's quota and the cpuset recovery each took tens of seconds
+before the first BE quota was written.
+
+* A big pods file is decoded beside the agent's ticks: the BE quota is written from the node and kube
+  QoS-dir counters while the decode is still held (the whole agent, ``Agent.run``, on a fake host),
+  ``state/pods-loading`` says so, and the pods take over when they arrive.
+* cfsQuota's cpuset recovery (a read-compare of every BE cgroup's cpuset) is a batch of its own after
+  the BE quota's, in the same run, and only once the pods are known.
+* A v1 child found at the BE quota while the pods were not known yet is given its batch-cpu quota back
+  once they are (the agent-restart case of ``test_koordinator_node.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import qosmanager.agent as agent_mod
+import qosmanager.states.store as store_mod
+from qosmanager.agent import Agent, AgentConfig, StartupError, check_startup
+from qosmanager.executor.executor import WriteResult
+from qosmanager.framework.fastpath import REACT_TICK
+from qosmanager.framework.strategy import QoSConfig
+from qosmanager.host.cgroups import KubeQoS
+from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
+from qosmanager.sim.harness import Harness
+from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+from qosmanager.states.files import LOADING_CONDITION, FileSource
+from qosmanager.states.store import StateStore
+
+CPUS = 8
+HOLD = 120.0  # seconds the decode is held at most (released as soon as the test has seen what it needs)
+WAIT = 60.0  # seconds to wait for the BE quota: long, so a loaded machine's slowness cannot pass for a wait
+SLO = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 65,
+                                       "cpuSuppressPolicy": "cfsQuota"}}
+
+
+def be_quota(host: FakeHost) -> int:
+    path = host.layout.file("cpu", host.layout.qos_dir(KubeQoS.BESTEFFORT), "cpu.cfs_quota_us")
+    while True:
+        with open(path) as f:
+            text = f.read().strip()
+        if text:
+            return int(text)
+        time.sleep(0.001)
+
+
+class Counters:
+    """/proc/stat and the kube QoS dirs' usage at 1 LS core and 1 BE core, advanced by :meth:`step`."""
+
+    def __init__(self, host: FakeHost) -> None:
+        self.host, self.t0, self.last = host, time.monotonic(), time.monotonic()
+        self.ls = self.be = 0.0
+        self.step()
+
+    def step(self) -> None:
+        now = time.monotonic()
+        dt, self.last = now - self.last, now
+        self.ls += dt
+        self.be += dt
+        lay, h = self.host.layout, self.host
+        h.set_cpu_usage(lay.kubepods_dir(), int((self.ls + self.be) * 1e9))
+        h.set_cpu_usage(lay.qos_dir(KubeQoS.BESTEFFORT), int(self.be * 1e9))
+        h.set_cpu_usage(lay.qos_dir(KubeQoS.BURSTABLE), int(self.ls * 1e9))
+        busy = int((self.ls + self.be) * 100 / CPUS)
+        h.set_proc_stat([busy] * CPUS, [int((now - self.t0 + 100) * 100) - busy] * CPUS)
+
+
+def test_the_be_quota_is_written_while_the_pods_file_is_still_decoded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods' views are held (as a 100,000-pod file holds them for tens of seconds): the collector's
+    passes and cpuSuppress's ticks go on, and the BE quota is written from the node and kube QoS-dir
+    counters before a single pod is known.  Before, the decode ran in the collector's pass and held
+    every tick until it was done."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=CPUS)
+    pods = FakeHost.make_pods(12, seed=16)
+    host.add_pods(pods)
+    (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p) for p in pods)))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
+    monkeypatch.setattr(agent_mod, "BACKGROUND_BYTES", 0, raising=False)  # this small file counts as big
+    decoding, release = threading.Event(), threading.Event()
+    real = store_mod.pod_meta
+
+    def held(obj: Any) -> Any:
+        decoding.set()
+        release.wait(HOLD)
+        return real(obj)
+
+    monkeypatch.setattr(store_mod, "pod_meta", held)
+    counters = Counters(host)
+    qos = QoSConfig()
+    qos.cpu_suppress_interval = 0.2
+    agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
+                              node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
+                              strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK))
+    runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT
+        while be_quota(host) == -1:
+            assert time.monotonic() < deadline and runner.is_alive(), (
+                f"no BE quota in {WAIT:g} s while the pods file was decoded (decode started: {decoding.is_set()})")
+            counters.step()
+            time.sleep(0.05)
+        quota = be_quota(host)
+        assert decoding.is_set() and not release.is_set()
+        assert agent.store.pods == {} and agent.store.pods_loading
+        cond = agent.store.conditions.get(LOADING_CONDITION)
+        assert cond is not None and "pods.json" in cond.message, cond
+        # 8 CPUs x 65 % - 1 LS core: 4200m, less what the start's rates make of the counters
+        assert 0 < quota <= 420_000, quota
+        release.set()
+        while len(agent.store.pods) < len(pods) or agent.store.conditions.get(LOADING_CONDITION) is not None:
+            assert time.monotonic() < deadline + WAIT and runner.is_alive(), "the pods never came into force"
+            counters.step()
+            time.sleep(0.05)
+        assert not agent.store.pods_loading
+    finally:
+        release.set()
+        agent.stop()
+        runner.join(30)
+
+
+def koord(pods: list[FakePod], *, policy: str = "cfsQuota", harness: Harness | None = None) -> Harness:
+    h = harness or Harness(version=1, strategies=["cpuSuppress"], n_cpus=CPUS, now=1000.0, koordinator=True)
+    h.set_node(node_object(h.host))
+    h.set_pods([pod_object(p, cpu_milli=1500) for p in pods])
+    h.set_nodeslo({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 65,
+                                                   "cpuSuppressPolicy": policy}})
+    return h
+
+
+LS = FakePod("ls-1", "default", "ls", KubeQoS.BURSTABLE, [FakeContainer("c", "containerd://" + "b" * 64)])
+BE = FakePod("be-1", "default", "be", KubeQoS.BESTEFFORT, [FakeContainer("c", "containerd://" + "a" * 64)])
+BE_DIR = "kubepods/besteffort"
+
+
+def tick(h: Harness, t: float, ls_used: float) -> list[WriteResult]:
+    """LS at ``ls_used`` cores, BE 0.5, the system 0.5: the budget is 4700m - LS."""
+    h.add_samples("node_cpu_usage", [(t - 1, ls_used + 1.0)])
+    h.add_samples("pod_cpu_usage", [(t - 1, ls_used)], pod="ls-1")
+    h.add_samples("pod_cpu_usage", [(t - 1, 0.5)], pod="be-1")
+    return h.tick("cpuSuppress", t)
+
+
+def test_the_cpuset_recovery_is_a_batch_after_the_be_quota() -> None:
+    """The executor reads every file of a batch before it writes any: the recovery's read-compare of every
+    BE cgroup's cpuset in the quota's batch held the quota back (12 s of a 20,000-pod node's first tick).
+    It is the run's second batch now; the run's results still hold both (koordlet recovers in the same
+    tick)."""
+    h = koord([LS, BE])
+    batches: list[list[str]] = []
+    h.executor.on_batch.append(lambda results, dt: batches.append([r.write.resource for r in results]))
+    results = tick(h, 1000.0, ls_used=1.0)
+    assert len(batches) == 2, batches
+    assert "cpu.cfs_quota_us" in batches[0] and "cpuset.cpus" not in batches[0], batches
+    assert set(batches[1]) == {"cpuset.cpus"}, batches
+    assert {r.write.resource for r in results} == {"cpu.cfs_quota_us", "cpuset.cpus"}
+    assert h.strategy("cpuSuppress").policy_status == {"cfsQuota": "using", "cpuset": "recovered"}
+
+
+def unknown_pods(h: Harness) -> None:
+    """The agent's state while a big pods file is on its way: no pod known yet."""
+    h.store.pods = {}
+    h.store.pods_generation += 1
+    h.store.pods_loading = True
+
+
+def test_no_cpuset_recovery_and_only_the_quota_while_the_pods_are_on_their_way() -> None:
+    """Without the pods their LSE CPUs are unknown: the BE cpuset is not recovered (it could give BE an
+    LSE pod's CPUs) and the cpuset policy waits; the cfsQuota policy decides the quota."""
+    h = koord([LS, BE])
+    unknown_pods(h)
+    results = tick(h, 1000.0, ls_used=1.0)
+    assert {r.write.resource for r in results} == {"cpu.cfs_quota_us"}, results
+    assert int(h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us")) or "") > 0
+    c = koord([LS, BE], policy="cpuset")
+    unknown_pods(c)
+    assert tick(c, 1000.0, ls_used=1.0) == []
+
+
+def test_a_child_at_the_be_quota_before_the_pods_are_known_gets_its_own_back() -> None:
+    """An agent restarted on children an earlier run lowered to the BE quota, with its pods file still on its
+    way: the children's own quota is unknown at the first decision (the batch-cpu rule needs the pods), and
+    taken from the rule once the pods are known; the budget then gives it back."""
+    h = koord([LS, BE])
+    tick(h, 1000.0, ls_used=4.2)  # 500m: the pod and its container lowered to 50000
+    pod = h.host.pod_dir("be-1")
+    ctr = f"{pod}/{'a' * 64}"
+    left = {d: int(h.read_file(h.cgroup_file("cpu", d, "cpu.cfs_quota_us")) or "") for d in (BE_DIR, pod, ctr)}
+    assert left == {BE_DIR: 50_000, pod: 50_000, ctr: 50_000}
+    h.close()
+
+    again = koord([LS, BE], harness=Harness(version=1, strategies=["cpuSuppress"], n_cpus=CPUS, now=1010.0,
+                                            koordinator=True))
+    for d, v in left.items():
+        again.write_file(again.cgroup_file("cpu", d, "cpu.cfs_quota_us"), f"{v}\n")
+    pods = again.store.pods
+    unknown_pods(again)
+    tick(again, 1011.0, ls_used=4.2)  # decided without the pods: 500m, the children stay at 50000
+    again.store.pods = pods
+    again.store.pods_generation += 1
+    again.store.pods_loading = False
+    for k in range(2, 7):
+        tick(again, 1010.0 + k, ls_used=1.0)
+    got = {d: int(again.read_file(again.cgroup_file("cpu", d, "cpu.cfs_quota_us")) or "") for d in (pod, ctr)}
+    assert got == {pod: 150_000, ctr: 150_000}, got
+
+
+def test_a_big_pods_file_is_decoded_beside_the_polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The poll returns at once; the pods come into force at a later poll; a big file that is not a pod list
+    keeps the last state and says so, like a small one."""
+    pods = FakeHost.make_pods(6, seed=2)
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(pod_list(pod_object(p) for p in pods)))
+    release = threading.Event()
+    real = store_mod.pod_meta
+
+    def held(obj: Any) -> Any:
+        release.wait(HOLD)
+        return real(obj)
+
+    monkeypatch.setattr(store_mod, "pod_meta", held)
+    store = StateStore()
+    src = FileSource(store, pods_file=str(path), background_bytes=1)
+    try:
+        assert src.poll() is False
+        assert store.pods_loading and store.conditions.get(LOADING_CONDITION) is not None
+        assert src.poll() is False and store.pods == {}
+    finally:
+        release.set()
+    deadline = time.monotonic() + WAIT
+    while not src.poll():
+        assert time.monotonic() < deadline, "the decode never ended"
+        time.sleep(0.01)
+    assert len(store.pods) == len(pods) and not store.pods_loading
+    src.poll()
+    assert store.conditions.get(LOADING_CONDITION) is None and store.conditions.get("state/pods-file") is None
+
+    path.write_text('{"kind": "PodList"}' + " " * 64)
+    while store.conditions.get("state/pods-file") is None:
+        src.poll()
+        assert time.monotonic() < deadline, "the bad file was never judged"
+        time.sleep(0.01)
+    assert len(store.pods) == len(pods), "the last good pods stay"
+
+
+def test_startup_checks_a_big_pods_file_without_decoding_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_mod, "BACKGROUND_BYTES", 16)
+    (tmp_path / "node.json").write_text(json.dumps(node_object(FakeHost(str(tmp_path / "host"), n_cpus=2))))
+    bad = tmp_path / "bad.json"
+    bad.write_text("- a: 1\n" * 8)
+    with pytest.raises(StartupError, match="must be a JSON object"):
+        check_startup(AgentConfig(pods_file=str(bad), node_file=str(tmp_path / "node.json")))
+    good = tmp_path / "pods.json"
+    good.write_text(json.dumps(pod_list([])) + " " * 32)
+    monkeypatch.setattr(agent_mod, "read_document_file", lambda *a, **k: pytest.fail("decoded at start"))
+    check_startup(AgentConfig(pods_file=str(good)))
