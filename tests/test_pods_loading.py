@@ -147,6 +147,8 @@ def tick(h: Harness, t: float, ls_used: float) -> list[WriteResult]:
     h.add_samples("node_cpu_usage", [(t - 1, ls_used + 1.0)])
     h.add_samples("pod_cpu_usage", [(t - 1, ls_used)], pod="ls-1")
     h.add_samples("pod_cpu_usage", [(t - 1, 0.5)], pod="be-1")
+    h.add_samples("kubepods_cpu_usage", [(t - 1, ls_used + 0.5)])  # the kube QoS dirs' sums (the collector's)
+    h.add_samples("besteffort_cpu_usage", [(t - 1, 0.5)])
     return h.tick("cpuSuppress", t)
 
 
@@ -186,6 +188,28 @@ def test_no_cpuset_recovery_and_only_the_quota_while_the_pods_are_on_their_way()
     assert tick(c, 1000.0, ls_used=1.0) == []
 
 
+def quota_results(results: list[WriteResult]) -> list[tuple[str, str, str]]:
+    return [(r.write.cgroup, r.write.value, r.status) for r in results if r.write.resource == "cpu.cfs_quota_us"]
+
+
+def test_while_the_pods_are_on_their_way_the_be_quota_goes_first() -> None:
+    """No BE child is read before the BE quota's write while the pods are on their way (a 100,000-pod file's
+    decode turned that read into 50 s); v1 refuses the quota when a child is above it, and the next tick
+    reads the children and lowers them first."""
+    h = koord([LS, BE])
+    unknown_pods(h)
+    pod = h.host.pod_dir("be-1")
+    ctr = f"{pod}/{'a' * 64}"
+    first = tick(h, 1000.0, ls_used=4.2)  # 500m; the BE pod's own 150000 is above it
+    assert quota_results(first) == [(BE_DIR, "50000", "failed")], first
+    second = tick(h, 1001.0, ls_used=4.2)
+    assert sorted(quota_results(second)) == [(BE_DIR, "50000", "written"), (pod, "50000", "written"),
+                                             (ctr, "50000", "written")], second
+    fine = koord([LS, BE])
+    unknown_pods(fine)
+    assert quota_results(tick(fine, 1000.0, ls_used=1.0)) == [(BE_DIR, "370000", "written")]
+
+
 def test_a_child_at_the_be_quota_before_the_pods_are_known_gets_its_own_back() -> None:
     """An agent restarted on children an earlier run lowered to the BE quota, with its pods file still on its
     way: the children's own quota is unknown at the first decision (the batch-cpu rule needs the pods), and
@@ -204,7 +228,12 @@ def test_a_child_at_the_be_quota_before_the_pods_are_known_gets_its_own_back() -
         again.write_file(again.cgroup_file("cpu", d, "cpu.cfs_quota_us"), f"{v}\n")
     pods = again.store.pods
     unknown_pods(again)
-    tick(again, 1011.0, ls_used=4.2)  # decided without the pods: 500m, the children stay at 50000
+    # decided without the pods: 400m, refused (the children at 50000 above it), then the children are read
+    # and lowered first, their own quota unknown (the batch-cpu rule needs the pods)
+    tick(again, 1011.0, ls_used=4.3)
+    tick(again, 1011.5, ls_used=4.3)
+    assert {d: int(again.read_file(again.cgroup_file("cpu", d, "cpu.cfs_quota_us")) or "")
+            for d in (BE_DIR, pod, ctr)} == {BE_DIR: 40_000, pod: 40_000, ctr: 40_000}
     again.store.pods = pods
     again.store.pods_generation += 1
     again.store.pods_loading = False

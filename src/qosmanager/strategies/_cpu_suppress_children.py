@@ -56,6 +56,8 @@ class BEChildQuotas:
         # children found at the BE dir's quota while the pods were not known yet (a big pods file on its
         # way): dir -> the quota seen; decided at the first full read with the pods (the batch-cpu rule)
         self._unsure: dict[str, int] = {}
+        # the BE dir's quota was refused (v1: a child above it) while the children were not read
+        self.refused = False
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
 
     def fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
@@ -78,10 +80,16 @@ class BEChildQuotas:
         own, lowered = self.own, self.lowered
         falling = be_now is None or be_now < 0 or 0 <= budget < be_now
         provisional = not ctx.pods  # the pods on their way: the batch-cpu rule's quotas not known yet
-        full = budget >= 0 and (falling or not self._scanned or bool(self._unsure and not provisional))
+        if provisional and not self._scanned and not self.refused:
+            # a big pods file decoded beside the ticks (at 100,000 pods its thread turns every one of the
+            # read's many GIL hand-overs into a wait, some 50 s in all): the BE quota goes first; a child
+            # above it makes v1 refuse it (EINVAL, counted by after_apply), and then they are read
+            return []
+        full = budget >= 0 and (falling or not self._scanned or self.refused
+                                or bool(self._unsure and not provisional))
         if full:  # every BE pod and container
             dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
-            self._scanned = True
+            self._scanned, self.refused = True, False
             if not dirs:
                 own.clear()
                 lowered.clear()

@@ -272,6 +272,11 @@ class CPUSuppress(Strategy):
         return later
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
+        if self.held_quota is not None and ctx.cgroup_version == 1:
+            be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+            for r in results:
+                if r.write.resource == QUOTA and r.write.cgroup == be_dir and r.status == "failed":
+                    self.children.refused = True  # v1: a child above it, maybe one not read yet
         if self._quota_recovery is not None:
             for r in results:
                 if r.write is self._quota_recovery:
