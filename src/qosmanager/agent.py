@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from qosmanager.api.decode import DOCUMENT_LIMITS, read_document_file
+from qosmanager.api.decode import read_document_file
 from qosmanager.api.node import node_meta
 from qosmanager.api.nodeslo import parse_nodeslo
 from qosmanager.api.pod import prune_pod_hook
@@ -61,7 +61,7 @@ from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics.cache import MetricCache, rows_for
 from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
 from qosmanager.restore import OriginalsJournal
-from qosmanager.states.files import BACKGROUND_BYTES, FileSource
+from qosmanager.states.files import BACKGROUND_BYTES, FileSource, check_big_pods_file
 from qosmanager.states.store import StateStore
 from qosmanager.steadyclock import SteadyClock
 from qosmanager.strategies.cpu_suppress import CPUSuppress
@@ -597,18 +597,15 @@ def strategies_off(cfg: AgentConfig, gates: FeatureGates) -> dict[str, str]:
 
 
 def _check_state_file(flag: str, path: str, kind: str) -> None:
-    """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo).  A pods
-    file of ``BACKGROUND_BYTES`` or more is only opened and its start and size checked: the agent
-    decodes it beside its ticks (at 100,000 pods a decode here held the start back for tens of
-    seconds); what it holds is then judged as it is decoded (``state/pods-file``)."""
-    if kind == "pods":
-        try:
-            size = os.stat(path).st_size
-            if size >= BACKGROUND_BYTES:
-                _check_big_pods_file(path, size)
-                return
-        except OSError as e:
-            raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
+    """The file exists and holds what the agent would accept for ``kind`` (pods, node, nodeslo); a big
+    pods file only as far as :func:`qosmanager.states.files.check_big_pods_file` looks."""
+    try:
+        if kind == "pods" and check_big_pods_file(path, BACKGROUND_BYTES):
+            return
+    except OSError as e:
+        raise StartupError(flag, f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise StartupError(flag, str(e)) from None
     try:
         # what the file source reads: bounded in size and depth, pods pruned as they are decoded
         obj = read_document_file(path, object_hook=prune_pod_hook if kind == "pods" else None)
@@ -630,18 +627,6 @@ def _check_state_file(flag: str, path: str, kind: str) -> None:
         if not detail.startswith(path):
             detail = f"{path} is not {what}: {detail}"
         raise StartupError(flag, detail) from None
-
-
-def _check_big_pods_file(path: str, size: int) -> None:
-    """A big pods file: readable, within the document limit, and a JSON object at the start (a file
-    that big must be strict JSON)."""
-    if size > DOCUMENT_LIMITS.max_bytes:
-        raise StartupError("--pods-file", f"{path}: larger than the limit of {DOCUMENT_LIMITS.max_bytes >> 20} MiB")
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{"):
-        raise StartupError("--pods-file", f"{path} is not a PodList: a pods file of {size >> 20} MiB must be a "
-                           "JSON object")
 
 
 def check_startup(cfg: AgentConfig) -> None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qosmanager._native import sysio
 from qosmanager.api.node import NodeMeta
 from qosmanager.api.nodeslo import NodeSLOSpec
 from qosmanager.api.pod import ContainerMeta, PodMeta
@@ -67,10 +66,6 @@ class Shared:
     # False: replay and harnesses, which decide from the samples they were given
     host_reads: bool = False
     _walks: dict[tuple[str, str, int], tuple[int, list[str]]] = field(default_factory=dict)
-
-
-READ_BATCH = 32  # files a read_cgroup_files batch holds open at once (within the process's base reserve)
-READ_BYTES = 4096
 
 
 class Context:
@@ -233,27 +228,6 @@ class Context:
                 return f.read()
         except OSError:
             return None
-
-    def read_cgroup_files(self, subsystem: str, name: str, rels: Sequence[str]) -> list[str | None]:
-        """One file in many cgroups read now, never from a cache, in native batches of
-        :data:`READ_BATCH` (open, read, close): what a decision needs over every BE pod (100,000 of
-        them cost about as many microseconds as the executor's tracked reads cost milliseconds).  Raw
-        contents (no canonical form); None where missing or unreadable."""
-        out: list[str | None] = [None] * len(rels)
-        paths = [self.layout.file(subsystem, rel, name) for rel in rels]
-        for start in range(0, len(paths), READ_BATCH):
-            fds = sysio.open_batch(paths[start:start + READ_BATCH], os.O_RDONLY | os.O_CLOEXEC)
-            ok = np.flatnonzero(fds >= 0)
-            if not len(ok):
-                continue
-            try:
-                data = sysio.pread_batch(fds[ok], READ_BYTES)
-            finally:
-                sysio.close_batch(fds[ok])
-            for i, d in zip(ok.tolist(), data):
-                if isinstance(d, bytes):
-                    out[start + i] = d.decode(errors="replace")
-        return out
 
     def read_file(self, root: str, rel: str) -> str | None:
         """A non-knob host file (``root`` is "proc" or "sys"), e.g. ``sys/kernel/debug/sched_features``."""

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from qosmanager.api.decode import read_document_file
+from qosmanager.api.decode import DOCUMENT_LIMITS, read_document_file
 from qosmanager.api.pod import prune_pod_hook
 from qosmanager.states.store import StateStore
 
@@ -43,6 +43,24 @@ NO_NODE_CONDITION = "state/no-node"
 NO_NODE_MESSAGE = ("no Node: standalone mode without --node-file, so nothing that needs the node's capacity "
                    "runs (cpuSuppress, cpuEvict, memoryEvict, the BE cgroup reconcile, the system config); "
                    "give the Node with --node-file")
+
+
+def check_big_pods_file(path: str, background_bytes: int | None = None) -> bool:
+    """``qosmanager run``'s start-up check of a pods file the agent decodes beside its ticks (``background_bytes``,
+    default :data:`BACKGROUND_BYTES`, or more): readable, within the document limit and a JSON object at
+    its start (a file that big must be strict JSON); what it holds is judged as it is decoded (at
+    100,000 pods a decode at start held the agent back for tens of seconds).  False: a smaller file,
+    to be decoded whole; ``OSError`` or ``ValueError`` naming the file."""
+    size = os.stat(path).st_size
+    if size < (BACKGROUND_BYTES if background_bytes is None else background_bytes):
+        return False
+    if size > DOCUMENT_LIMITS.max_bytes:
+        raise ValueError(f"{path}: larger than the limit of {DOCUMENT_LIMITS.max_bytes >> 20} MiB")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{"):
+        raise ValueError(f"{path} is not a PodList: a pods file of {size >> 20} MiB or more must be a JSON object")
+    return True
 
 
 class WatchedFile:

@@ -19,6 +19,12 @@ refuses them more while it is in force.  The next agent gives them back as its b
 ``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
 already ordered by the executor: neither needs this step.
 
+**Before the pods are known** (a big pods file decoded beside the ticks, ``StateStore.pods_loading``)
+no child is read before the BE dir's first quota: v1 refuses that write (EINVAL) when a child is above
+it, and only then (``refused``, set by the strategy's ``after_apply``) are the children read and lowered
+first, at the next tick.  Their own quotas are then what is found; one found at exactly the BE dir's
+quota is decided by the batch-cpu rule once the pods are known (``_unsure``).
+
 Map of the file: :class:`BEChildQuotas` (the children's own quotas, the ones lowered, the lock
 the fast path shares) with ``fit()``, which reads the children a budget change can touch and
 returns their writes, and the batch-resource rule's quotas (``_rule_quotas_of``); small helpers
@@ -107,9 +113,7 @@ class BEChildQuotas:
                     wanted.add(parent)
                     parent = parent.rpartition("/")[0]
             dirs = sorted(wanted, key=lambda d: (d.count("/"), d))
-        # every BE child: read in native batches, not through the executor's tracked reads (at 100,000
-        # pods those cost seconds before the BE quota's write)
-        values = ctx.read_cgroup_files("cpu", QUOTA, dirs) if full else ctx.read_many(QUOTA, dirs)
+        values = ctx.read_many(QUOTA, dirs)
         rule = self._rule_quotas_of(ctx)
         if full and self._unsure and not provisional:
             for d, at in self._unsure.items():  # at the BE quota of an earlier run: the rule's, if higher

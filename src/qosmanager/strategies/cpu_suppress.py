@@ -24,6 +24,13 @@ two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
 container's own, that child is lowered first, and gets its own quota back when the budget rises
 (:mod:`qosmanager.strategies._cpu_suppress_children`).
 
+**Before the pods are known** (a big pods file decoded beside the ticks: ``ctx.pods_loading`` with no
+pod yet) the cfsQuota policy decides the BE quota from the node and kube QoS-dir counters (the BE dir's
+usage counted as BE, the rest of kubepods as not); the cpuset policy and the cpuset recovery wait for the
+pods (their LSE CPUs are never BE's).  Koordlet does nothing without pods; its statesInformer has them
+before its first tick, which at 100,000 pods is tens of seconds.  The cfsQuota policy's cpuset recovery
+is applied as a batch of its own after the BE quota's, in the same run (:meth:`CPUSuppress.later`).
+
 Growth is slowed (10 % of the node per tick), shrinking is immediate; quota changes under 1 % of the
 node are skipped (not written, only read-compared, so the executor sees this agent's value in place
 between two resets by another writer and never takes them for a fight), except from unlimited:
