@@ -35,6 +35,7 @@ merged (``merge``), e.g. the lower CFS quota wins.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,6 +131,7 @@ def period_validator(value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # a few CPU lists, sent for every BE dir and re-checked once a minute
 def cpuset_validator(value: str) -> str | None:
     try:
         parse_cpu_list(value)
@@ -254,6 +256,7 @@ def _quota_same(current: str, rendered: str) -> bool:
     return c == r or (c in UNLIMITED_TOKENS and r in UNLIMITED_TOKENS)
 
 
+@functools.lru_cache(maxsize=1024)  # (what a file holds, what is sent): a few pairs over every BE dir
 def _cpuset_same(current: str, rendered: str) -> bool:
     if current.strip() == rendered.strip():
         return True  # the same text (a recovery's read-compare of 100,000 BE cpusets: no parse)
