@@ -20,7 +20,9 @@ uses, on files in a directory.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +60,8 @@ class Harness:
                  processors: Sequence[Processor] | None = None, evict_mode: str = "none", dry_run: bool = False,
                  now: float = 1000.0, koordinator: bool | None = None, **host_kw: Any) -> None:
         self.root = root or tempfile.mkdtemp(prefix="qosm-harness-")
+        if root is None:  # a directory of its own goes with the harness (each holds hundreds of inodes)
+            weakref.finalize(self, shutil.rmtree, self.root, True)
         self.host = FakeHost(os.path.join(self.root, "host"), version=version, driver=driver, n_cpus=n_cpus,
                              memory_bytes=memory_bytes, **host_kw)
         self.layout = self.host.layout
