@@ -119,7 +119,14 @@ class Floor:
                                        node_name="sim-node", pods_file=node.pods_file, node_file=node.node_file,
                                        node_slo_file=node.nodeslo_file, evict_mode="none", metrics_addr="",
                                        feature_gates=dict(node.gates), react_mode="tick"))
-        for _ in range(3):
+        # collect until every container's files are tracked: a pods file of this size is decoded after the
+        # first decisions (the agent's start-up order), and a floor over the QoS dirs alone is no floor
+        deadline = time.monotonic() + 300
+        while self.agent.collector.ctr_reader.high_water < N:
+            assert time.monotonic() < deadline, "the floor's agent never tracked every container"
+            self.agent.collect(time.time())
+            time.sleep(0.1)
+        for _ in range(2):
             self.agent.collect(time.time())
 
     def passes(self, n: int) -> float:
