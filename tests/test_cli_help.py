@@ -119,3 +119,26 @@ def test_simulate_keep_leaves_one_node_name_and_says_how_to_run_the_agent_on_it(
     assert flags == {a for a in argv if a.startswith("--")}
     assert shown[shown.index("--feature-gates") + 1] == argv[argv.index("--feature-gates") + 1]
     assert shown[shown.index("--node-name") + 1] == node["metadata"]["name"]
+
+
+def test_the_command_line_loads_no_shutil_and_wraps_help_as_argparse_would() -> None:
+    """argparse's formatter, built for every add_argument, imports shutil for the terminal's width,
+    and shutil imports bz2 and lzma (about 0.8 MiB of every agent); the agent's formatter asks the
+    terminal itself, with the same answer ($COLUMNS, else the terminal, else 80)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, json; from qosmanager.cli import build_parser; p = build_parser(); "
+            "p.parse_args(['run', '--node-name', 'n']); "
+            "loaded = sorted(m for m in ('shutil', 'bz2', 'lzma') if m in sys.modules); "
+            "import argparse, shutil; "
+            "print(json.dumps([loaded, p._get_formatter()._width, argparse.HelpFormatter('x')._width]))")
+    for columns in ("", "57", "0", "wide"):
+        env = dict(os.environ, COLUMNS=columns)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        loaded, ours, theirs = json.loads(out.stdout)
+        assert loaded == [], f"COLUMNS={columns!r}: {loaded} imported by the command line"
+        assert ours == theirs, f"COLUMNS={columns!r}"
+    assert theirs == 78  # no terminal (captured output), COLUMNS unusable: 80 less argparse's margin

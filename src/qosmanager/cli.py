@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from qosmanager import __version__
 from qosmanager.logfmt import LOG_FORMATS, setup_logging
@@ -46,8 +47,28 @@ def tune_malloc() -> list[str]:
     return [var for param, var, value in MALLOC_TUNING if var not in os.environ and mallopt(param, value) == 1]
 
 
+def terminal_width() -> int:
+    """The width help is wrapped to: ``$COLUMNS``, else the terminal's, else 80 (what
+    ``shutil.get_terminal_size`` gives).  Not ``shutil`` itself: argparse's own formatter imports it
+    for every ``add_argument`` (a check of the metavar), and ``shutil`` imports ``bz2`` and ``lzma``,
+    about 0.8 MiB of every agent that never prints its help."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "0")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns or 80
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Every option's default at the end of its help, unless the help says it already."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) < 4 and kwargs.get("width") is None:  # argparse's default, without shutil
+            kwargs["width"] = terminal_width() - 2
+        super().__init__(*args, **kwargs)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
