@@ -28,6 +28,7 @@ import pytest
 
 import kernelcg
 from qosmanager._native import sysio
+from qosmanager.sim.fakefiles import V2_ORDER, v1_files, v2_files
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.fakekernel import KNOWN_LIMITS
 
@@ -106,45 +107,52 @@ def _whole_disk() -> tuple[str, str] | None:
     return None
 
 
-# The files the agent reads or writes (host/resources.py, the collector), by hierarchy: which of them a new
-# cgroup has is compared ("ls"), and what each holds at first (reads) -- Anolis-only knobs among them are
-# absent on both sides.
+# The files the agent reads or writes (host/resources.py, the collector, eviction), by hierarchy: which of
+# them and of the files the fake makes a new cgroup has is compared ("ls"), and what each of the agent's
+# holds at first (reads) -- Anolis-only knobs among them are absent on both sides.
 V1_AGENT_FILES = {
     "cpu": ("tasks", "cgroup.procs", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.cfs_burst_us", "cpu.shares",
             "cpu.idle", "cpu.stat", "cpu.bvt_warp_ns"),
-    "cpuacct": ("tasks", "cgroup.procs", "cpuacct.usage", "cpuacct.stat"),
-    "cpuset": ("tasks", "cgroup.procs", "cpuset.cpus", "cpuset.mems", "cpuset.cpu_exclusive",
-               "cpuset.mem_exclusive"),
+    "cpuacct": ("tasks", "cgroup.procs", "cpuacct.usage"),
+    "cpuset": ("tasks", "cgroup.procs", "cpuset.cpus", "cpuset.mems"),
     "memory": ("tasks", "cgroup.procs", "memory.limit_in_bytes", "memory.soft_limit_in_bytes",
-               "memory.usage_in_bytes", "memory.max_usage_in_bytes", "memory.stat", "memory.wmark_ratio",
-               "memory.priority", "memory.use_priority_oom"),
+               "memory.usage_in_bytes", "memory.stat", "memory.wmark_ratio", "memory.priority",
+               "memory.use_priority_oom"),
     "blkio": ("tasks", "cgroup.procs", "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
               "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device", "blkio.cost.weight"),
 }
 V2_AGENT_FILES = (
-    "cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "cgroup.threads", "cgroup.type",
-    "cgroup.events", "cgroup.freeze", "cgroup.max.depth", "cgroup.max.descendants", "cgroup.stat", "cgroup.kill",
-    "cpu.max", "cpu.max.burst", "cpu.weight", "cpu.weight.nice", "cpu.idle", "cpu.stat", "cpu.pressure",
-    "cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective", "cpuset.cpus.partition",
-    "memory.current", "memory.min", "memory.low", "memory.high", "memory.max", "memory.peak", "memory.oom.group",
-    "memory.events", "memory.events.local", "memory.swap.current", "memory.swap.max", "memory.pressure",
-    "io.max", "io.weight", "io.stat", "io.pressure", "pids.max", "pids.current", "pids.peak",
+    "cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "cgroup.threads", "cgroup.kill",
+    "cpu.max", "cpu.max.burst", "cpu.weight", "cpu.idle", "cpu.stat",
+    "cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective",
+    "memory.current", "memory.min", "memory.low", "memory.high", "memory.max", "memory.oom.group",
+    "memory.stat", "memory.events", "memory.events.local", "memory.reclaim", "memory.pressure",
+    "io.max", "io.weight",
 )
 # files whose first contents depend on this machine, not on the kernel's rules for a new cgroup
-NOT_READ = frozenset({"memory.stat", "cpu.stat", "io.stat", "cgroup.kill", "memory.reclaim"})
+NOT_READ = frozenset({"memory.stat", "cpu.stat", "cgroup.kill", "memory.reclaim"})
 
 
-def fresh(prefix: str, names: tuple[str, ...]) -> list[Op]:
-    """A new cgroup's files: which of ``names`` it has, and what each holds."""
-    return [Op("ls", prefix, " ".join(names)),
-            *(Op("read", f"{prefix}/{n}") for n in names if n not in NOT_READ)]
+def fresh(prefix: str, agent: tuple[str, ...], fakes: dict[str, str]) -> list[Op]:
+    """A new cgroup's files: which of the agent's and of those the fake makes (``fakes``) it has, and what
+    each of the agent's holds."""
+    names = " ".join(dict.fromkeys((*agent, *sorted(fakes))))
+    return [Op("ls", prefix, names), *(Op("read", f"{prefix}/{n}") for n in agent if n not in NOT_READ)]
+
+
+def v1_fresh(hierarchy: str) -> list[Op]:
+    return fresh(f"{hierarchy}:p", V1_AGENT_FILES[hierarchy], v1_files(hierarchy))
+
+
+def v2_fresh(prefix: str) -> list[Op]:
+    return fresh(prefix, V2_AGENT_FILES, v2_files(V2_ORDER, "/nonexistent"))
 
 
 def v1_script(sleeper: int, n_cpus: int, blkio: bool, disk: str | None) -> list[Op]:
     missing = _missing_pid()
     ops = [
-        Op("mkdir", "cpu:p"), Op("mkdir", "cpu:p/c"), *fresh("cpu:p", V1_AGENT_FILES["cpu"]),
-        Op("mkdir", "cpuacct:p"), *fresh("cpuacct:p", V1_AGENT_FILES["cpuacct"]),
+        Op("mkdir", "cpu:p"), Op("mkdir", "cpu:p/c"), *v1_fresh("cpu"),
+        Op("mkdir", "cpuacct:p"), *v1_fresh("cpuacct"),
         Op("write", "cpu:p/c/cpu.cfs_quota_us", "999"),  # below 1 ms
         Op("write", "cpu:p/c/cpu.cfs_quota_us", "50000"), Op("read", "cpu:p/c/cpu.cfs_quota_us"),
         Op("write", "cpu:p/cpu.cfs_quota_us", "20000"),  # a parent below its child
@@ -169,7 +177,7 @@ def v1_script(sleeper: int, n_cpus: int, blkio: bool, disk: str | None) -> list[
         Op("write", "cpu:p/tasks", str(sleeper)), Op("read", "cpu:p/c/tasks"), Op("read", "cpu:p/tasks"),
         Op("write", "cpu:cgroup.procs", str(sleeper)),  # back to the base, so p can go
         # cpuset: a new v1 cpuset is empty; children stay within their parent
-        Op("mkdir", "cpuset:p"), *fresh("cpuset:p", V1_AGENT_FILES["cpuset"]),
+        Op("mkdir", "cpuset:p"), *v1_fresh("cpuset"),
         Op("write", "cpuset:p/cgroup.procs", str(sleeper)),  # no CPUs, no memory nodes
         Op("write", "cpuset:p/cpuset.cpus", "0"), Op("read", "cpuset:p/cpuset.cpus"),
         Op("mkdir", "cpuset:p/c"),
@@ -179,7 +187,7 @@ def v1_script(sleeper: int, n_cpus: int, blkio: bool, disk: str | None) -> list[
         Op("write", "cpuset:p/cpuset.mems", "0"), Op("write", "cpuset:p/c/cpuset.mems", "0"),
         Op("read", "cpuset:p/c/cpuset.mems"),
         # memory: page-rounded, "-1" is unlimited, "max" is not a v1 word
-        Op("mkdir", "memory:p"), *fresh("memory:p", V1_AGENT_FILES["memory"]),
+        Op("mkdir", "memory:p"), *v1_fresh("memory"),
         Op("write", "memory:p/memory.limit_in_bytes", "1000000"), Op("read", "memory:p/memory.limit_in_bytes"),
         Op("write", "memory:p/memory.limit_in_bytes", "1M"), Op("read", "memory:p/memory.limit_in_bytes"),
         Op("write", "memory:p/memory.limit_in_bytes", "-1"), Op("read", "memory:p/memory.limit_in_bytes"),
@@ -189,7 +197,7 @@ def v1_script(sleeper: int, n_cpus: int, blkio: bool, disk: str | None) -> list[
     if blkio:
         absent = _absent_disk()
         ops += [
-            Op("mkdir", "blkio:p"), *fresh("blkio:p", V1_AGENT_FILES["blkio"]),
+            Op("mkdir", "blkio:p"), *v1_fresh("blkio"),
             Op("write", "blkio:p/blkio.throttle.read_bps_device", "nonsense"),
             Op("write", "blkio:p/blkio.throttle.read_bps_device", f"{absent} 1048576"),
         ]
@@ -222,7 +230,7 @@ def v2_script(sleeper: int, n_cpus: int, disk: str | None) -> list[Op]:
         Op("write", "cgroup.subtree_control", "+bogus"),
         Op("write", "cgroup.subtree_control", "+cpu +memory +cpuset +io +pids"),
         Op("read", "cgroup.subtree_control"), Op("read", "p/cgroup.controllers"),
-        Op("mkdir", "q"), *fresh("q", V2_AGENT_FILES),
+        Op("mkdir", "q"), *v2_fresh("q"),
         Op("write", "q/cpu.max", "50000"), Op("read", "q/cpu.max"),
         Op("write", "q/cpu.max", "max 200000"), Op("read", "q/cpu.max"),
         Op("write", "q/cpu.max", "500"), Op("write", "q/cpu.max", "lots"), Op("write", "q/cpu.max", ""),
@@ -246,7 +254,7 @@ def v2_script(sleeper: int, n_cpus: int, disk: str | None) -> list[Op]:
         Op("write", "q/memory.high", "8192"), Op("read", "q/memory.high"), Op("write", "q/memory.high", "max"),
         Op("write", "q/io.max", "nonsense"), Op("write", "q/io.max", f"{absent} rbps=1"),
         Op("write", "q/cgroup.subtree_control", "+cpu +cpuset +memory"), Op("read", "q/cgroup.subtree_control"),
-        Op("mkdir", "q/leaf"), *fresh("q/leaf", V2_AGENT_FILES),
+        Op("mkdir", "q/leaf"), *v2_fresh("q/leaf"),
         Op("write", "q/leaf/cgroup.subtree_control", "+io"),  # not handed down to the leaf
         Op("write", "q/leaf/cpu.max", "90000"),  # above its parent's 20000: v2 takes it
         Op("read", "q/leaf/cpu.max"),
