@@ -154,6 +154,24 @@ def test_v1_cpuset_rules(tmp_path: Path) -> None:
     assert _write(h, f"{child}/tasks", "4242") == 0
 
 
+def test_v2_cpuset_outside_the_parents_is_taken_and_what_is_in_effect_follows_the_parent(tmp_path: Path) -> None:
+    """v2 takes a list outside the parent's and masks it in cpuset.cpus.effective; a parent's change
+    reaches the effective lists of its whole subtree (the kernel's update_cpumasks_hier)."""
+    h = _v2(tmp_path)
+    q = _mk(h, "", "q")
+    assert _write(h, f"{q}/cgroup.subtree_control", "+cpuset") == 0
+    leaf = _mk(h, "", "q/leaf")
+    assert _read(f"{leaf}/cpuset.cpus.effective") == "0-3\n"
+    assert _write(h, f"{leaf}/cpuset.cpus", "2-3") == 0
+    assert _write(h, f"{q}/cpuset.cpus", "0-1") == 0
+    assert _read(f"{leaf}/cpuset.cpus") == "2-3\n"  # kept as written
+    assert _read(f"{leaf}/cpuset.cpus.effective") == "0-1\n"  # none of it in the parent's: the parent's
+    assert _write(h, f"{q}/cpuset.cpus", "1-2") == 0
+    assert _read(f"{leaf}/cpuset.cpus.effective") == "2\n"
+    assert _write(h, f"{q}/cpuset.cpus", "") == 0  # an empty write is a no-op
+    assert _read(f"{q}/cpuset.cpus.effective") == "1-2\n"
+
+
 def test_v1_tasks_need_a_living_pid_and_move_it(tmp_path: Path) -> None:
     h = _v1(tmp_path)
     a, b = _mk(h, "cpu", "a"), _mk(h, "cpu", "b")

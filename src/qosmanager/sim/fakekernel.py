@@ -443,10 +443,18 @@ class FakeKernel:
             if not want and _read_or(os.path.join(d, "tasks"), "").strip():
                 raise KernelError(errno.ENOSPC)
         else:
-            eff_name = name + ".effective"
-            parent_eff = self._cpuset_of(parent, eff_name)
-            _put(os.path.join(d, eff_name), format_cpu_list(sorted((want & parent_eff) or parent_eff)) + "\n")
+            self._effective(d, name + ".effective", want, self._cpuset_of(parent, name + ".effective"))
         return format_cpu_list(sorted(want)) + "\n"
+
+    def _effective(self, d: str, eff_name: str, want: set[int], parent_eff: set[int]) -> None:
+        """v2 (update_cpumasks_hier): what is in effect is the cgroup's own list within its parent's
+        effective one (the parent's when that leaves none, or when it has no list), down the subtree."""
+        eff = (want & parent_eff) or parent_eff
+        _put(os.path.join(d, eff_name), format_cpu_list(sorted(eff)) + "\n")
+        own = eff_name.removesuffix(".effective")
+        for e in os.scandir(d):
+            if e.is_dir(follow_symlinks=False) and os.path.exists(os.path.join(e.path, eff_name)):
+                self._effective(e.path, eff_name, self._cpuset_of(e.path, own), eff)
 
     # ---- memory
     def _w_v1_memory(self, mount: str, d: str, name: str, text: str) -> str:
