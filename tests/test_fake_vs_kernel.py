@@ -122,7 +122,7 @@ V1_AGENT_FILES = {
               "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device", "blkio.cost.weight"),
 }
 V2_AGENT_FILES = (
-    "cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "cgroup.threads", "cgroup.kill",
+    "cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "cgroup.threads",
     "cpu.max", "cpu.max.burst", "cpu.weight", "cpu.idle", "cpu.stat",
     "cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective",
     "memory.current", "memory.min", "memory.low", "memory.high", "memory.max", "memory.oom.group",
@@ -130,7 +130,7 @@ V2_AGENT_FILES = (
     "io.max", "io.weight",
 )
 # files whose first contents depend on this machine, not on the kernel's rules for a new cgroup
-NOT_READ = frozenset({"memory.stat", "cpu.stat", "cgroup.kill", "memory.reclaim"})
+NOT_READ = frozenset({"memory.stat", "cpu.stat", "memory.reclaim"})
 
 
 def fresh(prefix: str, agent: tuple[str, ...], fakes: dict[str, str]) -> list[Op]:
@@ -138,6 +138,11 @@ def fresh(prefix: str, agent: tuple[str, ...], fakes: dict[str, str]) -> list[Op
     each of the agent's holds."""
     names = " ".join(dict.fromkeys((*agent, *sorted(fakes))))
     return [Op("ls", prefix, names), *(Op("read", f"{prefix}/{n}") for n in agent if n not in NOT_READ)]
+
+
+def v2_kill(prefix: str) -> Op:
+    """v2's cgroup.kill (kill mode writes it): the fake makes none, a documented limit."""
+    return Op("ls", prefix, "cgroup.kill", limit="cgroup.kill")
 
 
 def v1_fresh(hierarchy: str) -> list[Op]:
@@ -230,7 +235,7 @@ def v2_script(sleeper: int, n_cpus: int, disk: str | None) -> list[Op]:
         Op("write", "cgroup.subtree_control", "+bogus"),
         Op("write", "cgroup.subtree_control", "+cpu +memory +cpuset +io +pids"),
         Op("read", "cgroup.subtree_control"), Op("read", "p/cgroup.controllers"),
-        Op("mkdir", "q"), *v2_fresh("q"),
+        Op("mkdir", "q"), *v2_fresh("q"), v2_kill("q"),
         Op("write", "q/cpu.max", "50000"), Op("read", "q/cpu.max"),
         Op("write", "q/cpu.max", "max 200000"), Op("read", "q/cpu.max"),
         Op("write", "q/cpu.max", "500"), Op("write", "q/cpu.max", "lots"), Op("write", "q/cpu.max", ""),
@@ -351,7 +356,7 @@ def test_fake_kernel_answers_as_the_kernel(tmp_path: Path, version: int) -> None
     reason = kernelcg.unavailable(version, controllers)
     if reason:
         pytest.skip(reason)
-    assert all(k in KNOWN_LIMITS for k in ("threads",))
+    assert all(k in KNOWN_LIMITS for k in ("threads", "cgroup.kill"))
     # v1's blkio hierarchy where it is mounted and writable (the host's is)
     blkio = version == 1 and kernelcg.unavailable(1, ("blkio",)) is None
     if version == 1 and not blkio:

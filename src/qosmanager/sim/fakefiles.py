@@ -94,7 +94,7 @@ def v2_files(controllers: Sequence[str], parent: str) -> dict[str, str]:
         "cgroup.subtree_control": "", "cgroup.procs": "", "cgroup.threads": "",
         "cgroup.type": "domain\n", "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.freeze": "0\n",
         "cgroup.max.depth": "max\n", "cgroup.max.descendants": "max\n",
-        "cgroup.stat": "nr_descendants 0\nnr_dying_descendants 0\n", "cgroup.kill": "",
+        "cgroup.stat": "nr_descendants 0\nnr_dying_descendants 0\n",
         "cpu.stat": _kv(V2_ROOT_CPU_STAT_KEYS),
         "cpu.pressure": PSI_ZERO, "memory.pressure": PSI_ZERO, "io.pressure": PSI_ZERO,
     }

@@ -133,6 +133,8 @@ KNOWN_LIMITS = {
     "exclusive": "cpuset exclusivity, partitions and resctrl exclusive/pseudo-locked modes are not modelled",
     "bypass": "only the sysio layer is interposed (the executor's batched and one-shot writes, mkdir): "
               "cgroup.kill and writes by other processes or by plain open() reach the plain files",
+    "cgroup.kill": "v2 cgroups get no cgroup.kill (a fake host is a kernel before 5.14 there): writing it "
+                   "could kill nothing, so kill mode signals pid by pid; tests of cgroup.kill lay the file out",
     "rmdir": "rmdir is not interposed: removing a cgroup with children or processes is not refused",
     "unknown-files": "files without a rule (statistics, pressure) take any write as plain files, so the "
                      "fake host's load generator can set them",
