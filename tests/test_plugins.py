@@ -47,10 +47,22 @@ class Shares(Strategy):
 # a strategy whose behaviour the test sets through module globals
 KNOBS = """
 import sys
+import threading
 
-from qosmanager.plugin import POD, Context, Need, Plan, Restore, Strategy, Write
+from qosmanager.plugin import POD, Context, MakeDir, Need, Plan, Restore, Strategy, Write
 
 ACT = {"mode": "shares", "value": "1234"}
+RELEASE = threading.Event()  # what a hung call waits for
+AFTER = {}  # what an abandoned call met when it went on
+
+
+def hang(ctx):
+    RELEASE.wait(120)
+    try:
+        ctx.mkdir(MakeDir("testKnobs", "cgroup", "made-after-the-deadline"))
+        AFTER["mkdir"] = "made"
+    except Exception as e:
+        AFTER["mkdir"] = repr(e)
 
 class Knobs(Strategy):
     name = "testKnobs"
@@ -62,6 +74,8 @@ class Knobs(Strategy):
             raise RuntimeError("no needs today")
         if mode == "needs-exit":
             sys.exit(7)
+        if mode == "needs-hang":
+            hang(ctx)
         if mode == "needs-none":
             return None
         if mode == "needs-junk":
@@ -79,6 +93,9 @@ class Knobs(Strategy):
             raise RuntimeError("the plugin broke")
         if mode == "exit":
             sys.exit(5)
+        if mode == "hang":
+            hang(ctx)
+            return [self.write("cpu.shares", ctx.qos_dir("Burstable"), "4321", "after the deadline")]
         if mode == "shares":
             return [self.write("cpu.shares", ctx.qos_dir("Burstable"), value, "test")]
         if mode == "quota":
@@ -390,6 +407,53 @@ def test_a_plugins_broken_trigger_estimate_collects_what_it_asks(dists: Any, tmp
             assert "testKnobs" in plan.near
             agent.collect(agent.clock())
         finally:
+            agent.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "needs-hang"])
+def test_a_plugin_call_that_never_returns_is_abandoned_and_the_plugin_stopped(
+        dists: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """A tick (or needs()) that blocks is left on the plugin's thread after the deadline: the agent's loop
+    goes on, the plugin is stopped at once and what it changed restored; when the call goes on at last it
+    can act no more and its writes go nowhere."""
+    monkeypatch.setattr(plugins, "CALL_DEADLINE", 2.0)  # a tick of this plugin takes microseconds
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
+    host.add_pods([LS, BE])
+    (tmp_path / "pods.json").write_text(json.dumps({"items": [pod_object(LS), pod_object(BE)]}))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    with on_path(*dists):
+        mod = sys.modules["knobs_mod"]
+        mod.RELEASE.clear()
+        mod.AFTER.clear()
+        agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
+                                  node_file=str(tmp_path / "node.json"), feature_gates={"TestKnobs": True}))
+        try:
+            shares = f"cgroup/cpu/{agent.layout.qos_dir('Burstable')}/cpu.shares"
+            before = host.read(shares)
+            job = next(j for j in agent.scheduler.jobs if j.name == "testKnobs")
+            knobs("shares", "1234")
+            agent.scheduler.run_job(job)
+            assert host.read(shares).strip() == "1234"
+            knobs(mode)
+            if mode == "hang":
+                agent.scheduler.run_job(job)
+            else:
+                agent.plan(agent.clock())
+            cond = agent.store.conditions.get("plugin/TestKnobs")
+            assert cond is not None and "is stopped" in cond.message and "did not return within 2 s" in cond.message
+            assert "1 file(s) it changed were restored" in cond.message
+            assert host.read(shares) == before
+            assert "testKnobs" not in [s.name for s in agent.manager.enabled()]
+            agent.collect(agent.clock())  # the collector's tick runs as before
+            mod.RELEASE.set()
+            deadline = time.monotonic() + 60
+            while "mkdir" not in mod.AFTER and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "is stopped; it may create directories no more" in mod.AFTER["mkdir"]
+            assert host.read(shares) == before  # the abandoned tick's write went nowhere
+            assert not os.path.exists(host.roots.cgroup_path("made-after-the-deadline"))
+        finally:
+            sys.modules["knobs_mod"].RELEASE.set()
             agent.close()
 
 

@@ -13,7 +13,8 @@ audited and named in the same condition); a write it loses to another strategy's
 strategy loses to it, raises ``plugin/<gate>/ownership`` (the executor's merge rule decided; nothing is
 fought over quietly).  ``SystemExit`` from a plugin's code counts as raising (a plugin cannot end the
 agent), and what its ``needs()`` returns is checked (:meth:`QoSManager.needs_of`) before the collector's
-planner sees it.
+planner sees it.  A plugin's calls run on a thread of its own (:class:`~plugins.PluginThread`); one that
+has not returned within :data:`~plugins.CALL_DEADLINE` is abandoned there and the plugin stopped at once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework import plugins
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from qosmanager.restore import Original
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["ORDER", "QoSManager", "StrategyStats", "load_strategies"]
 
@@ -77,6 +79,7 @@ class QoSManager:
         self._plugin_enabled: dict[str, bool] = {}
         self._contested: dict[str, float] = {}  # plugin strategy -> last lost write involving it
         self._needs_checked: dict[str, Sequence[Need]] = {}  # plugin strategy -> the needs last found sound
+        self._threads: dict[str, plugins.PluginThread] = {}  # plugin strategy -> the thread its calls run on
         for n, cls in classes.items():
             info = self._plugin_of.get(n)
             if info is None:
@@ -107,6 +110,7 @@ class QoSManager:
         self.strategies[info.strategy] = s
         self._plugin_enabled[info.strategy] = on
         self._guards[info.strategy] = plugins.Guard(info.strategy, interval)
+        self._threads[info.strategy] = plugins.PluginThread(f"plugin-{info.gate}")
 
     def _plugin_condition(self, info: plugins.PluginInfo, message: str, suffix: str = "") -> None:
         if self.shared.store.conditions.set(info.condition + suffix, message):
@@ -132,8 +136,15 @@ class QoSManager:
 
     def context(self, now: float, strategy: str | None = None) -> Context:
         if strategy is not None and strategy in self._plugin_of:
-            return plugins.PluginContext(self.shared, now, strategy)
+            info = self._plugin_of[strategy]
+            return plugins.PluginContext(self.shared, now, strategy, lambda: info.status == plugins.LOADED)
         return Context(self.shared, now)
+
+    def _call(self, strategy: Strategy, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)``: on the plugin's thread, awaited at most :data:`plugins.CALL_DEADLINE`, for a plugin
+        strategy; directly for a built-in."""
+        thread = self._threads.get(strategy.name)
+        return fn(*args) if thread is None else thread.call(plugins.CALL_DEADLINE, fn, *args)
 
     def _guarded(self, strategy: Strategy, writes: Sequence[Request], now: float) -> Sequence[Request]:
         guard = self._guards.get(strategy.name)
@@ -190,9 +201,12 @@ class QoSManager:
         if strategy.name not in self._plugin_of:
             return strategy.needs(ctx)
         try:
-            needs = strategy.needs(ctx)
+            needs = self._call(strategy, strategy.needs, self.context(ctx.now, strategy.name))  # in its own name
         except SystemExit as e:
             raise RuntimeError(f"SystemExit({e.code!r})") from e
+        except plugins.Hung as e:
+            self._stop(strategy, f"needs() hung: {e}", ctx.now)
+            return ()
         if needs is not None and needs is self._needs_checked.get(strategy.name):
             return needs  # kept_needs: the same object as last time, checked then
         if not isinstance(needs, list | tuple):
@@ -214,23 +228,29 @@ class QoSManager:
         self._plugin_condition(info, f"plugin {info.describe()}: needs() raised ({type(e).__name__}: {e}); "
                                      "nothing is collected for it, so its metrics may be missing")
 
-    def _plugin_tick_failed(self, strategy: Strategy, st: StrategyStats, now: float) -> None:
+    def _plugin_tick_failed(self, strategy: Strategy, st: StrategyStats, now: float, hung: bool) -> None:
         info = self._plugin_of[strategy.name]
         st.streak += 1
-        if st.streak < plugins.MAX_FAILED_TICKS:
+        if hung:
+            self._stop(strategy, f"its call hung ({st.last_error})", now)
+        elif st.streak < plugins.MAX_FAILED_TICKS:
             self._plugin_condition(info, f"plugin {info.describe()} raised at its last tick ({st.last_error}), "
                                          f"{st.streak} in a row; it runs again at its next interval and is "
                                          f"stopped at {plugins.MAX_FAILED_TICKS}")
-            return
-        info.fail(f"stopped after {st.streak} failed ticks in a row: {st.last_error}", plugins.STOPPED)
+        else:
+            self._stop(strategy, f"{st.streak} ticks in a row raised (last: {st.last_error})", now)
+
+    def _stop(self, strategy: Strategy, why: str, now: float) -> None:
+        """Stop a plugin strategy for good: it never runs again in this process, what it changed is restored."""
+        info = self._plugin_of[strategy.name]
+        info.fail(f"stopped: {why}", plugins.STOPPED)
         try:
             restored = self.shared.executor.restore(strategy.name, now)
         except Exception:
             log.exception("plugin %s: restoring what it changed failed", info.describe())
             restored = []
-        self._plugin_condition(info, f"plugin {info.describe()} is stopped: {st.streak} ticks in a row raised "
-                                     f"(last: {st.last_error}); {len(restored)} file(s) it changed were restored; "
-                                     "the built-in strategies keep running")
+        self._plugin_condition(info, f"plugin {info.describe()} is stopped: {why}; {len(restored)} file(s) it "
+                                     "changed were restored; the built-in strategies keep running")
 
     # ------------------------------------------------------------------ running
     def run_strategy(self, strategy: Strategy, now: float) -> list[WriteResult]:
@@ -242,17 +262,17 @@ class QoSManager:
             return results  # stopped: scheduled still, never run again
         try:
             ctx = self.context(now, strategy.name)
-            writes = strategy.tick(ctx)
+            writes = self._call(strategy, strategy.tick, ctx)
             if writes:
                 if plugin is not None:
                     writes = self._guarded(strategy, writes, now)
                 results = self.shared.executor.apply(writes, now)
-            later = strategy.later(ctx)
+            later = self._call(strategy, strategy.later, ctx)
             if later:
                 if plugin is not None:
                     later = self._guarded(strategy, later, now)
                 results = [*results, *self.shared.executor.apply(later, now)]
-            strategy.after_apply(ctx, results)
+            self._call(strategy, strategy.after_apply, ctx, results)
             if self._plugin_of:
                 if plugin is not None:
                     self._refusals(strategy, now)
@@ -271,7 +291,7 @@ class QoSManager:
                                               error=st.last_error, ts=now)
             self.shared.executor.audit.flush()
             if plugin is not None:
-                self._plugin_tick_failed(strategy, st, now)
+                self._plugin_tick_failed(strategy, st, now, isinstance(e, plugins.Hung))
         finally:
             dt = time.perf_counter() - t0
             st.runs += 1

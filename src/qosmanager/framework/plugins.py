@@ -31,11 +31,13 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import queue
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from qosmanager.eviction.types import EvictResult, EvictTask
 from qosmanager.executor.executor import MakeDir, Plan, PlanGroup, Request, Restore, Write
@@ -60,6 +62,11 @@ MAX_FAILED_TICKS = 5
 """A plugin strategy whose tick raises this many times in a row is stopped and its changes restored."""
 CONTEST_QUIET = 30.0
 """Seconds without a lost write involving a plugin before its ``plugin/<gate>/ownership`` condition clears."""
+CALL_DEADLINE = 5.0
+"""Seconds a plugin's ``tick``, ``needs`` or ``after_apply`` may take; one that has not returned by then is
+abandoned on its thread and the plugin stopped (what it changed restored)."""
+IDLE_EXIT = 60.0
+"""Seconds a plugin's thread waits for its next call before it ends (started again by the next call)."""
 
 LOADED, FAILED, STOPPED = "loaded", "failed", "stopped"
 
@@ -270,14 +277,78 @@ def lines(d: Discovery, gates: FeatureGates | None = None) -> Iterator[str]:
 # --------------------------------------------------------------------------------------------------
 # what a plugin may hand over
 # --------------------------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+class Hung(Exception):
+    """A plugin's call did not return within its deadline."""
+
+
+class _Call:
+    __slots__ = ("args", "done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class PluginThread:
+    """One plugin's calls, run on a daemon thread of its own and awaited for at most a deadline: a call that
+    never returns (a loop, a blocking read) is abandoned there, and the agent's loop goes on.  Calls are
+    made one at a time, from the agent's scheduler thread."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def call(self, deadline: float, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the plugin's thread; what it raises is raised here (SystemExit too); Hung when it
+        has not returned within ``deadline`` seconds."""
+        c = _Call(fn, args)
+        with self._lock:
+            self._calls.put(c)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()
+        if not c.done.wait(deadline):
+            raise Hung(f"{getattr(fn, '__name__', 'its call')}() did not return within {deadline:g} s")
+        if c.error is not None:
+            raise c.error
+        value: T = c.value
+        return value
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c = self._calls.get(timeout=IDLE_EXIT)
+            except queue.Empty:
+                with self._lock:
+                    if self._calls.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                c.value = c.fn(*c.args)
+            except BaseException as e:  # handed to the caller, which decides (SystemExit included)
+                c.error = e
+            c.done.set()
+
+
 class PluginContext(Context):
     """The context a plugin strategy gets: evictions, directories and skip records in its own name."""
 
-    def __init__(self, shared: Shared, now: float, owner: str) -> None:
+    def __init__(self, shared: Shared, now: float, owner: str, live: Callable[[], bool] = lambda: True) -> None:
         super().__init__(shared, now)
         self._owner = owner
+        self._live = live  # False once the plugin is stopped: an abandoned call acts no more
 
     def _own(self, strategy: str, what: str) -> None:
+        if not self._live():
+            raise PermissionError(f"{self._owner} is stopped; it may {what} no more")
         if strategy != self._owner:
             raise PermissionError(f"{self._owner} may {what} only in its own name, not as {strategy!r}")
 
