@@ -262,16 +262,9 @@ class QoSManager:
             return results  # stopped: scheduled still, never run again
         try:
             ctx = self.context(now, strategy.name)
-            writes = self._call(strategy, strategy.tick, ctx)
-            if writes:
-                if plugin is not None:
-                    writes = self._guarded(strategy, writes, now)
-                results = self.shared.executor.apply(writes, now)
-            later = self._call(strategy, strategy.later, ctx)
-            if later:
-                if plugin is not None:
-                    later = self._guarded(strategy, later, now)
-                results = [*results, *self.shared.executor.apply(later, now)]
+            # tick's batch, then later's: the work a strategy puts off gets a batch of its own
+            for step in (strategy.tick, strategy.later):
+                results += self._apply(strategy, plugin is not None, self._call(strategy, step, ctx), now)
             self._call(strategy, strategy.after_apply, ctx, results)
             if self._plugin_of:
                 if plugin is not None:
@@ -300,6 +293,15 @@ class QoSManager:
             for cb in self.on_tick:
                 cb(strategy.name, dt)
         return results
+
+    def _apply(self, strategy: Strategy, is_plugin: bool, writes: Sequence[Request] | None,
+               now: float) -> list[WriteResult]:
+        """One batch of a strategy's writes through the executor; a plugin's pass its guard first."""
+        if not writes:
+            return []
+        if is_plugin:
+            writes = self._guarded(strategy, writes, now)
+        return self.shared.executor.apply(writes, now)
 
     def exit_writes(self, now: float) -> list[WriteResult]:
         """A clean stop: what each enabled built-in strategy puts back on its way out
