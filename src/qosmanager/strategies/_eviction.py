@@ -34,9 +34,10 @@ from qosmanager.api.pod import (
     MID_MEMORY,
     PRIORITY_BATCH,
     PRIORITY_MID,
+    RESOURCE_CPU,
     PodMeta,
 )
-from qosmanager.eviction.types import EvictTask
+from qosmanager.eviction.types import TARGET_POD_REQUEST, EvictTask, Victim
 from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.gates import FeatureGates
@@ -189,6 +190,34 @@ class EvictionStrategy(Strategy):
         """The pods' usage when a task needs it: read now for the pods the collector left out."""
         ctx.refresh(self.usage_metric)
         return ctx.pod_metrics(self.usage_metric)
+
+    def allocatable_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
+                         usage: Lazy[dict[str, float]], *, feature: str, resource: str,
+                         percents: tuple[int | None, int | None], formula: Callable[[int, int, int], int],
+                         usage_scale: float, details: Callable[[Candidate], dict[str, object]]) -> EvictTask | None:
+        """The task of an allocatable feature (CPUAllocatableEvict, MemoryAllocatableEvict): when the
+        pods at or below the priority threshold request more than ``percents[0]`` % of the node's
+        allocatable ``resource``, release their requests down to ``percents[1]`` % (``formula``),
+        taking pods lowest priority first."""
+        label = "CPU" if resource == RESOURCE_CPU else "Memory"
+        if self.problems.check(feature, check_allocatable_config(cfg, label)):
+            return None
+        threshold = cfg.allocatable_evict_priority_threshold
+        t_pct, l_pct = percents
+        assert threshold is not None and t_pct is not None and l_pct is not None  # checked above
+        requested = self.per_pods.get(ctx, ("requested", resource, threshold),
+                                      lambda: requested_by_priority(ctx.pods.values(), threshold, resource))
+        overall = allocatable_release(requested, node.allocatable, t_pct, l_pct, formula)
+        if not overall:
+            return None
+        release_of = request_release_of(resource, overall)
+        cands = priority_candidates(self.per_pods, ctx, feature, threshold, usage(), usage_scale, resource)
+        victims = [Victim(c.pod, release_of(c.pod), details(c))
+                   for c in sort_by_priority(cands, lambda c: c.request)]
+        why = (f"pods with priority <= {threshold} request more than {t_pct}% of the node's allocatable "
+               f"({describe_requested(requested, node.allocatable)}); release down to {l_pct}%: "
+               f"{describe_amounts(overall)}")
+        return EvictTask(feature, why, TARGET_POD_REQUEST, overall, victims, release_of)
 
     @abc.abstractmethod
     def cooling_down(self, ctx: Context, since: float) -> bool:

@@ -43,18 +43,12 @@ from qosmanager.strategies._eviction import (
     EvictionStrategy,
     Lazy,
     TaskBuilder,
-    allocatable_release,
     be_order,
     be_pods,
     be_sort_priority,
-    check_allocatable_config,
-    describe_amounts,
-    describe_requested,
     is_feature_disabled,
     priority_candidates,
     release_by_used_threshold,
-    request_release_of,
-    requested_by_priority,
     sort_by_priority,
 )
 from qosmanager.strategies._helpers import go_div
@@ -175,25 +169,10 @@ class CPUEvict(EvictionStrategy):
     # ------------------------------------------------------------------ CPUAllocatableEvict
     def allocatable_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
                                usage: Lazy[dict[str, float]]) -> EvictTask | None:
-        if self.problems.check(CPU_ALLOCATABLE_EVICT, check_allocatable_config(cfg, "CPU")):
-            return None
-        threshold = cfg.allocatable_evict_priority_threshold
-        t_pct, l_pct = cfg.cpu_allocatable_evict_threshold_percent, cfg.cpu_allocatable_evict_lower_percent
-        assert threshold is not None and t_pct is not None and l_pct is not None  # checked above
-        requested = self.per_pods.get(ctx, ("requested", RESOURCE_CPU, threshold),
-                                      lambda: requested_by_priority(ctx.pods.values(), threshold, RESOURCE_CPU))
-        overall = allocatable_release(requested, node.allocatable, t_pct, l_pct, cpu_allocatable_formula)
-        if not overall:
-            return None
-        release_of = request_release_of(RESOURCE_CPU, overall)
-        cands = priority_candidates(self.per_pods, ctx, CPU_ALLOCATABLE_EVICT, threshold, usage(), 1000.0,
-                                    RESOURCE_CPU)
-        victims = [Victim(c.pod, release_of(c.pod), cpu_details(c))
-                   for c in sort_by_priority(cands, lambda c: c.request)]
-        why = (f"pods with priority <= {threshold} request more than {t_pct}% of the node's allocatable "
-               f"({describe_requested(requested, node.allocatable)}); release down to {l_pct}%: "
-               f"{describe_amounts(overall)}")
-        return EvictTask(CPU_ALLOCATABLE_EVICT, why, TARGET_POD_REQUEST, overall, victims, release_of)
+        return self.allocatable_task(
+            ctx, node, cfg, usage, feature=CPU_ALLOCATABLE_EVICT, resource=RESOURCE_CPU,
+            percents=(cfg.cpu_allocatable_evict_threshold_percent, cfg.cpu_allocatable_evict_lower_percent),
+            formula=cpu_allocatable_formula, usage_scale=1000.0, details=cpu_details)
 
     # ------------------------------------------------------------------ CPUEvict
     def cpu_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,

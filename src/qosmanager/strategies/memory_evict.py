@@ -50,7 +50,7 @@ from qosmanager.api.nodeslo import ResourceThresholdStrategy
 from qosmanager.api.pod import RESOURCE_MEMORY, PodMeta
 from qosmanager.eviction import memsnap
 from qosmanager.eviction.stall import LSStallWatch, Stall
-from qosmanager.eviction.types import TARGET_POD_REQUEST, TARGET_POD_USED, EvictTask, Victim
+from qosmanager.eviction.types import TARGET_POD_USED, EvictTask, Victim
 from qosmanager.executor.executor import Write
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, POD, Need
@@ -61,19 +61,13 @@ from qosmanager.strategies._eviction import (
     EvictionStrategy,
     Lazy,
     TaskBuilder,
-    allocatable_release,
     be_order,
     be_pods,
     be_sort_priority,
-    check_allocatable_config,
-    describe_amounts,
-    describe_requested,
     is_feature_disabled,
     priority_candidates,
     priority_pods,
     release_by_used_threshold,
-    request_release_of,
-    requested_by_priority,
     sort_by_priority,
 )
 from qosmanager.strategies._helpers import go_div
@@ -248,27 +242,10 @@ class MemoryEvict(EvictionStrategy):
     # ------------------------------------------------------------------ MemoryAllocatableEvict
     def allocatable_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
                                usage: Lazy[dict[str, float]]) -> EvictTask | None:
-        if self.problems.check(MEMORY_ALLOCATABLE_EVICT, check_allocatable_config(cfg, "Memory")):
-            return None
-        threshold = cfg.allocatable_evict_priority_threshold
-        t_pct = cfg.memory_allocatable_evict_threshold_percent
-        l_pct = cfg.memory_allocatable_evict_lower_percent
-        assert threshold is not None and t_pct is not None and l_pct is not None  # checked above
-        requested = self.per_pods.get(
-            ctx, ("requested", RESOURCE_MEMORY, threshold),
-            lambda: requested_by_priority(ctx.pods.values(), threshold, RESOURCE_MEMORY))
-        overall = allocatable_release(requested, node.allocatable, t_pct, l_pct, memory_allocatable_formula)
-        if not overall:
-            return None
-        release_of = request_release_of(RESOURCE_MEMORY, overall)
-        cands = priority_candidates(self.per_pods, ctx, MEMORY_ALLOCATABLE_EVICT, threshold, usage(), 1.0,
-                                    RESOURCE_MEMORY)
-        victims = [Victim(c.pod, release_of(c.pod), memory_details(c))
-                   for c in sort_by_priority(cands, lambda c: c.request)]
-        why = (f"pods with priority <= {threshold} request more than {t_pct}% of the node's allocatable "
-               f"({describe_requested(requested, node.allocatable)}); release down to {l_pct}%: "
-               f"{describe_amounts(overall)}")
-        return EvictTask(MEMORY_ALLOCATABLE_EVICT, why, TARGET_POD_REQUEST, overall, victims, release_of)
+        return self.allocatable_task(
+            ctx, node, cfg, usage, feature=MEMORY_ALLOCATABLE_EVICT, resource=RESOURCE_MEMORY,
+            percents=(cfg.memory_allocatable_evict_threshold_percent, cfg.memory_allocatable_evict_lower_percent),
+            formula=memory_allocatable_formula, usage_scale=1.0, details=memory_details)
 
     # ------------------------------------------------------------------ MemoryEvict
     def memory_evict_task(self, ctx: Context, node: NodeMeta, cfg: ResourceThresholdStrategy,
