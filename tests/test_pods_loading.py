@@ -292,3 +292,51 @@ def test_startup_checks_a_big_pods_file_without_decoding_it(tmp_path: Path, monk
     good.write_text(json.dumps(pod_list([])) + " " * 32)
     monkeypatch.setattr(agent_mod, "read_document_file", lambda *a, **k: pytest.fail("decoded at start"))
     check_startup(AgentConfig(pods_file=str(good)))
+
+
+class OwnedStore(StateStore):
+    """A store that notes the thread of every change to its attributes and to its conditions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writers: set[str] = set()
+        for name in ("set", "clear"):
+            setattr(self.conditions, name, self._noted(getattr(self.conditions, name)))
+
+    def _noted(self, real: Any) -> Any:
+        def noted(*a: Any, **k: Any) -> Any:
+            self.writers.add(threading.current_thread().name)
+            return real(*a, **k)
+        return noted
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "writers" in self.__dict__:
+            self.writers.add(threading.current_thread().name)
+        super().__setattr__(name, value)
+
+
+def test_the_decode_thread_never_writes_the_store(tmp_path: Path) -> None:
+    """The pods' views are built on the decode's thread, and put in force by the next poll on the polling
+    (agent's) thread, the pod map, its generation, the health and the conditions together: a tick builds its
+    context by reading the pod map and then its generation, and a swap on another thread between the two
+    gave the old pods under the new generation, which cpuSuppress's class split (and every cache keyed on
+    the generation) kept until the next pod change, i.e. for good on a static pods file.  Before, the
+    decode's thread called ``set_pods`` itself."""
+    pods = FakeHost.make_pods(6, seed=3)
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(pod_list(pod_object(p) for p in pods)))
+    store = OwnedStore()
+    store.writers.clear()
+    src = FileSource(store, pods_file=str(path), background_bytes=1)
+    assert src.poll() is False and store.pods_loading
+    worker = src.files[0]._worker
+    assert worker is not None
+    worker.join(WAIT)
+    assert not worker.is_alive(), "the decode never ended"
+    assert store.pods == {} and store.pods_generation == 0, "the decode's thread put the pods in force"
+    assert store.pods_loading and store.conditions.get(LOADING_CONDITION) is not None
+    me = threading.current_thread().name
+    assert src.poll() is True
+    assert len(store.pods) == len(pods) and store.pods_generation == 1
+    assert not store.pods_loading and store.conditions.get(LOADING_CONDITION) is None
+    assert store.writers == {me}, f"the store was written by {sorted(store.writers)}"

@@ -16,8 +16,11 @@ A pods file of :data:`BACKGROUND_BYTES` or more (some 2,000 pods) is decoded on 
 beside the agent's ticks: at 100,000 pods the decode and the pod views take tens of seconds, and the
 collector's passes and the strategies' ticks go on meanwhile with the pods last in force (none at
 start: ``StateStore.pods_loading`` says the pods are on their way, and cpuSuppress decides the BE
-limit from the node and kube QoS-dir counters until they are in force).  The ``state/pods-loading``
-condition names the file while it is decoded; a log line says when it starts and how long it took.
+limit from the node and kube QoS-dir counters until they are in force).  The thread decodes the file
+and builds the pods' views (:meth:`StateStore.prepare_pods`) without touching the store; the first
+poll after it is done puts them in force (:meth:`StateStore.commit_pods`) on the agent's thread, so a
+tick never sees the pod map and its generation from two different lists.  The ``state/pods-loading``
+condition names the file until then; a log line says when the decode starts and how long it took.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 
 from qosmanager.api.decode import DOCUMENT_LIMITS, read_document_file
 from qosmanager.api.pod import prune_pod_hook
-from qosmanager.states.store import StateStore
+from qosmanager.states.store import PreparedPods, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +69,23 @@ def check_big_pods_file(path: str, background_bytes: int | None = None) -> bool:
 class WatchedFile:
     def __init__(self, path: str, kind: str, apply: Callable[[Any], object],
                  object_hook: Callable[[dict[str, Any]], Any] | None = None,
-                 background_bytes: int | None = None) -> None:
-        """``background_bytes``: a file of that size or bigger is decoded (and applied) on a thread of
-        its own, :meth:`poll` returning at once (None: always on the caller's thread)."""
+                 background_bytes: int | None = None, prepare: Callable[[Any], Any] | None = None) -> None:
+        """``prepare`` turns the decoded document into what ``apply`` takes (None: the document itself; a
+        ``ValueError`` refuses the file).  ``background_bytes``: a file of that size or bigger is decoded
+        and prepared on a thread of its own, :meth:`poll` returning at once, and applied by the first
+        poll after that thread is done, on the poll's thread: the thread that reads the store is the
+        only one that writes it (None: always all at the poll)."""
         self.path = path
         self.background_bytes = background_bytes
         self._worker: threading.Thread | None = None
-        self._worker_changed = False
+        self._ready: tuple[bool, Any] = (False, None)  # the worker's result: (usable, prepared)
+        self._decode_seconds = 0.0
         self.loading_since: float | None = None  # monotonic start of the decode in flight
         self.loading_bytes = 0
         self.object_hook = object_hook
         self.kind = kind
         self.apply = apply
+        self.prepare = prepare
         self._sig: tuple[int, int, int] | None = None
         self._unreadable = False  # self.error says the file could not be read (not: its content is bad)
         self.error = ""  # why the current file content is not in use ("" when it is)
@@ -89,18 +97,22 @@ class WatchedFile:
 
     @property
     def loading(self) -> bool:
-        """A decode on its own thread is in flight."""
+        """A decode on its own thread is in flight (or done and not yet applied by a poll)."""
         return self._worker is not None
 
     def poll(self) -> bool:
         """Read the file when it changed; True when a new content was applied (a decode on its own
-        thread: at the first poll after it finished)."""
+        thread: applied by the first poll after it finished)."""
         if self._worker is not None:
             if self._worker.is_alive():
                 return False
             self._worker = None
             self.loading_since = None
-            return self._worker_changed
+            (usable, prepared), self._ready = self._ready, (False, None)
+            applied = usable and self._apply(prepared)
+            log.info("%s file %s %s (decoded in %.1f s beside the ticks)", self.kind, self.path,
+                     "in force" if applied else "not applied", self._decode_seconds)
+            return applied
         try:
             st = os.stat(self.path)
         except OSError as e:
@@ -113,47 +125,59 @@ class WatchedFile:
         self._sig = sig
         if self.background_bytes is not None and st.st_size >= self.background_bytes:
             self.loading_since, self.loading_bytes = time.monotonic(), st.st_size
-            self._worker_changed = False
+            self._ready = (False, None)
             self._worker = threading.Thread(target=self._load_beside, name=f"decode-{self.kind}", daemon=True)
             self._worker.start()
             return False
-        return self._load()
+        usable, prepared = self._decode()
+        return usable and self._apply(prepared)
 
     def _load_beside(self) -> None:
+        """The worker: decode and prepare; the result waits for the next poll."""
         t0 = time.monotonic()
         log.info("decoding the %s file %s (%.0f MiB) beside the ticks", self.kind, self.path,
                  self.loading_bytes / 2**20)
         try:
-            self._worker_changed = changed = self._load()
+            self._ready = self._decode()
         except Exception as e:  # a bug in reading it: the last state stays, the next change is read again
             log.exception("%s file %s: decoding it failed", self.kind, self.path)
             self._unreadable, self.error = False, f"decoding {self.path} failed: {type(e).__name__}: {e}"
-            return
-        log.info("%s file %s %s in %.1f s", self.kind, self.path, "decoded and in force" if changed
-                 else "decoded, not applied" if self.error else "decoded, nothing changed", time.monotonic() - t0)
+        self._decode_seconds = time.monotonic() - t0
 
-    def _load(self) -> bool:
-        """Decode the file and apply it (the file's signature is taken)."""
+    def _decode(self) -> tuple[bool, Any]:
+        """Decode the file and prepare it (the file's signature is taken); (False, None) when it cannot
+        be used, :attr:`error` saying why.  Changes nothing outside this object."""
         try:
             obj = read_document_file(self.path, object_hook=self.object_hook)  # bounded
         except OSError as e:
             # the read failed, not the content (EMFILE, EACCES, EIO): read it again next poll, even if
             # it does not change meanwhile (it was remembered as seen: the update was lost for good)
             self._sig = None
-            return self._cannot_read(e)
+            return self._cannot_read(e), None
         except ValueError as e:
             log.error("cannot parse %s file %s: %s (keeping the last state)", self.kind, self.path, e)
             self._unreadable, self.error = False, f"cannot parse {self.path}: {e}"
-            return False
+            return False, None
+        if self.prepare is None:
+            return True, obj
         try:
-            self.apply(obj)
+            return True, self.prepare(obj)
         except ValueError as e:
-            log.error("%s file %s refused: %s (keeping the last state)", self.kind, self.path, e)
-            self._unreadable, self.error = False, f"{self.path} refused: {e}"
-            return False
+            return self._refused(e), None
+
+    def _apply(self, prepared: Any) -> bool:
+        try:
+            self.apply(prepared)
+        except ValueError as e:
+            return self._refused(e)
         self._unreadable = False
         self.error = ""
         return True
+
+    def _refused(self, e: ValueError) -> bool:
+        log.error("%s file %s refused: %s (keeping the last state)", self.kind, self.path, e)
+        self._unreadable, self.error = False, f"{self.path} refused: {e}"
+        return False
 
     def _cannot_read(self, e: OSError) -> bool:
         """A failed stat or read: said once per distinct error (again when it changes), kept in
@@ -182,20 +206,20 @@ class FileSource:
             log.warning("%s", NO_NODE_MESSAGE)
         if pods_file:
             # pods pruned as they are decoded: a big node's list never stands whole in memory
-            self.files.append(WatchedFile(pods_file, "pods", self._set_pods, prune_pod_hook,
-                                          background_bytes=background_bytes))
+            self.files.append(WatchedFile(pods_file, "pods", store.commit_pods, prune_pod_hook,
+                                          background_bytes=background_bytes, prepare=self._prepare_pods))
         if node_slo_file:
             self.files.append(WatchedFile(node_slo_file, "NodeSLO", store.set_nodeslo))
         self.connected = True
 
-    def _set_pods(self, obj: Any) -> None:
-        """A PodList: every pod that can be read is applied; one that cannot is skipped by the store."""
+    def _prepare_pods(self, obj: Any) -> PreparedPods:
+        """A PodList's views (on the decode's thread for a big file; :meth:`StateStore.commit_pods` puts
+        them in force at a poll): every pod that can be read; one that cannot is skipped by the store."""
         if isinstance(obj, dict) and isinstance(obj.get("items"), list):
-            self.store.set_pods(obj["items"])
-        elif isinstance(obj, list):
-            self.store.set_pods(obj)
-        else:
-            raise ValueError("not a PodList (no items list)")
+            return self.store.prepare_pods(obj["items"])
+        if isinstance(obj, list):
+            return self.store.prepare_pods(obj)
+        raise ValueError("not a PodList (no items list)")
 
     def _note_loading(self) -> None:
         """``StateStore.pods_loading`` and the ``state/pods-loading`` condition while a pods file is

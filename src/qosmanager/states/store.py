@@ -49,6 +49,14 @@ class SourceHealth:
     last_error_ts: float = 0.0
 
 
+@dataclass(frozen=True)
+class PreparedPods:
+    """A whole pod list's views (:meth:`StateStore.prepare_pods`), not yet in force."""
+
+    pods: dict[str, PodMeta]
+    bad: dict[str, tuple[str, str]]  # pod label -> (uid or "", why it was skipped)
+
+
 @dataclass
 class StateStore:
     node: NodeMeta | None = None
@@ -98,10 +106,15 @@ class StateStore:
     def set_pods(self, objs: Sequence[Mapping[str, Any] | PrunedPod], now: float | None = None) -> bool:
         """Replace the pod set.  Pods whose object did not change keep their view (no re-parse);
         a pod that cannot be read is skipped (see the module docstring), never the whole set."""
-        now = time.time() if now is None else now
+        return self.commit_pods(self.prepare_pods(objs), now)
+
+    def prepare_pods(self, objs: Sequence[Mapping[str, Any] | PrunedPod]) -> PreparedPods:
+        """The views of a whole pod list, built without changing the store (another thread may build
+        them: a big pods file's decode); :meth:`commit_pods` puts them in force on the agent's thread.
+        Views of the pod set in force when it is called are reused where the pod did not change."""
         new: dict[str, PodMeta] = {}
         bad: dict[str, tuple[str, str]] = {}
-        old = self.pods
+        old = self.pods  # one reference: the map in force is never changed in place
         for i, obj in enumerate(objs):
             try:
                 # compared as far as it is read (PrunedPod, pod_digest): another field's change is none
@@ -118,13 +131,22 @@ class StateStore:
                 bad[label] = (_pod_uid(obj), _reason(e, label))
                 continue
             new[meta.uid] = meta
+        return PreparedPods(new, bad)
+
+    def commit_pods(self, prepared: PreparedPods, now: float | None = None) -> bool:
+        """Put a pod list built by :meth:`prepare_pods` in force (the caller's thread is the one that
+        reads the store: the map and its generation change together for every reader of the agent's
+        thread); True when the pod set changed."""
+        now = time.time() if now is None else now
+        new = prepared.pods
         with self._lock:
+            old = self.pods
             changed = new.keys() != old.keys() or any(new[u] is not old[u] for u in new)
             if changed:
                 self.pods = new
                 self.pods_generation += 1
             self._ok("pods", now)
-            self._set_bad_pods(bad, now)
+            self._set_bad_pods(prepared.bad, now)
         return changed
 
     def upsert_pod(self, obj: Mapping[str, Any] | PrunedPod, now: float | None = None) -> bool:
