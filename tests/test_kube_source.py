@@ -9,8 +9,10 @@ as it was while the health says so.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -259,6 +261,66 @@ def test_stop_ends_the_threads_promptly(api: FakeAPIServer) -> None:
     assert time.monotonic() - t0 < 60
     assert not any(r.thread is not None and r.thread.is_alive() for r in src.reflectors.values())
     client.close()
+
+
+WATCH_LIFE = 600.0  # the watches of the two tests below: a lost interruption would leave one blocked this long
+
+
+def _just_before_the_watch(monkeypatch: pytest.MonkeyPatch, client: KubeClient, channel: str,
+                           action: Callable[[], None]) -> None:
+    """Run ``action`` once when the reflector on ``channel`` asks for its first watch: after its loop
+    checked for a stop or a relist, before the watch's connection exists (a stop() or a SIGHUP on
+    another thread can come exactly there; its interrupt then finds no socket to shut down)."""
+    watch = client.watch
+    done = threading.Event()
+
+    def watch_after_action(*args: Any, **kw: Any) -> Any:
+        if kw.get("channel") == channel and not done.is_set():
+            done.set()
+            action()
+        return watch(*args, **kw)
+
+    monkeypatch.setattr(client, "watch", watch_after_action)
+
+
+def test_a_stop_before_the_watch_connects_is_not_lost(api: FakeAPIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = KubeClient(KubeConfig(server=api.url))
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(WATCH_LIFE, WATCH_LIFE))
+    pods = src.reflectors["pods"]
+
+    def stop_now() -> None:  # stop() as the agent calls it, on another thread (it joins this one)
+        stopper = threading.Thread(target=src.stop, kwargs={"timeout": 0.0})
+        stopper.start()
+        stopper.join()
+
+    _just_before_the_watch(monkeypatch, client, pods.channel, stop_now)
+    src.start()
+    try:
+        assert pods.thread is not None
+        pods.thread.join(WATCH_LIFE / 10)
+        assert not pods.thread.is_alive(), "the watch started after stop() and blocks until the server ends it"
+        assert not [r for r in api.requests_to("GET", r"^/api/v1/pods$") if "watch=" in r.query]
+    finally:
+        src.stop()
+        client.close()
+
+
+def test_a_relist_asked_before_the_watch_connects_is_not_lost(api: FakeAPIServer,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    client = KubeClient(KubeConfig(server=api.url))
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(WATCH_LIFE, WATCH_LIFE))
+    pods = src.reflectors["pods"]
+    _just_before_the_watch(monkeypatch, client, pods.channel, pods.request_relist)
+    src.start()
+    try:
+        def lists() -> list[object]:
+            return [r for r in api.requests_to("GET", r"^/api/v1/pods$") if "watch=" not in r.query]
+        # the relist comes at once, not after the first watch's 10 minutes
+        wait_for(lambda: len(lists()) >= 2, timeout=WATCH_LIFE / 10)
+        assert pods.requested_relists == 1 and pods.errors == 0
+    finally:
+        src.stop()
+        client.close()
 
 
 def test_the_node_name_is_required() -> None:

@@ -14,6 +14,9 @@ library's HTTP, TLS and JSON about 6 MiB), so this module speaks the protocol di
 * ``list`` follows ``limit``/``continue`` pages; ``watch`` reads the chunked stream line by line
   and yields ``(type, object)``; an ``ERROR`` event raises :class:`KubeError` with its code;
 * a 401 re-reads a rotated token file and retries once;
+* :meth:`KubeClient.interrupt` wakes a request blocked on another thread; a channel given a
+  ``cancelled`` predicate (:meth:`KubeClient.cancel_when`) also refuses a request that had not yet
+  connected when the interruption came, so an interruption is never lost in between;
 * every error is a :class:`KubeError` with the HTTP status (0 when there was no answer), the
   API's Status reason and message, and ``Retry-After`` when the server sent one;
 * answers are bounded: a body is read up to 128 MiB and a watch event up to 64 MiB, and both are
@@ -52,6 +55,10 @@ PATCH_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
 }
+def _never() -> bool:
+    return False
+
+
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
           ssl.SSLEOFError, ssl.SSLZeroReturnError)
 
@@ -142,6 +149,10 @@ class _Channel:
         self.lock = threading.Lock()
         self.conn: http.client.HTTPConnection | None = None
         self.used = False  # the connection has served a request: the server may have closed it since
+        # Whether a request on this channel is no longer wanted (the owner's stop or relist).  The owner
+        # sets what it reads *before* calling interrupt(): a request checks it after its socket exists,
+        # so either the check sees it or interrupt() finds the socket to shut down -- never neither.
+        self.cancelled: Callable[[], bool] = _never
 
     def drop(self) -> None:
         conn, self.conn = self.conn, None
@@ -228,6 +239,11 @@ class KubeClient:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
             try:
+                if conn.sock is None:
+                    conn.connect()  # before the check below: from here on an interrupt() finds the socket
+                if self._closed or ch.cancelled():
+                    ch.drop()
+                    raise KubeError(0, f"{method} {target}: interrupted")
                 headers = self._headers(content_type, force_token=force_token)
                 conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
@@ -416,8 +432,15 @@ class KubeClient:
                 return
             buf += data
 
+    def cancel_when(self, channel: str, cancelled: Callable[[], bool]) -> None:
+        """Refuse requests on ``channel`` while ``cancelled()`` is true (checked once connected, before
+        sending): set what it reads, then call :meth:`interrupt`, and a request about to start on another
+        thread fails with status 0 rather than missing the interruption and blocking."""
+        self._channel(channel).cancelled = cancelled
+
     def interrupt(self, channel: str) -> None:
-        """Wake a request or watch blocked on ``channel`` (from another thread); it fails with status 0."""
+        """Wake a request or watch blocked on ``channel`` (from another thread); it fails with status 0.
+        Only a request already connected is woken; see :meth:`cancel_when` for one about to start."""
         with self._lock:
             ch = self._channels.get(channel)
         if ch is not None:

@@ -270,6 +270,8 @@ class Reflector:
         self.requested_relists = 0
         self._lists = 0
         self._absent_logged = False
+        # a stop or a relist asked for while no request is connected is not lost: the next one is refused
+        client.cancel_when(self.channel, lambda: self.stop.is_set() or self._relist.is_set())
 
     @property
     def channel(self) -> str:
@@ -306,6 +308,8 @@ class Reflector:
                     self.stop.wait(self.absent_retry * (1.0 + 0.5 * self.backoff.rng.random()))
                     continue
             except KubeError as e:
+                if self.stop.is_set():
+                    return  # stopped mid-list: no error to report
                 if self._relist_asked():
                     continue  # the interruption was the request itself: list again at once
                 self._failed("list", e)
