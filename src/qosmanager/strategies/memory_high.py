@@ -5,11 +5,13 @@ NodeSLO thresholds (``resourceUsedThresholdWithBE``: ``enable``, ``memoryEvictTh
 ``memoryEvictLowerPercent`` L, default T - 2), every ``--memory-evict-interval-seconds``:
 
 * **Level 1** (gate ``BEMemoryHigh``): cap BE.  The BE QoS dir (``kubepods/besteffort``) gets
-  ``memory.high`` = BE's budget, so the kernel reclaims BE's page cache and then throttles BE's
-  allocations at the cap: BE slows down, nothing is killed.
+  ``memory.high`` = BE's budget (or a little over it, never below what BE cannot give back), so the
+  kernel reclaims BE's page cache and then throttles BE's allocations at the cap: BE slows down,
+  nothing is killed.
 * **Level 2** (gate ``BEMemoryReclaim``, on top of level 1, cgroup v2 kernels with
-  ``memory.reclaim``): while BE is above its budget, ask the kernel to reclaim
-  ``min(32 MiB, usage - budget)`` of it per tick (koordinator's open #3189 steps of at most 32 MiB).
+  ``memory.reclaim``): while BE is above its cap's target, ask the kernel to reclaim
+  ``min(32 MiB, usage - target)`` of its page cache per tick (koordinator's open #3189 steps of at
+  most 32 MiB).
 * Level 3 is memoryEvict's.  What this strategy has in force is published on
   ``ctx.memory_protection`` (:class:`~qosmanager.framework.memlevel.MemoryProtection`: the level, the
   cap, and whether the kernel is holding BE at it) and exported as
@@ -17,46 +19,65 @@ NodeSLO thresholds (``resourceUsedThresholdWithBE``: ``enable``, ``memoryEvictTh
 
 The terms, in bytes, and why they are these:
 
-* ``capacity``: the Node's memory capacity; ``used``: ``node_memory_usage`` (MemTotal - MemAvailable),
-  both exactly memoryEvict's (it evicts when ``used`` reaches T % of ``capacity``).
+* ``capacity``: the Node's memory capacity; ``used``: the node's MemTotal - MemAvailable, memoryEvict's
+  own term (it evicts when ``used`` reaches T % of ``capacity``).  Where the host can be read it is
+  read at the tick (``/proc/meminfo``), next to BE's counters: the collector's sample, up to two
+  intervals old, set against BE's counters read now would count BE's growth since then as LS's.
+  Elsewhere (replay, the harness) it is the collector's sample.
 * ``be``: the BE QoS dir's page counter read at the tick (``memory.current`` on v2,
   ``memory.usage_in_bytes`` on v1): the number the kernel compares memory.high with.
-* ``be_file``: its page cache, read at the same tick (``memory.stat`` ``file`` on v2, ``total_cache`` on
-  v1), and ``be_counted = be - be_file``: BE's part of ``used`` (MemAvailable counts page cache as
-  available, so ``used`` holds BE's anonymous and kernel memory, not its cache).
-* ``non_be = max(0, used - be_counted)`` and ``budget = capacity * L / 100 - non_be``.
+* ``be_lru``: its file LRU pages, read at the same tick (``memory.stat`` ``active_file +
+  inactive_file``, v1's ``total_`` ones): the page cache the kernel can reclaim, which MemAvailable
+  counts as available.  ``pinned = be - be_lru``: BE's part of ``used``, and what the kernel cannot
+  take back from BE by reclaim (anonymous memory, shmem, kernel memory; no swap).  These are the
+  terms memoryEvict counts a victim's release in (:mod:`qosmanager.eviction.memsnap`: page counter
+  minus file LRU), so a level and an eviction agree on what BE holds.  (``memory.stat`` ``file`` was
+  used before: it includes shmem, which MemAvailable does not count as available.)
+* ``non_be = max(0, used - pinned)`` and ``budget = capacity * L / 100 - non_be``.
 
 The cap is compared by the kernel with the whole page counter, cache included, so a BE held at
-``be <= budget`` has ``be_counted <= budget`` and keeps ``used <= capacity * L / 100``: under
+``be <= budget`` has ``pinned <= budget`` and keeps ``used <= capacity * L / 100``: under
 memoryEvict's threshold, in memoryEvict's own terms.  The budget is at L, not T, so that a BE pressing
 its cap does not hold the node exactly at the eviction threshold (where one sample's noise would evict).
 
-The limit of level 1: a cap below BE's page counter (BE holds page cache past its budget, or LS grew
-under a capped BE) makes the kernel reclaim BE at once -- the writer of memory.high synchronously, BE's
-allocations after it -- and throttle BE while its anonymous memory stays above the cap; it does not
-kill.  Level 2 (reclaim) takes BE's memory back in bounded steps on top.
+**A cap the kernel cannot meet by reclaim only throttles.**  memory.high makes the kernel reclaim the
+cgroup down to it and, while it stays above, throttle every allocation of it -- page-cache charges
+included.  Reclaim takes page cache only (no swap), so a cap below ``pinned`` is never met: BE stalls
+on every read while the node is between L and T, where memoryEvict does nothing (measured in the
+memory outcome benchmark: a page-cache-heavy BE pod read 0 MiB in 15 s where tick mode read 120-219).
+So on v2 the cap leaves BE ``room`` of page cache over ``pinned`` (twice the write step below: 1 % of
+capacity, at least 8 MiB), but rises over the budget for it only up to the ``ceiling``, the budget at
+the midpoint of L and T (``capacity * (L + T) / 200 - non_be``)::
+
+    target = max(budget, min(pinned + room, ceiling))
+
+BE's anonymous memory between L and T is memoryEvict's business (level 3 evicts at T, judged as it
+says), not a reason to stall BE's page cache; anonymous growth past the midpoint is still held by the
+kernel, under T by the half band a throttled allocator may overrun memory.high by.  On v1 (a soft
+limit, which never throttles) the target is the budget.
 
 The decision, each tick:
 
 1. **Engage** when ``used`` reaches ``L - 5`` % of capacity (BE then has what is left up to L before
    the kernel holds it, with no reaction delay); **lift** the cap (``max``) when ``used`` falls below
    ``L - 10`` % (the pressure ended), when the NodeSLO switches the thresholds off, or on a clean exit.
-2. While engaged the cap is the budget, page-aligned: it follows the budget as LS usage moves, and
-   **only the budget** -- not BE's usage.  The kernel lets a throttled allocator pass memory.high (by a
-   delay that grows with the overage, not a wall), so a cap raised to BE's usage whenever BE stood
-   above it would be dragged up by any allocator faster than the tick, and the node would stay over
-   the threshold until level 3 evicted anyway.  BE's own growth does not move the budget (``non_be``
-   excludes it), so the cap holds still while BE presses on it.
+2. While engaged the cap is the target, page-aligned: it follows the budget as LS usage moves, and BE's
+   usage only by the room over what BE cannot give back, never past the ceiling.  The kernel lets a
+   throttled allocator pass memory.high (by a delay that grows with the overage, not a wall), so a cap
+   raised to BE's whole usage whenever BE stood above it would be dragged up by any allocator faster
+   than the tick, and the node would stay over the threshold until level 3 evicted anyway: the ceiling
+   bounds that.
 3. At start, a cap found in force **below BE's usage** (left by an agent killed with SIGKILL) is
    reconciled at the first tick: lifted when there is no pressure; under pressure raised to BE's
    usage and **never below it** from then on -- that floor only falls (with BE's usage, as BE frees
-   memory or level 2 reclaims it) and is dropped once the budget is above it.  Only that cap found
-   in force gets the floor: the agent's own caps move with the budget alone.
+   memory or level 2 reclaims it) and is dropped once the target is above it.  Only that cap found
+   in force gets the floor: the agent's own caps move with the target alone.
 4. Writes are bounded: a new cap is written only when it moves by at least 0.5 % of capacity (and
    4 MiB), or when it reconciles a cap found in force below BE's usage.
-5. Level 2: while engaged and ``be > budget``, one ``memory.reclaim`` of ``min(32 MiB, be - budget)``
-   -- not in a tick that wrote a cap below BE's usage (that write has the kernel reclaim BE down to it
-   already).  A kernel without the file (v1, before 5.19) is said once and level 2 stays off.
+5. Level 2: while engaged and ``be > target``, one ``memory.reclaim`` of ``min(32 MiB, be - target,
+   be_lru)`` (only page cache can go) -- not in a tick that wrote a cap below BE's usage (that write has
+   the kernel reclaim BE down to it already).  A kernel without the file (v1, before 5.19) is said once
+   and level 2 stays off.
 
 On cgroup v1 there is no memory.high (outside Anolis).  The nearest safe equivalent is
 ``memory.soft_limit_in_bytes`` on the BE QoS dir, at the same cap: when the node runs short the
@@ -76,6 +97,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from qosmanager.eviction import memsnap
 from qosmanager.executor.executor import Request, Write, WriteResult
 from qosmanager.framework.context import Context
 from qosmanager.framework.demand import NODE, Need
@@ -98,6 +120,8 @@ RELEASE_BAND_PERCENT = 10  # lift below L - 10 %
 MIN_STEP_PERCENT = 0.5  # a new cap is written when it moves by this much of capacity ...
 MIN_STEP_BYTES = 4 << 20  # ... and at least this
 RECLAIM_STEP_BYTES = 32 << 20  # koordinator #3189: at most 32 MiB per memory.reclaim
+ROOM_STEPS = 2  # v2: page cache BE keeps over what it cannot give back, in write steps (more than one step)
+LRU_KEYS = {2: ("active_file", "inactive_file"), 1: ("total_active_file", "total_inactive_file")}
 PAGE = res.PAGE_SIZE
 
 
@@ -131,15 +155,29 @@ class MemoryHigh(Strategy):
         sub, name = ("", "memory.current") if ctx.cgroup_version == 2 else ("memory", "memory.usage_in_bytes")
         return _int(ctx.read_cgroup_counter(sub, self.be_dir(ctx), name))
 
-    def be_file(self, ctx: Context) -> int:
-        """BE's page cache: memory.stat ``file`` (v2) / ``total_cache`` (v1) of the BE QoS dir (0 unread)."""
-        sub, key = ("", "file") if ctx.cgroup_version == 2 else ("memory", "total_cache")
+    def be_lru(self, ctx: Context) -> int:
+        """BE's file LRU pages, the page cache reclaim can take: ``memory.stat`` ``active_file +
+        inactive_file`` (v2) / ``total_active_file + total_inactive_file`` (v1) of the BE QoS dir (0
+        unread)."""
+        keys = LRU_KEYS[2 if ctx.cgroup_version == 2 else 1]
+        sub = "" if ctx.cgroup_version == 2 else "memory"
         text = ctx.read_cgroup_counter(sub, self.be_dir(ctx), "memory.stat")
+        total = 0
         for line in (text or "").splitlines():
             k, _, value = line.partition(" ")
-            if k == key:
-                return max(0, _int(value) or 0)
-        return 0
+            if k in keys:
+                total += max(0, _int(value) or 0)
+        return total
+
+    @staticmethod
+    def node_used(ctx: Context) -> float | None:
+        """The node's MemTotal - MemAvailable: read now where the host can be read (beside BE's counters),
+        else (or when unreadable) the collector's sample."""
+        if ctx.host_reads:
+            now = memsnap.read_node_used(ctx.layout)
+            if now is not None:
+                return now
+        return ctx.node_metric("node_memory_usage")
 
     def high_events(self, ctx: Context) -> int | None:
         """The BE QoS dir's memory.events ``high`` (v2; hierarchical: every BE pod's too)."""
@@ -177,8 +215,9 @@ class MemoryHigh(Strategy):
             return self.lift(ctx, prot, in_force, off)
         node = ctx.node
         cfg = ctx.nodeslo.resource_used_threshold_with_be
-        used = ctx.node_metric("node_memory_usage")
         be = self.be_usage(ctx)
+        lru = self.be_lru(ctx) if be is not None else 0
+        used = self.node_used(ctx)
         if node is None or used is None or be is None:
             return []  # no fresh sample: keep what is in force (and reconcile it) until there is one
         self.started = True
@@ -186,17 +225,28 @@ class MemoryHigh(Strategy):
         assert threshold is not None  # checked by switched_off
         lower = memory_evict_lower_percent(cfg, threshold)
         capacity = node.memory_capacity
-        be_counted = max(0, be - self.be_file(ctx))
-        non_be = max(0, int(used) - be_counted)
+        lru = min(lru, be)
+        pinned = be - lru
+        non_be = max(0, int(used) - pinned)
         budget = capacity * lower // 100 - non_be
+        step = max(MIN_STEP_BYTES, int(capacity * MIN_STEP_PERCENT / 100))
+        target, room_why = budget, ""
+        if ctx.cgroup_version == 2:  # memory.high throttles: never a cap reclaim cannot meet (up to the ceiling)
+            ceiling = capacity * (lower + threshold) // 200 - non_be
+            room = ROOM_STEPS * step
+            target = max(budget, min(pinned + room, ceiling))
+            if target > budget:
+                room_why = (f"; {target - budget} over the budget: BE cannot give back {pinned} bytes by reclaim"
+                            f" (its usage less its file LRU) and keeps {room} of page cache over them, up to"
+                            f" {ceiling}, the budget at {(lower + threshold) / 2:g}%")
         prot.budget, prot.be_usage = budget, be
         pct = int(used) * 100 / capacity
         if not self.engaged and pct >= lower - ENGAGE_BAND_PERCENT:
             self.engaged = True
         elif self.engaged and pct < lower - RELEASE_BAND_PERCENT:
             self.engaged = False
-        terms = (f"node memory {int(used)} of {capacity} bytes ({pct:.1f}%), BE {be} bytes ({be_counted} "
-                 f"without page cache), non-BE {non_be}; BE's budget at {lower}%: {budget}")
+        terms = (f"node memory {int(used)} of {capacity} bytes ({pct:.1f}%), BE {be} bytes ({pinned} "
+                 f"without its file LRU), non-BE {non_be}; BE's budget at {lower}%: {budget}")
         if not self.engaged:
             self.floor = None
             return self.lift(ctx, prot, in_force, f"pressure ended: {terms}, below {lower - RELEASE_BAND_PERCENT}%"
@@ -206,15 +256,14 @@ class MemoryHigh(Strategy):
             self.floor = _page_up(be)
         elif self.floor is not None:  # the floor only falls, with BE's usage
             self.floor = min(self.floor, _page_up(be))
-        if self.floor is not None and self.floor <= budget:
-            self.floor = None  # the budget is above it: the cap follows the budget alone
+        if self.floor is not None and self.floor <= target:
+            self.floor = None  # the target is above it: the cap follows the target alone
         reconcile = first and in_force is not None and in_force < be
-        cap = _page_up(max(budget, self.floor or 0, 0))  # (LS alone past the line: 0, BE may not grow)
-        step = max(MIN_STEP_BYTES, int(capacity * MIN_STEP_PERCENT / 100))
+        cap = _page_up(max(target, self.floor or 0, 0))  # (LS alone past the line: 0, BE may not grow)
         below = False  # a cap written below BE's usage: the kernel reclaims BE down to it in that write
         if in_force is None or reconcile or abs(cap - in_force) >= step:
             below = cap < be
-            why = (f"{terms}; cap BE at {cap}"
+            why = (f"{terms}; cap BE at {cap}{room_why}"
                    + (f" (BE's usage, replacing {in_force}: a cap found in force at start is never set below it)"
                       if reconcile else " (BE's usage: a cap found in force at start is never set below it)"
                       if self.floor is not None else ""))
@@ -223,11 +272,11 @@ class MemoryHigh(Strategy):
         else:
             prot.cap = in_force
         prot.level = LEVEL_CAP
-        if (be > budget and not below and self.gate(GATE_RECLAIM) and ctx.cgroup_version == 2
+        if (be > target and not below and self.gate(GATE_RECLAIM) and ctx.cgroup_version == 2
                 and not self.reclaim_unsupported):
-            amount = min(RECLAIM_STEP_BYTES, be - budget) // PAGE * PAGE
+            amount = min(RECLAIM_STEP_BYTES, be - target, lru) // PAGE * PAGE  # only page cache can go
             if amount > 0:
-                why = f"{terms}; BE is {be - budget} bytes over its budget: reclaim {amount}"
+                why = f"{terms}; BE is {be - target} bytes over its cap's target {target}: reclaim {amount}"
                 out.append(Write(self.name, "memory.reclaim", str(amount), self.be_dir(ctx), reason=why,
                                  cacheable=False, compare=False))
                 prot.level, prot.reclaimed, prot.reason = LEVEL_RECLAIM, amount, why
