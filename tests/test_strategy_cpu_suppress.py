@@ -99,6 +99,17 @@ def read_cpuset(h: Harness, rel: str) -> str:
     return (h.read_file(h.cgroup_file("cpuset", rel, "cpuset.cpus")) or "").strip()
 
 
+def read_effective(h: Harness, rel: str) -> str:
+    """The CPUs in force: v1 ``cpuset.cpus`` (always within the parent's), v2 ``cpuset.cpus.effective``."""
+    name = "cpuset.cpus" if h.host.version == 1 else "cpuset.cpus.effective"
+    return (h.read_file(h.cgroup_file("cpuset", rel, name)) or "").strip()
+
+
+def set_effective(h: Harness, rel: str, value: str) -> None:
+    """v2: what a parent puts in effect (a layout write applies no rule, so it is laid out too)."""
+    h.write_file(h.cgroup_file("cpuset", rel, "cpuset.cpus.effective"), value + "\n")
+
+
 def set_cpuset(h: Harness, rel: str, value: str) -> None:
     h.write_file(h.cgroup_file("cpuset", rel, "cpuset.cpus"), value + "\n")
 
@@ -511,24 +522,70 @@ def test_be_cpu_manager_gate_only_recovers_and_leaves_hook_managed_pods() -> Non
     assert read_cpuset(h, hooked_ctr) == "2"
 
 
-@pytest.mark.parametrize(("threshold", "static", "expected"), [
+def refused(h: Harness) -> list[dict[str, Any]]:
+    """Every write the (fake) kernel refused so far, from the audit log."""
+    out: list[dict[str, Any]] = []
+    h.audit.add_sink(lambda rec: out.append(rec) if rec["action"] == "write" and not rec["executed"] else None)
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_be_cpu_manager_recovery_keeps_parents_around_the_cpus_of_hook_managed_containers(version: int) -> None:
+    """The BE CPU manager's recovery gives the QoS and pod dirs every BE CPU (1-7: CPU 0 reserved) and
+    leaves the containers the hook manages alone; this one is bound to NUMA node 0's CPUs, the reserved
+    CPU 0 among them.  v1 refuses a parent cpuset without a child's CPUs (EBUSY): its pod dir, and so
+    the QoS dir, get 1-7 widened by the container's; v2 takes 1-7 (the container gets 1,4-5 in effect)."""
+    h = make(version, sockets=2, numa=2, gates={"BECPUManager": True}, node_annotations=nrt(reserved="0"))
+    hooked = FakePod("be-3", "default", "be3", KubeQoS.BESTEFFORT, [FakeContainer("c", cid("c"))])
+    h.host.add_pod(hooked)
+    with_pods(h, pod_object(hooked, annotations={
+        "scheduling.koordinator.sh/resource-status": json.dumps({"numaNodeResources": [{"node": 0}]})}))
+    hooked_ctr, hooked_pod = h.host.container_dir("be-3", "c"), h.host.pod_dir("be-3")
+    set_cpuset(h, hooked_ctr, "0-1,4-5")
+    slo(h, policy="cpuset")
+    failed = refused(h)
+    usage(h, NOW - 1, 2.5, ls_1=2.0)
+    h.tick("cpuSuppress", NOW)
+    assert read_cpuset(h, hooked_ctr) == "0-1,4-5"
+    assert {read_cpuset(h, d) for d in be_dirs(h)[1:]} == {"1-7"}
+    if version == 1:
+        assert (read_cpuset(h, BE_DIR), read_cpuset(h, hooked_pod)) == ("0-7", "0-7")
+    else:
+        assert (read_cpuset(h, BE_DIR), read_cpuset(h, hooked_pod)) == ("1-7", "1-7")
+        assert read_effective(h, hooked_ctr) == "1,4-5"
+    assert failed == []
+
+
+@pytest.mark.parametrize(("version", "threshold", "kubelet", "expected"), [
     # 90%: 7200 - 1500 - 1000 = 4700m -> 5 CPUs; nLSR = 5 * 2 // 4 = 2 -> [1,5]; the LS pool has only
     # 2 CPUs for the other 3 -> none from it: BE gets just 1,5 (koordlet's partial result)
-    (90, False, {"qos": "1,5", "pod": "1,5", "ctr": "1,5"}),
+    (1, 90, None, {"qos": "1,5", "pod": "1,5", "ctr": "1,5"}),
     # 100%: 8000 - 2500 = 5500m -> 6 CPUs; nLSR = 3 > 2 and 3 > 2: nothing at all, nothing written
-    (100, False, {"qos": "0-7", "pod": "0-7", "ctr": "0-7"}),
-    # the same with a static CPU manager: QoS and pod dirs still get the whole BE set, containers nothing.
-    # A v1 kernel refuses that (EBUSY: a parent cpuset may not shrink below a child's, and the containers
-    # keep 0-7): koordlet's order, kept here, fails on v1 with a static CPU manager.
-    pytest.param(100, True, {"qos": "1-2,5-6", "pod": "1-2,5-6", "ctr": "0-7"}, marks=pytest.mark.xfail(
-        strict=True, reason="v1 cpusets: shrinking the QoS and pod dirs below their containers' is EBUSY")),
+    (1, 100, None, {"qos": "0-7", "pod": "0-7", "ctr": "0-7"}),
+    # the same with a static CPU manager whose shared pool (every CPU but the LSE pod's exclusive 3,7,
+    # the reserved 0 and system 4 among them) the containers hold: koordlet gives the QoS and pod dirs
+    # every BE CPU, 1-2,5-6, and the containers nothing.  v1 refuses a parent cpuset without a child's
+    # CPUs (EBUSY): the QoS and pod dirs get 1-2,5-6 widened by what the containers keep (the containers
+    # carry BE's set under a static CPU manager: BE gains nothing by it) ...
+    (1, 100, "0-2,4-6", {"qos": "0-2,4-6", "pod": "0-2,4-6", "ctr": "0-2,4-6"}),
+    # ... v2 takes koordlet's values and puts 1-2,5-6 in effect in the containers (no step needed)
+    (2, 100, "0-2,4-6", {"qos": "1-2,5-6", "pod": "1-2,5-6", "ctr": "0-2,4-6"}),
 ])
-def test_pool_too_small_for_the_wanted_cpus(threshold: int, static: bool, expected: dict[str, str]) -> None:
-    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static" if static else None))
+def test_pool_too_small_for_the_wanted_cpus(version: int, threshold: int, kubelet: str | None,
+                                            expected: dict[str, str]) -> None:
+    static = kubelet is not None
+    h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4", policy="static" if static else None))
+    qos, pod_dir, ctr, sandbox = be_dirs(h)
+    if kubelet is not None:
+        for d in (ctr, sandbox, pod_dir, qos):  # children first: a state v1 allows
+            set_cpuset(h, d, kubelet)
     slo(h, policy="cpuset", threshold=threshold)
+    failed = refused(h)
     h.tick("cpuSuppress", NOW)
-    qos, pod_dir, ctr, _ = be_dirs(h)
     assert {"qos": read_cpuset(h, qos), "pod": read_cpuset(h, pod_dir), "ctr": read_cpuset(h, ctr)} == expected
+    assert failed == []
+    if version == 2 and static:
+        assert read_effective(h, ctr) == "1-2,5-6"
 
 
 def test_fractional_capacity_rounds_up_for_the_quota_step() -> None:
@@ -622,23 +679,48 @@ def test_cpuset_is_held_and_an_outside_reset_undone_within_the_write_cache_windo
     assert condition(h) is None and {read_cpuset(h, d) for d in be_dirs(h)} == {"0,2,4"}
 
 
-@pytest.mark.parametrize("version", [
-    # on v1 the kernel refuses a container cpuset outside its pod dir's (EINVAL): the held 1-2,6 cannot
-    # go below a pod dir of 1-2,5, which this strategy does not hold under a static CPU manager
-    pytest.param(1, marks=pytest.mark.xfail(strict=True, reason="v1 cpusets: a child outside its parent "
-                                                                 "is EINVAL")),
-    2,
-])
+@pytest.mark.parametrize("version", [1, 2])
 def test_static_cpu_manager_holds_only_the_containers(version: int) -> None:
+    """The hold re-asserts the containers only; someone else narrowed their pod dir meanwhile.  v1
+    refuses a container cpuset outside its pod dir's (EACCES): there the held 1-2,6 is written within
+    the pod dir's 1-2,5, which v2 puts in effect for the same write (no step needed on v2)."""
     h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4", policy="static"))
     h.tick("cpuSuppress", NOW)
     _, pod_dir, ctr, sandbox = be_dirs(h)
-    set_cpuset(h, ctr, "1-2,5-6")
-    set_cpuset(h, pod_dir, "1-2,5")
+    for d in (ctr, sandbox, pod_dir):  # children first: a state v1 allows
+        set_cpuset(h, d, "1-2,5")
+    if version == 2:
+        set_effective(h, pod_dir, "1-2,5")
+    failed = refused(h)
     h.tick("cpuSuppress", NOW + 5)
-    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
+    held = "1-2" if version == 1 else "1-2,6"
+    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == (held, held)
     assert read_cpuset(h, pod_dir) == "1-2,5"  # not a limit this strategy holds
+    assert read_effective(h, ctr) == read_effective(h, sandbox) == "1-2"  # the same CPUs in force
     assert "BE cpuset 1-2,6 (containers)" in (condition(h) or "")
+    assert failed == []
+
+
+def test_v1_containers_held_within_a_narrowed_pod_dir_get_their_set_back_parents_first() -> None:
+    """When the data returns after such a hold, the pod dir is widened back to every BE CPU first and
+    then its containers get the BE set again, in the same tick (not at the next forced re-check of the
+    write cache, a minute later), and the kernel refuses nothing on the way."""
+    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4", policy="static"))
+    h.tick("cpuSuppress", NOW)
+    qos, pod_dir, ctr, sandbox = be_dirs(h)
+    for d in (ctr, sandbox, pod_dir):
+        set_cpuset(h, d, "1-2,5")
+    failed = refused(h)
+    h.tick("cpuSuppress", NOW + 5)  # the hold: containers within the pod dir's set
+    usage(h, NOW + 6, 2.0, lsr_1=1.0, lse_2=0.5)
+    n = len(h.recorded.writes)
+    h.tick("cpuSuppress", NOW + 6)
+    assert condition(h) is None
+    assert {d: read_cpuset(h, d) for d in (qos, pod_dir)} == {qos: "1-2,5-6", pod_dir: "1-2,5-6"}
+    assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,6", "1-2,6")
+    order = [w["file"].removeprefix("cpuset/").rsplit("/", 1)[0] for w in h.recorded.writes[n:]]
+    assert order.index(pod_dir) < min(order.index(ctr), order.index(sandbox)), order
+    assert failed == []
 
 
 @pytest.mark.parametrize("policy", ["cpuset", "cfsQuota"])

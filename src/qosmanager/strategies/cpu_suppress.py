@@ -75,6 +75,7 @@ from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
 from qosmanager.strategies._cpu_suppress_children import BEChildQuotas, _int_or_none, _pod_dir
+from qosmanager.strategies._cpu_suppress_cpusets import V1CPUSets
 from qosmanager.strategies._helpers import (
     AnnotationError,
     ClassSplit,
@@ -175,6 +176,8 @@ class CPUSuppress(Strategy):
         # the fast path's latest BE quota (qosmanager.framework.fastpath): the tick never sets a higher one
         self.quota_cap: Callable[[], int | None] | None = None
         self.cpuset_basis: CPUSetBasis | None = None  # the last cpuset decision's pools and dirs
+        # cgroup v1: BE cpusets never outside their parent's (qosmanager.strategies._cpu_suppress_cpusets)
+        self.cpusets = V1CPUSets()
         self._later: list[Request] = []  # this tick's batch after the BE limit's (later())
 
     @property
@@ -279,6 +282,8 @@ class CPUSuppress(Strategy):
         return later
 
     def after_apply(self, ctx: Context, results: Sequence[WriteResult]) -> None:
+        if ctx.cgroup_version == 1 and any(r.write.resource == CPUSET and r.status == "failed" for r in results):
+            self.cpusets.forget()  # a child kept as it is may have changed: read them again
         if self.held_quota is not None and ctx.cgroup_version == 1:
             be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
             for r in results:
@@ -508,11 +513,14 @@ class CPUSuppress(Strategy):
             value, containers_only = self.held_cpuset
             held.append(f"BE cpuset {value}" + (" (containers)" if containers_only else ""))
             if containers_only:
-                dirs = self._split_by_depth(ctx, be_dir)[CONTAINER_DEPTH]
+                # the pod dirs are not held: on v1 a container stays within its pod dir's set
+                pairs = self.cpusets.clip(ctx, self._split_by_depth(ctx, be_dir)[CONTAINER_DEPTH], value)
             else:
-                dirs = ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)
+                pairs = [(d, value) for d in ctx.cgroup_dirs("cpuset", be_dir, CONTAINER_DEPTH)]
             reason = f"{REASON}: hold BE cpuset {value}: node CPU usage cannot be read"
-            writes += [self.write(CPUSET, d, value, reason, cacheable=False) for d in dirs]
+            writes += [self.write(CPUSET, d, v, reason if v == value else f"{reason} (within its pod dir's "
+                                  "set: cgroup v1 refuses a cpuset outside its parent's)", cacheable=False)
+                       for d, v in pairs]
         what = (f"holding the last BE limit ({', '.join(held)}) until it returns" if held
                 else "no BE limit decided yet: the BE cgroups are left as they are")
         message = (f"node CPU usage cannot be read (no node_cpu_usage sample in the last "
@@ -530,11 +538,24 @@ class CPUSuppress(Strategy):
     def _emit_cpuset(self, ctx: Context, plan: list[tuple[list[str], str]], reason: str) -> list[Request]:
         """A cpuset plan ``[(dirs, value), ...]`` as one executor plan whose version is the plan itself:
         the executor skips it while it is unchanged within the force-update interval, sends only what
-        changed when it changes, and again what did not land."""
+        changed when it changes, and again what did not land.
 
-        def build() -> list[Write]:
-            return [self.write(CPUSET, d, value, reason) for dirs, value in plan for d in dirs]
+        On cgroup v1 a dir written over children the plan leaves alone is widened by their CPUs first,
+        and after a hold that clipped containers to pod dirs someone else narrowed, the plan is sent
+        whole outside the write cache (pod dirs widened back before their containers: one batch)."""
+        asked = {value for _, value in plan}
+        walk = ctx.cgroup_dirs("cpuset", ctx.qos_dir(KUBE_QOS_BESTEFFORT), CONTAINER_DEPTH)
+        plan = self.cpusets.cover(ctx, walk, plan)
+        widened = (f"{reason} (widened by the CPUs of children left as they are: cgroup v1 refuses a "
+                   "parent cpuset without a child's CPUs)")
 
+        def build(cacheable: bool = True) -> list[Write]:
+            return [self.write(CPUSET, d, value, reason if value in asked else widened, cacheable=cacheable)
+                    for dirs, value in plan for d in dirs]
+
+        if self.cpusets.clipped:
+            self.cpusets.clipped.clear()
+            return list(build(cacheable=False))
         return [Plan(self.name, "be-cpuset", plan, build)]
 
     def _split_by_depth(self, ctx: Context, be_dir: str) -> dict[int, list[str]]:
