@@ -105,3 +105,45 @@ def test_static_cpu_manager_node_keeps_exclusive_cpus_out(tmp_path) -> None:
 
 def format_cpus(cpus: set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
+
+
+def test_v1_parents_keep_the_cpus_of_containers_left_as_they_are(tmp_path) -> None:
+    """cgroup v1 refuses a parent cpuset without a child's CPUs (EBUSY).  With the BE CPU manager the
+    agent only recovers BE cpusets, to every CPU but the reserved one, and leaves alone the containers
+    of pods the BE cpuset hook manages; this one is bound to every CPU, the reserved one among them.
+    The other BE pod is narrowed (containers before their pod dir); the hook-managed pod's dir and the
+    BE QoS dir keep the CPUs of that container, and the kernel refuses nothing."""
+    with real_node(tmp_path, version=1, controllers=("cpu", "cpuset")) as node:
+        every = node.cpus_allowed(os.getpid())
+        if len(every) < 2:
+            pytest.skip(f"a reserved CPU and one for BE: needs 2 CPUs, this node has {len(every)}")
+        reserved = max(every)
+        with open(node.node_file) as f:
+            obj = json.load(f)
+        obj["metadata"]["annotations"] = {
+            "node.koordinator.sh/reservation": json.dumps({"reservedCPUs": str(reserved)})}
+        with open(node.node_file, "w") as f:
+            json.dump(obj, f)
+        hooked = node.add_pod("hooked", "BE", annotations={
+            "scheduling.koordinator.sh/resource-status": json.dumps({"numaNodeResources": [{"node": 0}]})})
+        plain = node.add_pod("plain", "BE")
+        for d in (hooked.containers[0], plain.containers[0]):
+            assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == every
+        proc = node.start(plain)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset"}})
+        be_dir = node.layout.qos_dir("BestEffort")
+        with node.agent("--strategies", "cpuSuppress", "--feature-gates", "BECPUManager=true", *FAST) as agent:
+            agent.wait_for("the plain BE pod off the reserved CPU",
+                           lambda: reserved not in node.cpus_allowed(proc.pid), 60)
+            time.sleep(1.0)  # a few more ticks: each re-checks what it wrote
+            audit = agent.audit("cpuSuppress")
+        refused = [r for r in audit if r["action"] == "write" and not r["executed"]]
+        assert not refused, f"writes the kernel refused: {refused[:3]}"
+        for d in (plain.containers[0], plain.dir):
+            assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == every - {reserved}, d
+        for d in (hooked.containers[0], hooked.dir, be_dir):
+            assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == every, d
+        written = [r["target"] for r in audit if r["action"] == "write" and r["executed"]]
+        assert written.index(next(t for t in written if plain.containers[0] in t)) < \
+            written.index(next(t for t in written if t.endswith(f"{plain.dir}/cpuset.cpus"))), written

@@ -16,8 +16,8 @@ at the standard 100 ms period, the one koordlet and the kubelet write.  A stoppi
 nothing (BE stays suppressed between two agents), so lowered children stay at the BE quota: v1
 refuses them more while it is in force.  The next agent gives them back as its budget allows;
 ``qosmanager restore`` (uninstall) writes the BE dir's original first, then theirs.  cgroup v2 allows a parent
-``cpu.max`` below its children's (the lower one applies), and the cpuset policy's writes are
-already ordered by the executor: neither needs this step.
+``cpu.max`` below its children's (the lower one applies): it needs no step.  The cpuset policy's
+v1 step is :mod:`qosmanager.strategies._cpu_suppress_cpusets`.
 
 **Before the pods are known** (a big pods file decoded beside the ticks, ``StateStore.pods_loading``)
 no child is read before the BE dir's first quota: v1 refuses that write (EINVAL) when a child is above

@@ -22,7 +22,8 @@ two policies (``resourceUsedThresholdWithBE.cpuSuppressPolicy``):
 
 **BE pods' own quotas (cgroup v1)**: before the BE dir's quota falls below a BE pod's or
 container's own, that child is lowered first, and gets its own quota back when the budget rises
-(:mod:`qosmanager.strategies._cpu_suppress_children`).
+(:mod:`qosmanager.strategies._cpu_suppress_children`).  BE cpusets on cgroup v1 are never outside
+their parent's, also where a plan writes some levels only (:mod:`qosmanager.strategies._cpu_suppress_cpusets`).
 
 **Before the pods are known** (a big pods file decoded beside the ticks: ``ctx.pods_loading`` with no
 pod yet) the cfsQuota policy decides the BE quota from the node and kube QoS-dir counters (the BE dir's
