@@ -10,6 +10,7 @@ the kernel lets a throttled allocator go over memory.high."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -162,3 +163,74 @@ def test_v1_soft_limit_is_the_cap_and_never_a_kill(tmp_path) -> None:
             assert not [r for r in agent.audit() if r["action"] == "evict"]
         assert soft() == unlimited, "a clean stop lifts the cap"
 
+
+def test_level2_reclaims_be_down_from_a_cap_a_killed_agent_left(tmp_path) -> None:
+    """cgroup v2, level 2 (``memory.reclaim``) through the agent: BE holds page cache far over its budget
+    under a cap an agent killed with SIGKILL left at BE's usage.  The new agent keeps the cap at BE's usage
+    (never below it at start), and level 2 takes BE down in ``memory.reclaim`` steps of at most 32 MiB that
+    the kernel carries out; the cap follows BE's usage down, towards the budget; nothing is killed.
+
+    The node: MemTotal 1 GiB, in use 420 MiB plus what the kernel counts in this test's cgroups less their
+    page cache; NodeSLO eviction at 50 %, lower 45 %: memoryHigh engages at 40 %, BE's budget is about
+    40 MiB; BE reads 192 MiB of the guest's disk into its page cache."""
+    disk = os.environ.get("QOSM_GUEST_DISK")
+    with real_node(tmp_path, version=2, controllers=("cpu", "memory")) as node:
+        if not disk or not os.path.exists(disk):
+            pytest.skip("needs a block device to read page cache from in QOSM_GUEST_DISK (the test guest has one)")
+
+        def counter(rel: str, name: str) -> int:
+            return int(node.read(rel, name, "memory"))
+
+        def used() -> int:
+            return 420 * MiB + counter("", "memory.current") - kv_file(node.path("", "memory.stat", "memory"))["file"]
+
+        be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
+
+        def cap() -> int | None:
+            text = node.read(be_dir, "memory.high", "memory")
+            return None if text == "max" else int(text)
+
+        node.write_node(memory=CAPACITY)
+        be = node.add_pod("be-reader", "BE")
+        node.add_pod("ls", "LS")
+        read = tmp_path / "read"
+        # the reader keeps the disk open: the last close of a block device drops its page cache
+        reader = node.start(be, ["sh", "-c", 'exec 3<"$0"; dd if="$0" of=/dev/null bs=1M count=192 2>/dev/null '
+                                             '&& touch "$1"; exec sleep 600', disk, str(read)])
+        deadline = time.monotonic() + 180
+        while not read.exists():
+            assert time.monotonic() < deadline and reader.poll() is None, "BE's read of the disk"
+            time.sleep(0.2)
+        cache = kv_file(node.path(be_dir, "memory.stat", "memory"))["file"]
+        assert cache >= 128 * MiB, f"BE holds the page cache of its read: {cache} bytes"
+        left = counter(be_dir, "memory.current") // 4096 * 4096
+        node.write(be_dir, "memory.high", str(left), "memory")  # the cap the killed agent left
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "memoryEvictThresholdPercent": 50, "memoryEvictLowerPercent": 45}})
+        with proc_view(node, memory=(CAPACITY, used)) as view, \
+                node.agent("--strategies", "memoryHigh", "--feature-gates", "BEMemoryHigh=true,BEMemoryReclaim=true",
+                           "--collect-interval", "500ms", "--memory-evict-interval-seconds", "0.5",
+                           "--proc-root", view.root) as agent:
+            def reclaims() -> list[dict]:
+                return [r for r in agent.audit("memoryHigh") if r["target"].endswith("memory.reclaim")]
+
+            def state() -> str:
+                stat = kv_file(node.path(be_dir, "memory.stat", "memory"))
+                records = [(r["action"], str(r["target"]).rsplit("/", 1)[-1], r.get("value"), r.get("executed"),
+                            str(r.get("reason"))[-300:]) for r in agent.audit("memoryHigh")]
+                return (f"BE memory.current {counter(be_dir, 'memory.current')}, file {stat.get('file')}, "
+                        f"anon {stat.get('anon')}, cap {cap()}, left {left}, node used {used()}; "
+                        f"memoryHigh's audit: {records[-6:]}")
+
+            agent.wait_for("level 2 reclaiming", lambda: len(reclaims()) >= 3, 180, state)
+            agent.wait_for("BE's page cache reclaimed to half", lambda: counter(be_dir, "memory.current") < left // 2,
+                           180, state)
+            done = reclaims()
+            assert all(r["executed"] and 0 < int(r["value"]) <= 32 * MiB for r in done), done[:3]
+            in_force = cap()
+            assert in_force is not None and in_force < left, "the cap follows BE's usage down"
+            assert reader.poll() is None, "BE's process is not killed"
+            writes = [r for r in agent.audit("memoryHigh") if r["target"].endswith("memory.high")]
+            assert writes and all(int(r["value"]) < left + 4096 for r in writes), "never raised past the left cap"
+            assert kv_file(node.path("", "memory.events", "memory")).get("oom_kill", 0) == 0
+        assert cap() is None, "a clean stop lifts the cap"
