@@ -6,7 +6,8 @@ On a cgroup v1 host it boots the cgroup v2 test guest (``tests/kernelvm.py``: 1 
 disk), runs itself there and brings the guest's JSON report back to
 ``benchmarks/outcome/memory_results.json`` (``QOSM_OUTCOME_MEMORY_OUT`` elsewhere); inside the guest
 (a pure v2 kernel) it measures.  ``QOSM_OUTCOME_MEMORY_ROUNDS`` (default 1) rounds, the two modes
-alternating in each case, their order swapped every round.  ``benchmarks/outcome/memory_report.py``
+alternating in each case, their order swapped every round; ``QOSM_OUTCOME_MEMORY_CASES`` (comma-separated,
+default all) picks the cases.  ``benchmarks/outcome/memory_report.py``
 prints the table docs/benchmarks.md shows.
 
 The node is a real cgroup tree with ``memory.max`` = :data:`CAPACITY` (the Node's capacity: the kernel
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.kernel
 
 ENABLED = os.environ.get("QOSM_OUTCOME_MEMORY", "") not in ("", "0")
 ROUNDS = int(os.environ.get("QOSM_OUTCOME_MEMORY_ROUNDS", "1"))
+ONLY = [c for c in os.environ.get("QOSM_OUTCOME_MEMORY_CASES", "").split(",") if c]
 HERE = Path(__file__).resolve().parent
 LOAD = str(HERE / "outcome" / "memload.py")
 RESULTS = os.environ.get("QOSM_OUTCOME_MEMORY_OUT", str(HERE / "outcome" / "memory_results.json"))
@@ -171,10 +173,11 @@ def run_case(workdir: Path, case: str, mode: str, device: str) -> dict[str, Any]
 
 def measure(tmp_path: Path) -> dict[str, Any]:
     device = os.environ.get("QOSM_GUEST_DISK", "")
+    assert set(ONLY) <= set(CASES), f"QOSM_OUTCOME_MEMORY_CASES: unknown {sorted(set(ONLY) - set(CASES))}"
     runs = []
     for r in range(ROUNDS):
         for case in CASES:
-            if case == "pagecache" and not device:
+            if (case == "pagecache" and not device) or (ONLY and case not in ONLY):
                 continue
             order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
             for mode in order:
@@ -192,7 +195,8 @@ def measure(tmp_path: Path) -> dict[str, Any]:
 
 def guest_script(share: Path) -> str:
     env = {"PYTHONDONTWRITEBYTECODE": "1", "QOSM_GUEST_DISK": "/dev/vda", "QOSM_OUTCOME_MEMORY": "1",
-           "QOSM_OUTCOME_MEMORY_ROUNDS": str(ROUNDS), "QOSM_OUTCOME_MEMORY_OUT": str(share / "memory.json")}
+           "QOSM_OUTCOME_MEMORY_ROUNDS": str(ROUNDS), "QOSM_OUTCOME_MEMORY_OUT": str(share / "memory.json"),
+           "QOSM_OUTCOME_MEMORY_CASES": ",".join(ONLY)}
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q", "-s",
