@@ -303,7 +303,9 @@ def test_an_api_outage_keeps_enforcing_the_last_state_and_recovers_with_a_relist
         assert sc.quota() == "320000" and source.connected
         sc.api.outage()
         # conditions, each with a deadline far beyond what it needs: a loaded machine only slows them down
-        wait_until(lambda: not source.connected, "the agent notices the outage", source)
+        # every watch, not only the first: one still connected would count the NodeSLO fresh on the next poll
+        wait_until(lambda: not any(r.connected for r in source.reflectors.values()), "every watch notices the outage",
+                   source)
         # meanwhile: the NodeSLO changes, a pod goes, and the history is compacted
         sc.api.cluster.put(nodeslo_object(suppress_slo(40), name=NODE))
         sc.api.cluster.remove("Pod", PODS[0].name)
