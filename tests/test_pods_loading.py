@@ -23,6 +23,7 @@ import pytest
 
 import qosmanager.agent as agent_mod
 import qosmanager.states.store as store_mod
+from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.agent import Agent, AgentConfig, StartupError, check_startup
 from qosmanager.executor.executor import WriteResult
 from qosmanager.framework.fastpath import REACT_TICK
@@ -126,6 +127,64 @@ def test_the_be_quota_is_written_while_the_pods_file_is_still_decoded(
         release.set()
         agent.stop()
         runner.join(30)
+
+
+def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubernetes mode starts once the Node is known: the pods' views are built on the reflector's thread
+    (held here, as a 100,000-pod list holds them for tens of seconds) and the BE quota is written from the
+    node and kube QoS-dir counters meanwhile, ``state/pods-loading`` saying so.  Before, the agent waited
+    for the pods list and built every pod's view on its own thread before its first tick."""
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=CPUS)
+    pods = FakeHost.make_pods(12, seed=17)
+    host.add_pods(pods)
+    cluster = FakeCluster()
+    cluster.put(node_object(host, "fake-node"))
+    for p in pods:
+        cluster.put(pod_object(p))
+    cluster.put(nodeslo_object(SLO, name="fake-node"))
+    decoding, release = threading.Event(), threading.Event()
+    real = store_mod.pod_meta
+
+    def held(obj: Any) -> Any:
+        decoding.set()
+        release.wait(HOLD)
+        return real(obj)
+
+    monkeypatch.setattr(store_mod, "pod_meta", held)
+    counters = Counters(host)
+    qos = QoSConfig()
+    qos.cpu_suppress_interval = 0.2
+    with FakeAPIServer(cluster, bookmark_interval=0.2) as api:
+        agent = Agent(AgentConfig(roots=host.roots, node_name="fake-node",
+                                  kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")), metrics_addr="",
+                                  strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK,
+                                  kube_watch_timeout=(5.0, 5.0)))
+        runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
+        runner.start()
+        try:
+            deadline = time.monotonic() + WAIT
+            while be_quota(host) == -1:
+                assert time.monotonic() < deadline and runner.is_alive(), (
+                    f"no BE quota in {WAIT:g} s while the pods list was on its way (views held: {decoding.is_set()})")
+                counters.step()
+                time.sleep(0.05)
+            quota = be_quota(host)
+            assert decoding.is_set() and not release.is_set()
+            assert agent.store.pods == {} and agent.store.pods_loading
+            cond = agent.store.conditions.get(LOADING_CONDITION)
+            assert cond is not None and "fake-node" in cond.message, cond
+            assert 0 < quota < CPUS * 100_000, quota
+            release.set()
+            while len(agent.store.pods) < len(pods) or agent.store.conditions.get(LOADING_CONDITION) is not None:
+                assert time.monotonic() < deadline + WAIT and runner.is_alive(), "the pods never came into force"
+                counters.step()
+                time.sleep(0.05)
+            assert not agent.store.pods_loading
+        finally:
+            release.set()
+            agent.stop()
+            runner.join(30)
 
 
 def koord(pods: list[FakePod], *, policy: str = "cfsQuota", harness: Harness | None = None) -> Harness:

@@ -311,15 +311,19 @@ class Agent:
 
     def wait_for_state(self, timeout: float | None = None) -> bool:
         """Kubernetes mode: start the watches and the event recorder and wait (``timeout`` seconds,
-        None = until stopped) until the pods and the Node are known; standalone: True at once."""
+        None = until stopped) until the Node is known (the pods may still be on their way: the BE limit
+        never waits for a big node's list); standalone: True at once."""
         if self._kube is None:
             return True
         if self.events is not None:
             self.events.start()
-        log.info("waiting for the pods and Node %s from the API server", self.cfg.node_name)
-        ok = self._kube.wait_synced(timeout, self.stop_event)
+        log.info("waiting for Node %s from the API server", self.cfg.node_name)
+        ok = self._kube.wait_synced(timeout, self.stop_event, pods=False)
         if ok:
-            log.info("state received: %d pods, NodeSLO %s", len(self.store.pods),
+            pods = (f"{len(self.store.pods)} pods" if not self.store.pods_loading else
+                    "the pods list still on its way (the BE limit is decided from the node and kube QoS-dir "
+                    "counters until it is in)")
+            log.info("state received: Node, %s, NodeSLO %s", pods,
                      "present" if self.store.nodeslo_present else "absent (defaults)")
             if self.eviction_check is not None:
                 # before the first tick: a cluster that cannot evict shows at start, not under pressure

@@ -34,14 +34,14 @@ from typing import Any
 
 from qosmanager.api.decode import DOCUMENT_LIMITS, read_document_file
 from qosmanager.api.pod import prune_pod_hook
-from qosmanager.states.store import PreparedPods, StateStore
+from qosmanager.states.store import PODS_LOADING_CONDITION, PreparedPods, StateStore
 
 log = logging.getLogger(__name__)
 
 
 # a pods file this big (bytes) or bigger is decoded beside the ticks (a pruned pod takes some 550 bytes)
 BACKGROUND_BYTES = 1 << 20
-LOADING_CONDITION = "state/pods-loading"
+LOADING_CONDITION = PODS_LOADING_CONDITION
 NO_NODE_CONDITION = "state/no-node"
 NO_NODE_MESSAGE = ("no Node: standalone mode without --node-file, so nothing that needs the node's capacity "
                    "runs (cpuSuppress, cpuEvict, memoryEvict, the BE cgroup reconcile, the system config); "

@@ -38,6 +38,9 @@ from qosmanager.framework.conditions import Conditions
 log = logging.getLogger(__name__)
 
 NODESLO_CONDITION = "nodeslo"
+# the pods are on their way (a big pods file decoded, the first pods list from the API server):
+# StateStore.pods_loading, and this condition names what the agent waits for
+PODS_LOADING_CONDITION = "state/pods-loading"
 
 
 @dataclass

@@ -8,7 +8,8 @@ cap); a 410 Gone (the resourceVersion was compacted away) relists and
 replaces the whole set, which also notices objects deleted during the gap.
 
 The reflector threads never touch the :class:`~qosmanager.states.store.StateStore`: they leave
-what they received in a small pending buffer (the latest object per pod, or a whole new list),
+what they received in a small pending buffer (the latest object per pod, or a whole new list whose
+pods' views the reflector's thread builds, :meth:`StateStore.prepare_pods`, reading the store only),
 and :meth:`KubeSource.poll` -- called by the agent at the start of every collect tick, on the
 agent's thread -- applies it.  So a burst of 1,000 pod events rebuilds the pod map once, the
 store is only written by the thread that reads it, and an idle tick costs three lock
@@ -17,8 +18,11 @@ the last known state: the agent goes on enforcing it, and :attr:`KubeSource.conn
 store's health say so.
 
 A NodeSLO that does not exist (an empty list, or 404 because the CRD is not installed) means
-koordlet's defaults (``set_nodeslo(None)``), never a stall; the agent starts as soon as the pods
-and the Node are known.  A Node that disappears keeps the last known Node (the kubelet will
+koordlet's defaults (``set_nodeslo(None)``), never a stall.  The agent starts as soon as the Node is
+known: until the first pods list is in force (at 100,000 pods its transfer, decode and views take tens
+of seconds) ``StateStore.pods_loading`` and the ``state/pods-loading`` condition say the pods are on
+their way, and cpuSuppress decides the BE limit from the node and kube QoS-dir counters, as with a big
+pods file in standalone mode.  A Node that disappears keeps the last known Node (the kubelet will
 register it again; the capacity the strategies need does not vanish with the object).  While the
 API server has no Node of that name (a wrong ``--node-name``, or the Node deleted), the degraded
 condition ``state/node-missing`` names it.
@@ -36,7 +40,7 @@ from typing import Any
 
 from qosmanager.api.pod import PrunedPod, prune_pod_hook
 from qosmanager.states.kube.client import KubeClient, KubeError
-from qosmanager.states.store import StateStore
+from qosmanager.states.store import PODS_LOADING_CONDITION, PreparedPods, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +97,14 @@ class ReflectorHealth:
 # pending buffers (written by a reflector thread, applied by the agent thread)
 # ----------------------------------------------------------------------------------------------
 class _PodBuffer:
-    def __init__(self) -> None:
+    """The pods received and not yet applied: a whole list (a list or relist, its views built on the
+    reflector's thread by ``prepare``) and the watch events after it, the latest object per pod."""
+
+    def __init__(self, prepare: Callable[[list[Pod]], PreparedPods]) -> None:
         self._lock = threading.Lock()
-        # uid -> the pod (a PrunedPod: its pruned JSON text), None = deleted
-        self._replace: dict[str, Pod] | None = None
+        self.prepare = prepare
+        self._replace: PreparedPods | None = None
+        # uid -> the pod (a PrunedPod: its pruned JSON text), None = deleted; after _replace if both
         self._events: dict[str, Pod | None] = {}
         self.synced = False
 
@@ -108,6 +116,8 @@ class _PodBuffer:
         return uid if isinstance(uid, str) else ""
 
     def replace(self, items: list[Any]) -> None:
+        """A whole list (the reflector's thread): its pods' views are built here, not on the agent's
+        thread (at 100,000 pods they take tens of seconds); the agent's poll puts them in force."""
         snapshot: dict[str, Pod] = {}
         for obj in items:
             uid = self._uid(obj)
@@ -115,8 +125,9 @@ class _PodBuffer:
                 snapshot[uid] = obj if isinstance(obj, PrunedPod) else PrunedPod.of(obj)
             else:
                 log.error("pod %s has no metadata.uid; ignored", _meta(obj).get("name"))
+        prepared = self.prepare(list(snapshot.values()))
         with self._lock:
-            self._replace, self._events = snapshot, {}
+            self._replace, self._events = prepared, {}
 
     def event(self, type_: str, obj: Obj) -> None:
         uid = self._uid(obj)
@@ -125,13 +136,7 @@ class _PodBuffer:
             return
         pod = PrunedPod.of(obj)  # only what the pod's view reads is held until it is applied
         with self._lock:
-            if self._replace is not None:
-                if type_ == "DELETED":
-                    self._replace.pop(uid, None)
-                else:
-                    self._replace[uid] = pod
-            else:
-                self._events[uid] = None if type_ == "DELETED" else pod
+            self._events[uid] = None if type_ == "DELETED" else pod
 
     def apply(self, store: StateStore, now: float) -> bool:
         with self._lock:
@@ -139,11 +144,13 @@ class _PodBuffer:
             if replace is None and not events:
                 return False
             self._replace, self._events = None, {}
+        changed = False
         if replace is not None:
             self.synced = True
-            return store.set_pods(list(replace.values()), now)
-        # one map rebuild per batch, from the events alone: no copy of every pod object is kept here
-        return store.apply_pod_events(events, now)
+            changed = store.commit_pods(replace, now)
+        if events:  # one map rebuild per batch, from the events alone: no copy of every pod object is kept
+            changed = store.apply_pod_events(events, now) or changed
+        return changed
 
 
 class _SingleBuffer:
@@ -454,7 +461,7 @@ class KubeSource:
         self.clock = clock
         self._stop = threading.Event()
         rng = random.Random(seed)
-        self.pods = _PodBuffer()
+        self.pods = _PodBuffer(store.prepare_pods)
         self.node = _NodeBuffer(node_name)
         self.nodeslo = _NodeSLOBuffer(node_name)
 
@@ -514,26 +521,41 @@ class KubeSource:
                 h.last_sync = now  # a live watch is a fresh source even when nothing changes
             elif r.last_error_ts > h.last_error_ts:
                 h.last_error, h.last_error_ts = r.last_error, r.last_error_ts
+        self._note_loading()
         return changed
 
-    def synced(self) -> bool:
-        """The pods and the Node have been received (the NodeSLO is optional)."""
-        return self.pods.synced and self.store.node is not None
+    def _note_loading(self) -> None:
+        """Until the first pods list is in force: ``StateStore.pods_loading`` and ``state/pods-loading``
+        (the agent runs from the Node on; at 100,000 pods the list and its views take tens of seconds)."""
+        loading = self.store.pods_loading = not self.pods.synced
+        if loading:
+            self.store.conditions.set(PODS_LOADING_CONDITION, (
+                f"listing the pods of node {self.node_name} from the API server; until they are in force the "
+                "agent works with no pods, and cpuSuppress decides the BE limit from the node and kube QoS-dir "
+                "counters"))
+        else:
+            self.store.conditions.clear(PODS_LOADING_CONDITION)
 
-    def wait_synced(self, timeout: float | None = None, stop: threading.Event | None = None) -> bool:
-        """Start the reflectors if needed and apply their state until pods and Node are known."""
+    def synced(self, pods: bool = True) -> bool:
+        """The Node (and with ``pods`` the pods) have been received (the NodeSLO is optional)."""
+        return (self.pods.synced or not pods) and self.store.node is not None
+
+    def wait_synced(self, timeout: float | None = None, stop: threading.Event | None = None, *,
+                    pods: bool = True) -> bool:
+        """Start the reflectors if needed and apply their state until the Node (and with ``pods`` the
+        pods) are known."""
         self.start()
         t0 = time.monotonic()
         next_note = t0 + 10.0
         while True:
             self.poll()
-            if self.synced():
+            if self.synced(pods):
                 return True
             now = time.monotonic()
             if (timeout is not None and now - t0 >= timeout) or (stop is not None and stop.is_set()):
                 return False
             if now >= next_note:
-                have = ((PODS, self.pods.synced), (NODE, self.store.node is not None))
+                have = ((PODS, self.pods.synced or not pods), (NODE, self.store.node is not None))
                 missing = [k for k, ok in have if not ok]
                 errors = "; ".join(r.last_error for r in self.reflectors.values() if r.last_error)
                 log.warning("still waiting for %s of node %s from the API server%s", " and ".join(missing),
