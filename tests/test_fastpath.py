@@ -205,6 +205,37 @@ def test_v1_be_children_with_their_own_quota_above_the_budget_are_lowered_first(
     assert seen == [(150000, 100000, 150000), (230000, 100000, 200000), (310000, 100000, 200000)]
 
 
+def test_v1_a_fall_reads_only_the_children_that_can_be_above_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the tick has read every BE child, the fast path's fall reads only those last seen above the new
+    quota and those never read (a new pod), not every child (100,000 reads at 100,000 pods, every fall)."""
+    from qosmanager.sim.fakehost import FakeContainer, FakePod
+    from qosmanager.sim.objects import pod_object
+
+    monkeypatch.setattr(Harness, "koordinator_default", True)
+    h, c, fp, _ = setup()  # the tick read every child: the BE pod and its container hold 100000 (1 core)
+    _, pod, ctr, _sandbox = be_dirs(h)
+    read: list[str] = []
+    real = h.executor.read_many
+
+    def spy(resource: str, cgroups: Any) -> Any:
+        if resource == "cpu.cfs_quota_us":
+            read.extend(cgroups)
+        return real(resource, cgroups)
+
+    monkeypatch.setattr(h.executor, "read_many", spy)
+    fp.step()
+    assert any(steps(fp, c, 2, ls=3.0))  # 5200m - 3000m = 2200m: 220000, above both
+    assert read_quota(h) == 220000 and read == [], read
+    late = FakePod("be-2", "default", "be2", BE_POD.qos, [FakeContainer("c", "containerd://" + "f" * 64)])
+    h.set_pods([pod_object(LS), pod_object(BE_POD), pod_object(late, cpu_milli=2000)])
+    late_pod = h.host.pod_dir("be-2")
+    steps(fp, c, 12, ls=3.0)  # half a second on: the hysteresis is back to 0.2 cores
+    assert any(steps(fp, c, 2, ls=4.5))  # 700m: 70000, below every child
+    assert set(read) == {pod, ctr, late_pod, f"{late_pod}/{'f' * 64}"}, read  # never the sandbox
+    q = read_quota(h)  # 70000 give or take the counters' rounding: in force below every child
+    assert q < 100000 and child_quota(h, pod) == child_quota(h, late_pod) == q
+
+
 def test_a_rise_seen_in_part_is_followed_to_its_level() -> None:
     """The first window holds half the rise: the quota falls at once, then follows to the load's level
     in steps smaller than the hysteresis while the rise unfolds (half a second after a write)."""

@@ -23,6 +23,7 @@ import pytest
 
 import qosmanager.agent as agent_mod
 import qosmanager.states.store as store_mod
+import qosmanager.strategies._cpu_suppress_children as children_mod
 from fakeapi import FakeAPIServer, FakeCluster
 from qosmanager.agent import Agent, AgentConfig, StartupError, check_startup
 from qosmanager.executor.executor import WriteResult
@@ -300,6 +301,69 @@ def test_a_child_at_the_be_quota_before_the_pods_are_known_gets_its_own_back() -
         tick(again, 1010.0 + k, ls_used=1.0)
     got = {d: int(again.read_file(again.cgroup_file("cpu", d, "cpu.cfs_quota_us")) or "") for d in (pod, ctr)}
     assert got == {pod: 150_000, ctr: 150_000}, got
+
+
+def quota_reads(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every read of BE children's quotas (the BE dir's own left out), one list per read."""
+    seen: list[list[str]] = []
+    real = h.executor.read_many
+
+    def spy(resource: str, cgroups: Any) -> Any:
+        if resource == "cpu.cfs_quota_us":
+            seen.append([d for d in cgroups if d != BE_DIR])
+        return real(resource, cgroups)
+
+    monkeypatch.setattr(h.executor, "read_many", spy)
+    return seen
+
+
+def many_be(n: int) -> list[FakePod]:
+    return [FakePod(f"bx-{i}", "default", f"bx{i}", KubeQoS.BESTEFFORT,
+                    [FakeContainer("c", f"containerd://{i:064x}")]) for i in range(1, n + 1)]
+
+
+def test_under_a_limited_be_dir_the_children_are_read_a_share_a_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent (re)started on a BE dir already limited (an earlier run's quota, or the one it wrote while the
+    pods were on their way): v1 keeps every child at or below it, so the children's own quotas are learnt a
+    share a tick, not all in the first tick after the pods come (at 100,000 pods that read held the agent for
+    tens of seconds).  Before, that tick read every one."""
+    monkeypatch.setattr(children_mod, "SCAN_PER_TICK", 10, raising=False)
+    h = koord([LS, *many_be(20)])
+    h.write_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us"), "370000\n")  # LS 1 core: this budget
+    walk = h.layout.dirs_up_to_depth("cpu", BE_DIR, 2)[1:]
+    assert len(walk) >= 40
+    seen = quota_reads(h, monkeypatch)
+    per_tick = []
+    for k in range(len(walk) // 10 + 2):
+        n = len(seen)
+        tick(h, 1000.0 + k, ls_used=1.0)
+        per_tick.append(sum(len(r) for r in seen[n:]))
+    assert max(per_tick) <= 10 + 2, per_tick  # a share, and the rest of a pod's dirs with it
+    assert per_tick[-1] == 0, per_tick  # each read once: a steady budget reads none
+    suppress = h.strategy("cpuSuppress")
+    assert set(suppress.child_own) == set(walk)  # type: ignore[attr-defined]
+    assert int(h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us")) or "") == 370000
+
+
+def test_a_fall_below_a_child_not_read_yet_is_refused_then_every_child_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fall while the children are still learnt: the share read and the children known above it are
+    lowered; v1 refuses the BE quota above a child not read yet (EINVAL), and the next tick reads every child
+    and lowers them first, as after a child's owner's unseen re-write."""
+    monkeypatch.setattr(children_mod, "SCAN_PER_TICK", 10, raising=False)
+    h = koord([LS, *many_be(20)])
+    h.write_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us"), "370000\n")
+    walk = h.layout.dirs_up_to_depth("cpu", BE_DIR, 2)[1:]
+    seen = quota_reads(h, monkeypatch)
+    tick(h, 1000.0, ls_used=1.0)
+    first = quota_results(tick(h, 1001.0, ls_used=4.2))  # 500m: below every BE pod's own 150000
+    assert (BE_DIR, "50000", "failed") in first, first
+    n = len(seen)
+    tick(h, 1002.0, ls_used=4.2)
+    assert set(walk) <= {d for r in seen[n:] for d in r}, "every child read after the refusal"
+    quotas = {d: int(h.read_file(h.cgroup_file("cpu", d, "cpu.cfs_quota_us")) or "") for d in walk}
+    assert int(h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.cfs_quota_us")) or "") == 50000
+    assert all(q <= 50000 for q in quotas.values()), quotas
 
 
 def test_a_big_pods_file_is_decoded_beside_the_polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

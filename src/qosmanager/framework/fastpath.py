@@ -40,8 +40,10 @@ On cgroup v1 a BE pod or container may hold a quota of its own (koordlet's batch
 kernel refuses a parent's quota below a child's (EINVAL).  With the BE dir's quota, the fast path lowers
 every BE pod and container whose quota in the kernel is above it to the same value, in the same executor
 batch (falling limits go children first), keeping cpuSuppress's record of their own quotas so that the
-tick gives them back as the budget rises.  The BE tree is walked again whenever the pod set changed, so a
-pod the tick has not seen yet is read before its parent goes below it.
+tick gives them back as the budget rises.  It reads only the children that can be above it: those last
+seen above it and those never read (every one after v1 refused a BE quota; a refusal of its own write
+has the tick read every one).  The BE tree is walked again whenever the pod set changed, so a pod the tick
+has not seen yet is read before its parent goes below it.
 
 Nothing the scheduler's thread does blocks it: a pods-file decode, a relist, a slow strategy, or an
 audit log on a full disk run elsewhere; its shared steps are the executor's lock for its one write and, on
@@ -279,6 +281,9 @@ class FastPath:
         if self.layout.version == 1:  # v1 refuses a parent quota below a child's: children go first
             writes = [*self._lower_children(quota), w]
         results = self.executor.apply(writes)
+        if any(r.write is w and r.status == "failed" for r in results) and self.layout.version == 1:
+            with s.children_lock:
+                s.children.refused = True  # v1: a child above it, maybe one not read: the tick reads every one
         s.held_quota = quota
         self._wrote(now, first, bool(results))
         return w
@@ -339,7 +344,9 @@ class FastPath:
         rises.  The BE tree is walked again when the pod set changed (a new pod's quota is read before the
         BE dir goes below it); the executor writes falling limits children first, the BE dir last."""
         s = self.strategy
-        dirs = self._be_children()
+        walk = self._be_children()
+        with s.children_lock:  # the children that can be above it, not every one (100,000 at 100,000 pods)
+            dirs = s.children.fall_candidates(walk, quota)
         values = self.executor.read_many(QUOTA, dirs)
         out: list[Write] = []
         with s.children_lock:

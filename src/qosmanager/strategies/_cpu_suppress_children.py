@@ -25,6 +25,15 @@ it, and only then (``refused``, set by the strategy's ``after_apply``) are the c
 first, at the next tick.  Their own quotas are then what is found; one found at exactly the BE dir's
 quota is decided by the batch-cpu rule once the pods are known (``_unsure``).
 
+**A big node** (100,000 pods: as many BE children): every child is read at once only when the BE dir
+goes from unlimited to a limit, after v1 refused the BE dir's quota and when children found at an earlier
+run's BE quota are decided.  Under a limited BE dir v1 keeps every child at or below it, so the children
+are learnt :data:`SCAN_PER_TICK` a tick (a pod with its containers) until each was read once, and a fall
+reads the children last seen above the new quota, the dirs new since and that tick's share of the unread;
+an unread child above it makes v1 refuse the BE quota (EINVAL), and every child is read at the next tick,
+as for a child's owner's re-write the strategy did not see.  The batch-cpu rule's quotas are worked out
+only when a child is found at the BE dir's quota.
+
 Map of the file: :class:`BEChildQuotas` (the children's own quotas, the ones lowered, the lock
 the fast path shares) with ``fit()``, which reads the children a budget change can touch and
 returns their writes, and the batch-resource rule's quotas (``_rule_quotas_of``); small helpers
@@ -45,6 +54,8 @@ from qosmanager.host.resources import milli_cpu_to_quota
 UNLIMITED = -1
 QUOTA = "cpu.cfs_quota_us"
 CONTAINER_DEPTH = 2  # below the BE QoS dir: 1 pods, 2 containers (sandboxes included)
+# BE children read a tick, under a limited BE dir, until each was read once (100,000 pods: some 12 ticks)
+SCAN_PER_TICK = 8192
 
 
 class BEChildQuotas:
@@ -65,11 +76,22 @@ class BEChildQuotas:
         # the BE dir's quota was refused (v1: a child above it) while the children were not read
         self.refused = False
         self._rule_quotas: tuple[int, dict[str, int]] | None = None
+        # the BE children not read yet (a walk, its dirs not in ``own`` then, how many of them were read)
+        self._unread: tuple[list[str], list[str], int] | None = None
 
     def fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
         """Under :attr:`lock` (the fast path writes the same maps): see :meth:`_fit`."""
         with self.lock:
             return self._fit(ctx, be_dir, be_now, budget)
+
+    def fall_candidates(self, walk: list[str], quota: int) -> list[str]:
+        """The BE children (``walk``: every one, parents first) that can be above ``quota``, for the fast
+        path's fall (under :attr:`lock`): those never read and those last seen above it; every one after
+        v1 refused the BE dir's quota (a child's owner re-wrote it above, unseen)."""
+        if self.refused:
+            return walk
+        own, lowered = self.own, self.lowered
+        return [d for d in walk if d not in own or lowered.get(d, own[d]) > quota]
 
     def _fit(self, ctx: Context, be_dir: str, be_now: int | None, budget: int) -> list[Request]:
         """cgroup v1: the BE pods' and containers' quotas under the BE dir's next quota ``budget``
@@ -77,11 +99,15 @@ class BEChildQuotas:
         ``be_now``: the BE dir's quota as read this tick (None: not read).  Whatever writes the BE
         dir's quota sends these writes in the same executor batch (the executor orders them).
 
-        Every BE child is read once after start, when the BE dir was unlimited, and after v1 refused the
-        BE dir's quota; when a limited budget falls only the children last seen above the new quota and
-        the dirs new since are read, when it rises only the children lowered earlier, and when it stays
-        none: the kernel keeps every other one at or below the limited BE dir (a dense node pays no
-        per-pod read per tick; at 100,000 pods a read of every child made a falling tick 7 to 11 s)."""
+        Every BE child is read at once when the BE dir goes from unlimited to a limit and after v1
+        refused the BE dir's quota.  Under a limited BE dir (v1 keeps every child at or below it) the
+        children not read yet are read :data:`SCAN_PER_TICK` a tick until each was read once; when a
+        limited budget falls only the children last seen above the new quota, the dirs new since and
+        that tick's share of the unread are read, when it rises only the children lowered earlier, and
+        when it stays none (a dense node pays no per-pod read per tick: at 100,000 pods a read of every
+        child made a falling tick 7 to 11 s, and the first one after the pods came held the agent for as
+        long).  A child above a falling budget that was not read makes v1 refuse the BE dir's quota, and
+        every child is read at the next tick."""
         if ctx.cgroup_version != 1:
             return []  # v2 takes a parent cpu.max below its children's
         own, lowered = self.own, self.lowered
@@ -92,26 +118,32 @@ class BEChildQuotas:
             # read's many GIL hand-overs into a wait, some 50 s in all): the BE quota goes first; a child
             # above it makes v1 refuse it (EINVAL, counted by after_apply), and then they are read
             return []
-        # a fall from a limited BE dir: v1 keeps every child at or below it, so only the children last
-        # seen above the new quota and the dirs new since can be above it (a child's owner's re-write in
-        # between makes v1 refuse the BE quota: then every child is read at the next tick)
-        narrow = (budget >= 0 and self._scanned and not self.refused and be_now is not None and be_now >= 0
-                  and not (self._unsure and not provisional))
-        full = budget >= 0 and not narrow and (falling or not self._scanned or self.refused
-                                               or bool(self._unsure and not provisional))
-        if narrow and falling:
-            walk = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
-            high = {d for d, v in own.items() if lowered.get(d, v) > budget}
-            wanted = high | {d for d in walk if d not in own}
-            dirs = _with_parents(wanted, be_dir)
-        elif full:  # every BE pod and container
+        limited = be_now is not None and be_now >= 0
+        unsure = bool(self._unsure and not provisional)
+        # every child now: from unlimited any child may be above the first limit; a refused BE quota (a
+        # child above it, maybe one never read); children at an earlier run's BE quota, decided with the pods
+        full = budget >= 0 and (not limited or self.refused or unsure)
+        if full:  # every BE pod and container
             dirs = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
-            self._scanned, self.refused = True, False
+            self._scanned, self.refused, self._unread = True, False, None
             if not dirs:
                 own.clear()
                 lowered.clear()
                 self._unsure.clear()
                 return []
+        elif budget >= 0 and (falling or not self._scanned):
+            # under a limited BE dir: the children last seen above a falling budget, the dirs never read
+            # (this tick's share of them; a child above the budget among the rest makes v1 refuse the BE
+            # quota: every child is read at the next tick), and on a rise the children lowered earlier
+            walk = ctx.cgroup_dirs("cpu", be_dir, CONTAINER_DEPTH)[1:]
+            if falling:
+                wanted = {d for d, v in own.items() if lowered.get(d, v) > budget}
+            else:
+                wanted = set(lowered) if budget != be_now else set()
+            wanted.update(self._unread_share(walk, be_dir))
+            if not wanted:
+                return []
+            dirs = _with_parents(wanted, be_dir)
         else:
             # the BE dir's quota stays or rises, and v1 keeps every child at or below a limited
             # parent: only the children lowered earlier (and their parents) can change
@@ -119,12 +151,18 @@ class BEChildQuotas:
                 return []  # a steady budget: a child's owner's re-write is found when it next rises
             dirs = _with_parents(set(lowered), be_dir)
         values = ctx.read_many(QUOTA, dirs)
-        rule = self._rule_quotas_of(ctx)
-        if full and self._unsure and not provisional:
+        rules: list[dict[str, int]] = []  # the batch-cpu rule's quotas, worked out only where needed
+
+        def rule(d: str) -> int:
+            if not rules:
+                rules.append(self._rule_quotas_of(ctx))
+            return rules[0].get(d, UNLIMITED)
+
+        if full and unsure:
             for d, at in self._unsure.items():  # at the BE quota of an earlier run: the rule's, if higher
-                if own.get(d) == at and _limit(rule.get(d, UNLIMITED)) > at:
+                if own.get(d) == at and _limit(rule(d)) > at:
                     # held at ``at`` by that run (or lower by this one since): given back as the budget allows
-                    own[d], lowered[d] = rule[d], lowered.get(d, at)
+                    own[d], lowered[d] = rule(d), lowered.get(d, at)
             self._unsure.clear()
         ceiling: dict[str, float] = {be_dir: _limit(budget)}  # the quota each dir is held to from above
         writes: list[Request] = []
@@ -143,9 +181,8 @@ class BEChildQuotas:
             mine = own.get(d)
             if mine is None or lowered.get(d) != cur:
                 # first sight, or a value this strategy did not write: its owner's
-                ruled = rule.get(d, UNLIMITED)
-                if mine is None and not provisional and cur >= 0 and cur == be_now and _limit(ruled) > cur:
-                    mine = ruled  # lowered by an earlier run of the agent: the batch-cpu rule's quota
+                if mine is None and not provisional and cur >= 0 and cur == be_now and _limit(rule(d)) > cur:
+                    mine = rule(d)  # lowered by an earlier run of the agent: the batch-cpu rule's quota
                 else:
                     mine = cur
                     if provisional and cur >= 0 and cur == be_now:
@@ -172,6 +209,25 @@ class BEChildQuotas:
                 lowered.pop(gone, None)
                 self._unsure.pop(gone, None)
         return writes
+
+    def _unread_share(self, walk: list[str], be_dir: str) -> list[str]:
+        """This tick's share of the BE children never read (at most :data:`SCAN_PER_TICK`, and the rest of
+        the last pod's dirs), in the walk's order; the children count as scanned once none is left."""
+        if self._scanned:
+            return [d for d in walk if d not in self.own]  # new since every child was read
+        if self._unread is None or self._unread[0] is not walk:
+            self._unread = (walk, [d for d in walk if d not in self.own], 0)
+        _, todo, start = self._unread
+        end = min(start + SCAN_PER_TICK, len(todo))
+        if end < len(todo):
+            pod = be_dir + "/" + todo[end - 1][len(be_dir) + 1:].partition("/")[0] + "/"
+            while end < len(todo) and todo[end].startswith(pod):
+                end += 1  # a pod's containers with it: never a pod lowered without reading them
+        if end >= len(todo):
+            self._scanned, self._unread = True, None
+        else:
+            self._unread = (walk, todo, end)
+        return todo[start:end]
 
     def _rule_quotas_of(self, ctx: Context) -> dict[str, int]:
         """The quotas koordlet's batch-resource rule gives BE-labelled pods and their containers
