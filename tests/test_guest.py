@@ -74,7 +74,9 @@ GUESTS = (
         "tests/test_fake_vs_kernel.py::test_memory_high_and_reclaim_take_page_cache_as_the_fake_does",
     )),
     # cgroup v1 with three CPUs: the host's two cannot show a cpuset shrink (BE keeps two at least).
-    Guest("v1", 3, ("tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",), cgroup=1),
+    Guest("v1", 3, ("tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",
+                    "tests/test_kernel_cpuset.py::test_v1_static_cpu_manager_pod_dirs_keep_the_kubelets_shared_pool"),
+          cgroup=1),
 )
 GUEST_TIMEOUT = float(os.environ.get("QOSM_GUEST_TIMEOUT", "900"))
 ENV_PASSED = ("QOSMANAGER_PURE",)

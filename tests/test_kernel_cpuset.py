@@ -147,3 +147,45 @@ def test_v1_parents_keep_the_cpus_of_containers_left_as_they_are(tmp_path) -> No
         written = [r["target"] for r in audit if r["action"] == "write" and r["executed"]]
         assert written.index(next(t for t in written if plain.containers[0] in t)) < \
             written.index(next(t for t in written if t.endswith(f"{plain.dir}/cpuset.cpus"))), written
+
+
+def test_v1_static_cpu_manager_pod_dirs_keep_the_kubelets_shared_pool(tmp_path) -> None:
+    """A static-policy kubelet (its checkpoint: the shared pool is every CPU, a reserved one among them)
+    creates every BE container with that pool, and the runtime writes it to the new container's cpuset:
+    v1 refuses a cpuset outside its parent's (EACCES).  With cpuset suppression the BE containers are
+    narrowed off the reserved CPU; the QoS and pod dirs keep the pool, so the pod's next container
+    starts."""
+    with real_node(tmp_path, version=1, controllers=("cpu", "cpuset")) as node:
+        every = node.cpus_allowed(os.getpid())
+        if len(every) < 3:
+            pytest.skip(f"BE keeps at least 2 CPUs besides a reserved one: needs 3, this node has {len(every)}")
+        reserved = max(every)
+        with open(node.node_file) as f:
+            obj = json.load(f)
+        obj["metadata"]["annotations"] = {
+            "node.koordinator.sh/reservation": json.dumps({"reservedCPUs": str(reserved)})}
+        with open(node.node_file, "w") as f:
+            json.dump(obj, f)
+        kubelet_dir = tmp_path / "kubelet"
+        kubelet_dir.mkdir()
+        (kubelet_dir / "cpu_manager_state").write_text(json.dumps(
+            {"policyName": "static", "defaultCpuSet": format_cpus(every), "entries": {}, "checksum": 1}))
+        be = node.add_pod("be", "BE")
+        proc = node.start(be)
+        node.write_nodeslo({"resourceUsedThresholdWithBE": {
+            "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset"}})
+        be_dir = node.layout.qos_dir("BestEffort")
+        with node.agent("--strategies", "cpuSuppress", "--kubelet-root-dir", str(kubelet_dir), *FAST) as agent:
+            agent.wait_for("the BE container off the reserved CPU",
+                           lambda: reserved not in node.cpus_allowed(proc.pid), 60)
+            time.sleep(1.0)
+            audit = agent.audit("cpuSuppress")
+            refused = [r for r in audit if r["action"] == "write" and not r["executed"]]
+            assert not refused, f"writes the kernel refused: {refused[:3]}"
+            for d in (be_dir, be.dir):
+                assert parse_cpus(node.read(d, "cpuset.cpus", "cpuset")) == every, d
+            # the runtime starts the pod's next container with the kubelet's pool
+            new = f"{be.dir}/{'f' * 64}"
+            node.tree.mkdir(new)
+            node.write(new, "cpuset.cpus", format_cpus(every), "cpuset")
+            assert parse_cpus(node.read(new, "cpuset.cpus", "cpuset")) == every

@@ -356,17 +356,40 @@ def kubelet_checkpoint(h: Harness, text: str) -> None:
     h.shared.kubelet_cpu = KubeletCPUSource(h.store.conditions, kubelet_dir).current
 
 
-def test_static_policy_from_the_kubelet_checkpoint_without_any_flag() -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_static_policy_from_the_kubelet_checkpoint_without_any_flag(version: int) -> None:
     """No flag, no policy annotation: the checkpoint says static and gives a Guaranteed LS pod CPU 6."""
-    h = pools_scenario(1, node_annotations=nrt(reserved="0", system="4"))
+    h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4"))
     entries = json.dumps({LS.uid: {"c": "6"}})
     kubelet_checkpoint(h, f'{{"policyName":"static","defaultCpuSet":"0-5,7","entries":{entries},"checksum":1}}')
     h.tick("cpuSuppress", NOW)
     qos, pod_dir, ctr, sandbox = be_dirs(h)
-    # QoS and pod dirs: every CPU - system 4 - reserved 0 - LSE 3,7 - the kubelet's exclusive 6
-    assert (read_cpuset(h, qos), read_cpuset(h, pod_dir)) == ("1-2,5", "1-2,5")
+    # QoS and pod dirs: every CPU - system 4 - reserved 0 - LSE 3,7 - the kubelet's exclusive 6; on v1
+    # with the kubelet's shared pool 0-5,7 too (the containers carry BE's set)
+    parents = "0-5,7" if version == 1 else "1-2,5"
+    assert (read_cpuset(h, qos), read_cpuset(h, pod_dir)) == (parents, parents)
     # containers: 3 CPUs, nLSR = 3 * 2 // 3 = 2 -> [1,5] and one from the LS pool, now [2] only
     assert (read_cpuset(h, ctr), read_cpuset(h, sandbox)) == ("1-2,5", "1-2,5")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_kubelet_can_start_a_be_container_with_its_shared_pool_under_a_static_cpu_manager(version: int) -> None:
+    """The kubelet creates every container without exclusive CPUs with its shared pool (the checkpoint's
+    defaultCpuSet, 0-5,7 here: the reserved CPU 0 and the system CPU 4 among them), and the runtime
+    writes it to the new container's cpuset.  v1 refuses a cpuset outside its parent's (EACCES): with its
+    pod dir at the BE set only, the pod's next container could not start.  v2 takes it and clamps it."""
+    h = pools_scenario(version, node_annotations=nrt(reserved="0", system="4"))
+    entries = json.dumps({LS.uid: {"c": "6"}})
+    kubelet_checkpoint(h, f'{{"policyName":"static","defaultCpuSet":"0-5,7","entries":{entries},"checksum":1}}')
+    h.tick("cpuSuppress", NOW)
+    _, pod_dir, ctr, _ = be_dirs(h)
+    kernel = h.host.kernel
+    assert kernel is not None
+    new = f"{pod_dir}/{'f' * 64}"  # the runtime: a new container cgroup, then the kubelet's cpuset for it
+    kernel.mkdir(h.layout.abs_dir("cpuset", new))
+    assert kernel.write(h.layout.file("cpuset", new, "cpuset.cpus"), b"0-5,7") == 0
+    assert read_effective(h, new) == ("0-5,7" if version == 1 else "1-2,5")
+    assert read_effective(h, ctr) == "1-2,5"  # the containers the agent narrowed keep BE's set
 
 
 def test_none_policy_from_the_kubelet_checkpoint_beats_the_annotation() -> None:

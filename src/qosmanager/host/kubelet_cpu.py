@@ -89,6 +89,9 @@ class KubeletCPU:
     source: str = SOURCE_NONE
     exclusive: Mapping[str, Mapping[str, frozenset[int]]] = field(default_factory=dict)
     reserved_cpus: frozenset[int] = frozenset()
+    # the static policy's shared pool (the checkpoint's defaultCpuSet, its reserved CPUs among them), which
+    # the kubelet gives every container without exclusive CPUs; empty when not known
+    shared_cpus: frozenset[int] = frozenset()
 
     @cached_property
     def exclusive_cpus(self) -> frozenset[int]:
@@ -237,10 +240,11 @@ class KubeletCPUSource:
                 log.info("kubelet CPU manager policy: %s (from %s)", policy, source)
         exclusive = state.entries if state is not None else {}
         reserved = config.reserved_cpus if config is not None else frozenset()
+        shared = state.default_cpuset if state is not None and state.policy == "static" else frozenset()
         cur = self._current
-        if (cur.policy, cur.source, cur.exclusive, cur.reserved_cpus) != (policy, source, exclusive,
-                                                                          reserved):
-            self._current = KubeletCPU(policy, source, exclusive, reserved)
+        if (cur.policy, cur.source, cur.exclusive, cur.reserved_cpus, cur.shared_cpus) != (
+                policy, source, exclusive, reserved, shared):
+            self._current = KubeletCPU(policy, source, exclusive, reserved, shared)
         return self._current
 
 

@@ -404,7 +404,7 @@ class CPUSuppress(Strategy):
             if full is None:
                 return []
             split = self._split_by_depth(ctx, be_dir)
-            plan = [(split[0] + split[POD_DEPTH], full)]  # recoverCPUSetIfNeed(1)
+            plan = [(split[0] + split[POD_DEPTH], self._parents_value(ctx, full))]  # recoverCPUSetIfNeed(1)
             if value:
                 plan.append((split[CONTAINER_DEPTH], value))
                 self.held_cpuset = (value, True)
@@ -468,8 +468,14 @@ class CPUSuppress(Strategy):
         if full is None:
             return []
         self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
-        paths = ctx.cgroup_dirs("cpuset", ctx.qos_dir(KUBE_QOS_BESTEFFORT), max_depth)
-        return self._emit_cpuset(ctx, [(paths, full)], "recover the BE cpuset: cpuset suppression is not in use")
+        be_dir = ctx.qos_dir(KUBE_QOS_BESTEFFORT)
+        paths = ctx.cgroup_dirs("cpuset", be_dir, max_depth)
+        parents = self._parents_value(ctx, full)
+        plan = [(paths, full)]
+        if parents != full and max_depth == CONTAINER_DEPTH:
+            split = self._split_by_depth(ctx, be_dir)
+            plan = [(split[0] + split[POD_DEPTH], parents), (split[CONTAINER_DEPTH], full)]
+        return self._emit_cpuset(ctx, plan, "recover the BE cpuset: cpuset suppression is not in use")
 
     def _recover_cpuset_for_be_cpu_manager(self, ctx: Context) -> list[Request]:
         """``recoverCPUSetForBECPUManager``: like the recovery, but containers of pods whose cpuset
@@ -483,8 +489,34 @@ class CPUSuppress(Strategy):
         hook = self._pod_sets(ctx).hook_pod_dirs
         containers = [d for d in split[CONTAINER_DEPTH] if d.rpartition("/")[0] not in hook]
         self.policy_status[CPU_SUPPRESS_POLICY_CPUSET] = POLICY_RECOVERED
-        plan = [(split[0] + split[POD_DEPTH] + containers, full)]
+        parents = self._parents_value(ctx, full)
+        plan = [(split[0] + split[POD_DEPTH], parents), (containers, full)] if parents != full else [
+            (split[0] + split[POD_DEPTH] + containers, full)]
         return self._emit_cpuset(ctx, plan, "recover the BE cpuset: the BE CPU manager owns BE cpusets")
+
+    def _parents_value(self, ctx: Context, full: str) -> str:
+        """What the BE QoS and pod dirs get where the plan gives BE ``full``: on cgroup v1 under a static
+        kubelet CPU manager, ``full`` and the kubelet's shared pool (its checkpoint's ``defaultCpuSet``).
+        The kubelet creates and updates every BE container with that pool (the runtime writes it to the
+        container's cpuset), and v1 refuses a container cpuset outside its pod dir's (EACCES): a pod dir
+        without the pool's CPUs (its reserved CPUs, which BE never gets) would fail the creation of the
+        pod's next container.  Under a static CPU manager the containers carry BE's set: the QoS and pod
+        dirs are no limit there, so BE gains no CPU by it.  v2 takes such a write and clamps it."""
+        if ctx.cgroup_version != 1:
+            return full
+        kubelet = ctx.kubelet_cpu
+        cpu_info = ctx.cpu_info
+        if not kubelet.shared_cpus or cpu_info is None:
+            return full
+        try:
+            policy = kubelet.policy or cpu_manager_policy(ctx.topology_annotations, "none")
+        except AnnotationError:
+            return full
+        if policy != CPU_MANAGER_STATIC:
+            return full
+        pool = kubelet.shared_cpus & {p.cpu for p in cpu_info.processors}
+        cpus = set(parse_cpu_list(full))
+        return full if pool <= cpus else format_cpu_list(cpus | pool)
 
     # ------------------------------------------------------------------ fail safe
     def _hold(self, ctx: Context) -> list[Request]:
