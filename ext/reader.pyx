@@ -62,12 +62,14 @@ cdef extern from "<errno.h>" nogil:
         ENFILE
         EFBIG
         ENOMEM
+        EPERM
 
 cdef extern from "<fcntl.h>" nogil:
     int c_open "open"(const char *path, int flags)
     enum:
         O_RDONLY
         O_CLOEXEC
+        O_NOATIME
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t pread(int fd, void *buf, size_t count, long offset)
@@ -137,9 +139,19 @@ cdef inline ssize_t _pread0(int fd, char *buf, size_t n) noexcept nogil:
             return -errno
 
 
+cdef inline int _open_ro(const char *path) noexcept nogil:
+    """open read-only without access-time updates (O_NOATIME: a read of a file on tmpfs, such as
+    a fake tree, otherwise stamps its inode's atime every time; cgroupfs keeps none); a file the
+    process may not open so (not its owner, no CAP_FOWNER: EPERM) is opened plainly."""
+    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC | O_NOATIME)
+    if fd < 0 and errno == EPERM:
+        fd = c_open(path, O_RDONLY | O_CLOEXEC)
+    return fd
+
+
 cdef inline ssize_t _read_path(const char *path, char *buf, size_t n) noexcept nogil:
     """open + pread + close for a file kept in reopen mode; returns -errno on failure."""
-    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
+    cdef int fd = _open_ro(path)
     cdef ssize_t r
     if fd < 0:
         return -errno
@@ -216,22 +228,23 @@ cdef int _parse_kv(const char *buf, ssize_t n, const char **keys, const int *kle
         eol = <const char *>memchr(p, b'\n', end - p)
         if eol == NULL:
             eol = end
-        sp = <const char *>memchr(p, b' ', eol - p)
-        if sp != NULL:
-            L = <int>(sp - p)
-            for i in range(nkeys):
-                if L == klen[i] and memcmp(p, keys[i], L) == 0:
+        # A line is key i's when its first space comes right after the key's bytes: a key holds
+        # no space, so "a space at klen and the key before it" is that test without a search for
+        # the space (most lines are no wanted key's and are passed over by two byte compares).
+        L = <int>(eol - p)
+        for i in range(nkeys):
+            if L > klen[i] and p[klen[i]] == b' ' and p[0] == keys[i][0] and memcmp(p, keys[i], klen[i]) == 0:
+                sp = p + klen[i] + 1
+                while sp < eol and sp[0] == b' ':
                     sp += 1
-                    while sp < eol and sp[0] == b' ':
-                        sp += 1
-                    k = _parse_int(sp, eol, &v)
-                    if k < 0:
-                        bad[0] = 1
-                    else:
-                        out[i] = v
-                        found |= (1 << i)
-                    break
-            if found == full:
+                k = _parse_int(sp, eol, &v)
+                if k < 0:
+                    bad[0] = 1
+                else:
+                    out[i] = v
+                    found |= (1 << i)
+                if found == full:
+                    return found
                 break
         p = eol + 1
     return found
@@ -620,7 +633,7 @@ cdef class StatReader:
             fd = -1
             err = EMFILE
         else:
-            fd = c_open(b, O_RDONLY | O_CLOEXEC)
+            fd = _open_ro(b)
             err = errno if fd < 0 else 0
         if fd >= 0:
             self.fds[i] = fd
