@@ -463,3 +463,43 @@ def test_the_decode_thread_never_writes_the_store(tmp_path: Path) -> None:
     assert len(store.pods) == len(pods) and store.pods_generation == 1
     assert not store.pods_loading and store.conditions.get(LOADING_CONDITION) is None
     assert store.writers == {me}, f"the store was written by {sorted(store.writers)}"
+
+
+def test_a_job_that_holds_the_others_is_named_in_healthz_and_the_log(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every job runs on the agent's one thread: a run of LONG_RUN_SECONDS or more (the first cpuSuppress
+    tick over 100,000 pods took tens of seconds) held the collector and every strategy that long.
+    ``agent/long-run`` names the job, its run and its interval in /healthz (degraded) until its next shorter
+    run; the log says it once when it starts and when it ends.  Before, nothing said why the collector's
+    check went stale."""
+    from qosmanager.framework.scheduler import COND_LONG_RUN, LONG_RUN_SECONDS
+
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=CPUS)
+    mono = [100.0]
+    agent = Agent(AgentConfig(roots=host.roots, strategies=["cpuSuppress"], metrics_addr="127.0.0.1:0",
+                              react_mode=REACT_TICK), monotonic=lambda: mono[0], clock=lambda: 1e9 + mono[0])
+    try:
+        job = next(j for j in agent.scheduler.jobs if j.name == "collect")
+        collect, slow = job.fn, [LONG_RUN_SECONDS + 1.0]
+
+        def timed(now: float) -> None:
+            collect(now)
+            mono[0] += slow[0]  # the pass's time on the agent's clock
+
+        job.fn = timed
+        assert agent.exporter is not None
+        caplog.set_level("INFO")
+        agent.scheduler.run_job(job)
+        agent.scheduler.run_job(job)
+        cond = agent.store.conditions.get(COND_LONG_RUN)
+        assert cond is not None and "job collect ran 6.0 s (its interval 1 s)" in cond.message, cond
+        _, body = agent.exporter.health.check()
+        assert body["status"] != "ok" and COND_LONG_RUN in body["degraded"], body
+        said = [r for r in caplog.records if "ran 6.0 s" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelname == "WARNING", said
+        slow[0] = 0.1
+        agent.scheduler.run_job(job)
+        assert agent.store.conditions.get(COND_LONG_RUN) is None
+        assert any("runs within" in r.getMessage() for r in caplog.records)
+    finally:
+        agent.close()

@@ -50,7 +50,7 @@ from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, 
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
 from qosmanager.framework.gates import FeatureGates, did_you_mean
 from qosmanager.framework.manager import QoSManager, load_strategies
-from qosmanager.framework.scheduler import Scheduler, StopEvent
+from qosmanager.framework.scheduler import LongRuns, Scheduler, StopEvent
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.descriptors import DescriptorBudget
@@ -223,6 +223,7 @@ class Agent:
             self.shared.refresh = self.collector.refresh
         self.scheduler = Scheduler(wall=clock, monotonic=monotonic, seed=seed)
         self.scheduler.add("collect", cfg.collect_interval, self.collect, jitter=0.0)
+        self.scheduler.on_run.append(LongRuns(self.store.conditions).on_run)  # agent/long-run
         # strategies start after the first samples exist (koordlet waits for the collectors too)
         self.strategy_names = self.manager.register(self.scheduler, first_delay=min(cfg.collect_interval, 1.0))
         if self.gates.enabled(BE_IDLE_GATE):  # BE as SCHED_IDLE (qosmanager.framework.beidle)

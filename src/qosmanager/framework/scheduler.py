@@ -15,7 +15,9 @@ job's period still within its jitter bounds.  With a :class:`StopEvent` the loop
 ``poll`` on a descriptor that :meth:`StopEvent.set` makes readable.
 
 Everything runs on the caller's thread, so strategies see a consistent context and
-need no locks; blocking work (file I/O) is done in native batch calls.
+need no locks; blocking work (file I/O) is done in native batch calls.  So a job that runs long holds
+every other one: :class:`LongRuns` says so (``agent/long-run``: the node is beyond what the agent does in
+one tick).
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qosmanager.framework.conditions import Conditions
 
 log = logging.getLogger(__name__)
+
+COND_LONG_RUN = "agent/long-run"
+LONG_RUN_SECONDS = 5.0  # a run that holds every other job this long (five collector passes at the default)
 
 
 @dataclass
@@ -162,3 +171,34 @@ class Scheduler:
                     self.run_ripe(stop)  # the jobs whose window has opened, in this wake-up
             if deadline is not None and self.monotonic() >= deadline:
                 break
+
+
+class LongRuns:
+    """``Scheduler.on_run``: a job that ran :data:`LONG_RUN_SECONDS` or longer held every other job that long
+    (the collector's passes, the other strategies): the node is beyond what the agent does in one tick (a
+    first tick over 100,000 pods).  The ``agent/long-run`` condition names each such job with its last run
+    and interval, until its next shorter run; logged when a job starts and stops running long."""
+
+    def __init__(self, conditions: Conditions, seconds: float = LONG_RUN_SECONDS) -> None:
+        self.conditions = conditions
+        self.seconds = seconds
+        self.long: dict[str, tuple[float, float]] = {}  # job -> (its last run's seconds, its interval)
+
+    def on_run(self, job: Job, seconds: float) -> None:
+        if seconds >= self.seconds:
+            if job.name not in self.long:
+                log.warning("job %s ran %.1f s (its interval %g s): every other job of the agent waited that "
+                            "long; the node is beyond what the agent does in one tick", job.name, seconds,
+                            job.interval)
+            self.long[job.name] = (seconds, job.interval)
+        elif self.long.pop(job.name, None) is not None:
+            log.info("job %s runs within %g s again (%.2f s)", job.name, self.seconds, seconds)
+        else:
+            return
+        if not self.long:
+            self.conditions.clear(COND_LONG_RUN)
+            return
+        runs = "; ".join(f"job {name} ran {took:.1f} s (its interval {every:g} s)"
+                         for name, (took, every) in sorted(self.long.items()))
+        self.conditions.set(COND_LONG_RUN, f"{runs}: every other job of the agent waited that long (the node is "
+                                           "beyond what the agent does in one tick)")
