@@ -3,7 +3,8 @@
 (a) ``native``    -- the collector's readers (``StatReader.read``: pread + parse + deltas, in C)
 (b) ``reference`` -- the plain-Python twin of the same readers
 (c) ``naive``     -- what a straightforward agent does: per file open, read, split, close,
-                     a dict per cgroup, deltas in Python
+                     a dict per cgroup, deltas in Python; the same files as the readers (a BE
+                     cgroup's CPU list too, counted)
 (d) ``floor``     -- the native readers' ``pread_only``: the same descriptors, no parsing
 """
 
@@ -44,7 +45,7 @@ def naive_collector(files: list[dict[str, str | None]], version: int) -> Callabl
     """Per file: open, read, split, close; keys into a dict; deltas against the previous dict."""
     mem_keys = V1_MEM if version == 1 else V2_MEM
     prev: dict[int, tuple[int, int, int, int]] = {}
-    results: dict[int, tuple[float, float, int]] = {}
+    results: dict[int, tuple[float, float, int, int]] = {}
 
     def kv(path: str) -> dict[str, int]:
         with open(path) as f:
@@ -55,6 +56,15 @@ def naive_collector(files: list[dict[str, str | None]], version: int) -> Callabl
             if len(parts) >= 2:
                 out[parts[0]] = int(parts[1])
         return out
+
+    def cpus(path: str) -> int:
+        with open(path) as f:
+            text = f.read().strip()
+        n = 0
+        for part in text.split(",") if text else ():
+            lo, _, hi = part.partition("-")
+            n += int(hi or lo) - int(lo) + 1
+        return n
 
     def run() -> int:
         for i, fs in enumerate(files):
@@ -69,6 +79,7 @@ def naive_collector(files: list[dict[str, str | None]], version: int) -> Callabl
             periods, throttled = cpu.get("nr_periods", 0), cpu.get("nr_throttled", 0)
             mem = kv(fs["memory_stat"]) if fs.get("memory_stat") else {}  # type: ignore[arg-type]
             memory = sum(mem.get(k, 0) for k in mem_keys[:3])
+            ncpus = cpus(fs["cpuset"]) if fs.get("cpuset") else -1  # type: ignore[arg-type]
             p = prev.get(i)
             cores = ratio = float("nan")
             if p is not None and usage >= p[0] and t > p[1]:
@@ -76,7 +87,7 @@ def naive_collector(files: list[dict[str, str | None]], version: int) -> Callabl
                 dp = periods - p[2]
                 ratio = (throttled - p[3]) / dp if dp > 0 else 0.0
             prev[i] = (usage, t, periods, throttled)
-            results[i] = (cores, ratio, memory)
+            results[i] = (cores, ratio, memory, ncpus)
         return len(results)
 
     return run
