@@ -77,6 +77,7 @@ from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
 from qosmanager.strategies._cpu_suppress_children import BEChildQuotas, _int_or_none, _pod_dir
 from qosmanager.strategies._cpu_suppress_cpusets import V1CPUSets
+from qosmanager.strategies._cpu_suppress_pick import pick_be_cpus, pick_be_cpuset
 from qosmanager.strategies._helpers import (
     AnnotationError,
     ClassSplit,
@@ -655,74 +656,6 @@ def calculate_be_suppress_cpu(node: NodeMeta, node_used: float, pod_used: Mappin
         min_milli = capacity * min_percent // 100
         milli = max(milli, min_milli)
     return SuppressQuantity(milli, capacity, threshold_percent, used, min_milli)
-
-
-def pick_be_cpuset(n: int, lsr: Sequence[Processor], ls: Sequence[Processor]) -> list[int]:
-    """``n`` BE CPUs out of the LSR pool and the rest, in proportion to the pools' sizes (koordlet's
-    ``adjustByCPUSet``); the caller has checked that some pool is not empty."""
-    n_lsr = n * len(lsr) // (len(lsr) + len(ls))
-    be: list[int] = []
-    if n_lsr > 0:
-        be += pick_be_cpus(n_lsr, lsr)
-    if n - n_lsr > 0:
-        be += pick_be_cpus(n - n_lsr, ls)
-    return be
-
-
-def pick_be_cpus(cpus: int, procs: Sequence[Processor]) -> list[int]:
-    """``calculateBESuppressCPUSetPolicy``: ``cpus`` CPUs out of ``procs``, spread over NUMA node /
-    socket buckets round-robin, full hyper-thread pairs first, then single CPUs.
-
-    Returns [] when ``procs`` has fewer than ``cpus`` CPUs.  The order is the picking order.
-    """
-    n = len(procs)
-    if n < cpus:
-        return []
-    # koordlet fix: koordlet keys buckets by (NodeID + N) * (SocketID + 1), which puts two different
-    # (node, socket) pairs in one bucket when the products collide (e.g. N=8: node 4 of socket 1 and
-    # node 0 of socket 2 are both 24), so BE CPUs are no longer spread over them.  We key by the pair;
-    # without a collision the buckets, and so the picks, are the same.
-    groups: dict[tuple[int, int], list[Processor]] = {}
-    for p in procs:
-        groups.setdefault((p.node, p.socket), []).append(p)
-    buckets = [sorted(g, key=lambda p: (p.core, p.cpu)) for g in groups.values()]
-    buckets.sort(key=lambda b: (-len(b), b[0].cpu))
-    need = cpus
-    used: set[int] = set()
-    result: list[int] = []
-    nb = len(buckets)
-    i = 0
-    if nb:
-        prev = -1
-        while need > 1:  # pairs of hyper-threads of one core
-            if i == 0:
-                if prev == need:
-                    break  # a whole round without a pair
-                prev = need
-            b = buckets[i]
-            for j in range(len(b) - 1):
-                if b[j].cpu in used:
-                    continue
-                if b[j].core == b[j + 1].core:
-                    result += [b[j].cpu, b[j + 1].cpu]
-                    used.update((b[j].cpu, b[j + 1].cpu))
-                    need -= 2
-                    break
-            i = (i + 1) % nb
-        start, prev = i, -1
-        while need > 0:  # single CPUs, from the bucket where the pairs stopped
-            if i == start:
-                if prev == need:
-                    break
-                prev = need
-            for p in buckets[i]:
-                if p.cpu not in used:
-                    result.append(p.cpu)
-                    used.add(p.cpu)
-                    need -= 1
-                    break
-            i = (i + 1) % nb
-    return result
 
 
 def _explain(q: SuppressQuantity) -> str:
