@@ -8,6 +8,7 @@ as it was while the health says so.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -106,6 +107,18 @@ def test_initial_sync_lists_this_nodes_pods_and_the_node_with_defaults(source: K
     until(source, lambda: source.connected)
     first = api.requests_to("GET", r"^/api/v1/pods$")[0].query
     assert "resourceVersion=0" in first and "fieldSelector=spec.nodeName%3Dnode-a" in first
+
+
+def test_the_first_list_in_force_is_logged_once(source: KubeSource, api: FakeAPIServer,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """An operator (and the memory benchmark) learns when the pods list is in force: the agent starts once
+    the Node is known, and a big node's list arrives later."""
+    caplog.set_level(logging.INFO, logger="qosmanager.states.kube.source")
+    assert source.wait_synced(5)
+    api.cluster.put(pod("c"))
+    until(source, lambda: "uid-c" in source.store.pods)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pods in force")]
+    assert said == [f"pods in force: 2 pods, the first list of node {NODE} from the API server"]
 
 
 def test_watch_events_reach_the_store_on_poll(source: KubeSource, api: FakeAPIServer) -> None:

@@ -462,6 +462,7 @@ class KubeSource:
         self._stop = threading.Event()
         rng = random.Random(seed)
         self.pods = _PodBuffer(store.prepare_pods)
+        self._pods_announced = False  # the first list's arrival logged
         self.node = _NodeBuffer(node_name)
         self.nodeslo = _NodeSLOBuffer(node_name)
 
@@ -528,6 +529,10 @@ class KubeSource:
         """Until the first pods list is in force: ``StateStore.pods_loading`` and ``state/pods-loading``
         (the agent runs from the Node on; at 100,000 pods the list and its views take tens of seconds)."""
         loading = self.store.pods_loading = not self.pods.synced
+        if not loading and not self._pods_announced:
+            self._pods_announced = True
+            log.info("pods in force: %d pods, the first list of node %s from the API server", len(self.store.pods),
+                     self.node_name)
         if loading:
             self.store.conditions.set(PODS_LOADING_CONDITION, (
                 f"listing the pods of node {self.node_name} from the API server; until they are in force the "
