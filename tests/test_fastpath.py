@@ -236,6 +236,38 @@ def test_v1_a_fall_reads_only_the_children_that_can_be_above_it(monkeypatch: pyt
     assert q < 100000 and child_quota(h, pod) == child_quota(h, late_pod) == q
 
 
+def test_v1_a_child_raised_unseen_refuses_the_fast_paths_fall_and_the_tick_reads_every_child(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path reads only the children that can be above its quota by what it knows; a child's owner
+    that raised it since (koordlet's hook after a resize), unseen, makes v1 refuse the BE dir's write; the
+    next fall, the fast path's or the tick's, reads every child and lowers it first."""
+    monkeypatch.setattr(Harness, "koordinator_default", True)
+    h, c, fp, _ = setup()
+    _, pod, ctr, _sandbox = be_dirs(h)
+    fp.step()
+    assert any(steps(fp, c, 2, ls=3.0))  # 220000, above the children's 100000: none read
+    for d in (pod, ctr):  # the owner raises them to 2 cores, under the BE dir's 220000
+        h.write_file(h.cgroup_file("cpu", d, "cpu.cfs_quota_us"), "200000\n")
+    children = h.strategy("cpuSuppress").children  # type: ignore[attr-defined]
+    n = len(h.recorded.writes)
+    c.advance(INTERVAL, 4.0, 1.0)  # the first window sees half the rise: 170000, below the raised children
+    assert fp.step() is not None
+    assert child_quota(h, pod) == 200000 and read_quota(h) == 220000, "v1 refused the BE dir below a child"
+    assert children.refused and len(h.recorded.writes) == n, "nothing written: the children were not read"
+    c.advance(INTERVAL, 4.0, 1.0)  # 120000: after the refusal every child is read and lowered first
+    assert fp.step() is not None
+    q = read_quota(h)
+    assert q < 200000 and child_quota(h, pod) == child_quota(h, ctr) == q, (q, child_quota(h, pod))
+    t = NOW + 1
+    for name, v in (("node_cpu_usage", 5.0), ("kubepods_cpu_usage", 5.0), ("besteffort_cpu_usage", 1.0)):
+        h.add_samples(name, [(t - 0.5, v)])
+    for uid, v in ((LS.uid, 4.0), (BE_POD.uid, 1.0)):
+        h.add_samples("pod_cpu_usage", [(t - 0.5, v)], pod=uid)
+    h.tick("cpuSuppress", t)  # the tick reads every child again, and knows them afterwards
+    assert not children.refused and children.own[pod] == 200000, children.own
+    assert child_quota(h, pod) == child_quota(h, ctr) == read_quota(h)
+
+
 def test_a_rise_seen_in_part_is_followed_to_its_level() -> None:
     """The first window holds half the rise: the quota falls at once, then follows to the load's level
     in steps smaller than the hysteresis while the rise unfolds (half a second after a write)."""

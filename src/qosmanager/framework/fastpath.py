@@ -41,8 +41,8 @@ kernel refuses a parent's quota below a child's (EINVAL).  With the BE dir's quo
 every BE pod and container whose quota in the kernel is above it to the same value, in the same executor
 batch (falling limits go children first), keeping cpuSuppress's record of their own quotas so that the
 tick gives them back as the budget rises.  It reads only the children that can be above it: those last
-seen above it and those never read (every one after v1 refused a BE quota; a refusal of its own write
-has the tick read every one).  The BE tree is walked again whenever the pod set changed, so a pod the tick
+seen above it and those never read (every one after v1 refused a BE quota, its own write's included,
+until the tick has read them all again).  The BE tree is walked again whenever the pod set changed, so a pod the tick
 has not seen yet is read before its parent goes below it.
 
 Nothing the scheduler's thread does blocks it: a pods-file decode, a relist, a slow strategy, or an
