@@ -67,7 +67,10 @@ def one_pod(qos: KubeQoS = KubeQoS.BESTEFFORT, **kw: object) -> FakePod:
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("kubelet_root", ["/", "/kube.slice"])
 def test_tree_matches_layout(root: str, version: int, driver: str, kubelet_root: str) -> None:
-    host = FakeHost(root, version=version, driver=driver, kubelet_cgroup_root=kubelet_root, n_cpus=4)
+    # vanilla: this test checks the kernel's first values of a new cgroup and the kubelet's template
+    # (test_koordinator_fakehost.py checks what a koordinator node writes over them)
+    host = FakeHost(root, version=version, driver=driver, kubelet_cgroup_root=kubelet_root, n_cpus=4,
+                    koordinator=False)  # a new cgroup's first values (see above)
     pods = FakeHost.make_pods(6, containers_per_pod=2, seed=3, be_fraction=0.34)
     host.add_pods(pods)
     # A fresh layout, built only from what detection finds, must name the same dirs.

@@ -400,7 +400,9 @@ def test_the_executor_write_path_meets_the_rules(tmp_path: Path) -> None:
     h = _v1(tmp_path)
     pod = FakeHost.make_pods(1, containers_per_pod=1)[0]
     h.add_pod(pod)
-    rel = h.pod_dir(pod.uid)
+    # the container: on a koordinator node its pod dir's quota may not go below the container's own
+    # (koordlet's batch quota, 100000), a rule of its own, tested above
+    rel = h.container_dir(pod.uid, pod.containers[0].name)
     ex = Executor(h.layout, AuditLog(None), clock=lambda: 100.0)
     try:
         res = ex.apply([Write("t", "cpu.cfs_quota_us", "50000", cgroup=rel, reason="x")])
@@ -421,7 +423,9 @@ def test_a_one_shot_write_meets_the_rules_too(tmp_path: Path) -> None:
     h = _v1(tmp_path)
     pod = FakeHost.make_pods(1, containers_per_pod=1)[0]
     h.add_pod(pod)
-    rel = h.pod_dir(pod.uid)
+    # the container: on a koordinator node its pod dir's quota may not go below the container's own
+    # (koordlet's batch quota, 100000), a rule of its own, tested above
+    rel = h.container_dir(pod.uid, pod.containers[0].name)
     ex = Executor(h.layout, AuditLog(None), clock=lambda: 100.0, max_open_files=0)
     try:
         res = ex.apply([Write("t", "cpu.cfs_quota_us", "50000", cgroup=rel, reason="x"),

@@ -153,7 +153,7 @@ def test_a_koordinator_harness_lays_the_values_out(version: int) -> None:
         assert h.read_file(h.cgroup_file("cpu", pod, "cpu.weight")) == "59\n"  # shares 1536
         assert h.read_file(h.cgroup_file("cpu", BE_DIR, "cpu.weight")) == "1\n"
         assert h.read_file(h.cgroup_file("memory", ctr, "memory.max")) == f"{2 << 30}\n"
-    vanilla = Harness(version=version, koordinator=False)
+    vanilla = Harness(version=version, koordinator=False)  # the vanilla kubelet node it differs from
     vanilla.set_pods([pod_object(BE, cpu_milli=1500)])
     assert quota(vanilla, vanilla.host.pod_dir("be-1")) == -1  # a vanilla kubelet node leaves BE unlimited
     if version == 1:

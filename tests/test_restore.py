@@ -53,7 +53,7 @@ def test_a_restart_drops_the_files_that_are_gone_and_a_cut_line_is_skipped(tmp_p
     j = OriginalsJournal(path, h.executor)
     h.executor.on_write.append(j.on_write)
     write_quota(h, BE, 120000)
-    write_quota(h, pod_dir, 50000, "cpuBurst")
+    write_quota(h, pod_dir, 150000, "cpuBurst")  # above the kubelet's 100000 (its container holds that)
     j.close()
     with open(path, "a") as f:
         f.write('{"resource": "cpu.cfs_quo')  # a node that lost power inside a write
@@ -74,7 +74,7 @@ def test_restore_writes_back_skips_what_is_gone_and_the_command_renames_the_file
     h.executor.on_write.append(j.on_write)
     before = quota(h, pod_dir)
     write_quota(h, BE, 120000)
-    write_quota(h, pod_dir, 50000, "cpuBurst")
+    write_quota(h, pod_dir, 150000, "cpuBurst")  # above the kubelet's 100000 (its container holds that)
     j.close()
     assert quota(h, BE) == "120000"
     fresh = Executor(h.layout, AuditLog(None))  # restore runs once the agent (and its claims) are gone

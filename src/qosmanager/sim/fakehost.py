@@ -62,12 +62,13 @@ import random
 import shutil
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.cpuset import format_cpu_list
 from qosmanager.host.resources import shares_to_weight
 from qosmanager.host.roots import HostRoots
+from qosmanager.sim import koordnode
 from qosmanager.sim.fakekernel import (
     BLKIO_THROTTLE_FILES,
     CFS_PERIOD_US,
@@ -84,7 +85,11 @@ from qosmanager.sim.fakekernel import (
     FakeKernel,
     register,
 )
+from qosmanager.sim.fakepod import FakeContainer, FakePod
 from qosmanager.sim.fakesysfs import build_sys, cpuinfo, topology
+
+if TYPE_CHECKING:
+    from qosmanager.api.pod import PodMeta
 
 USER_HZ = 100
 
@@ -92,23 +97,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
 Files = list[tuple[str, bytes]]
-
-
-@dataclass
-class FakeContainer:
-    name: str
-    container_id: str  # "containerd://<64 hex>"
-    pids: list[int] = field(default_factory=list)
-
-
-@dataclass
-class FakePod:
-    uid: str
-    namespace: str
-    name: str
-    qos: KubeQoS
-    containers: list[FakeContainer]
-    sandbox_id: str | None = None  # "<runtime>://<hash>" of the pause container: laid out like a container
 
 
 def _kv(keys: Iterable[str], values: dict[str, int]) -> str:
@@ -138,12 +126,19 @@ def _write_files(dir_fd: int, files: Files) -> None:
 
 
 class FakeHost:
-    """Builds and edits a fake host under ``root`` (see the module docstring for the layout)."""
+    """Builds and edits a fake host under ``root`` (see the module docstring for the layout).
+
+    A koordinator node unless built with ``koordinator=False``: :meth:`add_pod` writes what koordlet's
+    batch-resource hook and the kubelet write into a pod's cgroups (:mod:`qosmanager.sim.koordnode`).
+    """
+
+    # whether a FakeHost lays its pods out as a koordinator node's when not told
+    koordinator_default = True
 
     def __init__(self, root: str, version: int = 1, driver: str = "cgroupfs", kubelet_cgroup_root: str = "/",
                  n_cpus: int = 8, memory_bytes: int = 64 << 30, seed: int = 0, *, sockets: int = 1,
                  numa_nodes: int = 1, threads_per_core: int = 2, vendor: str = "GenuineIntel",
-                 resctrl: bool = False, kernel: bool = True) -> None:
+                 resctrl: bool = False, kernel: bool = True, koordinator: bool | None = None) -> None:
         if n_cpus < 1 or threads_per_core < 1 or sockets < 1 or numa_nodes < 1:
             raise ValueError("n_cpus, threads_per_core, sockets and numa_nodes must be positive")
         if n_cpus % threads_per_core:
@@ -169,6 +164,9 @@ class FakeHost:
                                kubelet_cgroup_root=kubelet_cgroup_root)
         self.layout = CgroupLayout(self.roots, version, driver)
         self.pods: dict[str, FakePod] = {}
+        self.koordinator = self.koordinator_default if koordinator is None else koordinator
+        self._burstable_requests: dict[str, int] = {}  # koordinator node: a Burstable pod's CPU request
+        self._burstable_total = 0  # their sum (milli-cores): the Burstable QoS dir's shares
         self._rng = random.Random(seed)
         self._all_cpus = format_cpu_list(range(n_cpus)).encode()
         self._all_mems = format_cpu_list(range(numa_nodes)).encode()
@@ -184,6 +182,8 @@ class FakeHost:
                                      mb_max=self._mb_max)
             register(self.kernel)
         self._build_cgroup_skeleton()
+        if self.koordinator:  # the kubelet's Burstable QoS dir shares: its pods' requests, none yet
+            koordnode.write_burstable_shares(self, 0)
         self._build_proc()
         build_sys(self.roots, self.processors, threads_per_core=threads_per_core, sockets=sockets,
                   numa_nodes=numa_nodes, memory_bytes=memory_bytes, mb_max=self._mb_max if resctrl else None)
@@ -327,11 +327,13 @@ class FakeHost:
         except KeyError:
             raise KeyError(f"no pod with uid {uid!r} on this fake host") from None
 
-    def add_pod(self, pod: FakePod) -> None:
+    def add_pod(self, pod: FakePod, meta: PodMeta | None = None) -> None:
         """Create the pod's dir and its containers' (and sandbox's) dirs in every hierarchy.
 
         All paths are computed first: a pod with a bad UID or container ID raises
-        ValueError and leaves nothing behind.
+        ValueError and leaves nothing behind.  On a koordinator node the hooks' and the kubelet's
+        values follow, from ``meta`` (the pod's object) or else from the object
+        :func:`~qosmanager.sim.objects.pod_object` makes of the pod with its default resources.
         """
         if pod.uid in self.pods:
             raise ValueError(f"pod {pod.uid} is already on this fake host")
@@ -348,6 +350,12 @@ class FakeHost:
             self._make_cgroup(rel, "container", qos.value, pids)
         self.pods[pod.uid] = FakePod(uid=pod.uid, namespace=pod.namespace, name=pod.name, qos=qos,
                                      containers=list(pod.containers), sandbox_id=pod.sandbox_id)
+        if self.koordinator:
+            request = koordnode.lay_out_fake_pod(self, self.pods[pod.uid], meta)
+            if qos is KubeQoS.BURSTABLE:
+                self._burstable_requests[pod.uid] = request
+                self._burstable_total += request
+                koordnode.write_burstable_shares(self, self._burstable_total)
 
     def add_pods(self, pods: Iterable[FakePod]) -> None:
         for pod in pods:
@@ -362,6 +370,9 @@ class FakeHost:
         rel = self.pod_dir(uid)
         self._rmtree(rel)
         pod = self.pods.pop(uid)
+        if uid in self._burstable_requests:
+            self._burstable_total -= self._burstable_requests.pop(uid)
+            koordnode.write_burstable_shares(self, self._burstable_total)
         if self.kernel is not None:
             self.kernel.exit([p for c in pod.containers for p in c.pids])
 

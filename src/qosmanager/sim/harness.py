@@ -62,10 +62,10 @@ class Harness:
         self.root = root or tempfile.mkdtemp(prefix="qosm-harness-")
         if root is None:  # a directory of its own goes with the harness (each holds hundreds of inodes)
             weakref.finalize(self, shutil.rmtree, self.root, True)
-        self.host = FakeHost(os.path.join(self.root, "host"), version=version, driver=driver, n_cpus=n_cpus,
-                             memory_bytes=memory_bytes, **host_kw)
-        self.layout = self.host.layout
         self.koordinator = self.koordinator_default if koordinator is None else koordinator
+        self.host = FakeHost(os.path.join(self.root, "host"), version=version, driver=driver, n_cpus=n_cpus,
+                             memory_bytes=memory_bytes, koordinator=self.koordinator, **host_kw)
+        self.layout = self.host.layout
         self._koordinated: set[str] = set()  # pods whose koordinator values are laid out
         self.now = now
         self.store = StateStore()
@@ -127,7 +127,9 @@ class Harness:
 
         if meta.uid not in self.host.pods:
             containers = [FakeContainer(c.name, c.container_id) for c in meta.containers if c.container_id]
-            self.host.add_pod(FakePod(meta.uid, meta.namespace, meta.name, KubeQoS(meta.kube_qos), containers))
+            self.host.add_pod(FakePod(meta.uid, meta.namespace, meta.name, KubeQoS(meta.kube_qos), containers),
+                              meta)  # laid out from its object on a koordinator node
+            self._koordinated.add(meta.uid)
         if self.koordinator and meta.uid not in self._koordinated:
             self._koordinated.add(meta.uid)
             koordnode.lay_out_pod(self.host, meta)

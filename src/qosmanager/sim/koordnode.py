@@ -16,22 +16,41 @@ container has one), the Burstable QoS dir's shares from the sum of its pods' req
 BestEffort QoS dir's shares 2.
 
 :func:`lay_out` writes these values into a :class:`~qosmanager.sim.fakehost.FakeHost`'s files for
-the pods given (``Harness(koordinator=True)``, ``simulate``); :func:`pod_values` is the model itself.
+the pods given; :func:`pod_values` is the model itself.  ``FakeHost.add_pod`` lays every pod out
+this way unless the host is built with ``koordinator=False`` (:func:`lay_out_fake_pod`: from the
+pod object :func:`~qosmanager.sim.objects.pod_object` makes of the pod by default, or from the one
+given), so ``Harness``, ``replay``, ``simulate`` and every test that builds a ``FakeHost`` itself
+run on such a node.
 Tests use it to run every strategy on such a node: on cgroup v1 a BE pod quota is what makes the
 kernel refuse a smaller BestEffort QoS dir quota.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-from qosmanager.api.pod import BATCH_CPU, BATCH_MEMORY, KUBE_QOS_BURSTABLE, PodMeta
-from qosmanager.host.cgroups import KubeQoS
+from qosmanager.api.pod import BATCH_CPU, BATCH_MEMORY, KUBE_QOS_BURSTABLE, PodMeta, pod_meta
+from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.resources import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares, shares_to_weight
-from qosmanager.sim.fakehost import V1_MEMORY_UNLIMITED, FakeHost
+from qosmanager.sim.fakekernel import V1_MEMORY_UNLIMITED
+from qosmanager.sim.fakepod import FakeContainer, FakePod
+from qosmanager.sim.objects import pod_object
 
 RESOURCE_CPU, RESOURCE_MEMORY = "cpu", "memory"
+
+
+class FakeHost(Protocol):
+    """What the lay-out reads of a host (a :class:`~qosmanager.sim.fakehost.FakeHost`, which builds on
+    this module)."""
+
+    @property
+    def layout(self) -> CgroupLayout: ...
+
+    @property
+    def version(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +137,45 @@ def lay_out_pod(host: FakeHost, pod: PodMeta) -> None:
         write_values(host, d, containers[c.name])
 
 
+@functools.lru_cache(maxsize=256)
+def _default_values(qos: str, names: tuple[str, ...]) -> tuple[CgroupValues, dict[str, CgroupValues], int]:
+    """pod_values of the object ``pod_object`` makes (its default resources) of a pod of this QoS class
+    and these containers, and the pod's CPU request: the same for every such pod (cached)."""
+    fake = FakePod("00000000-0000-4000-8000-000000000000", "default", "values", KubeQoS(qos),
+                   [FakeContainer(n, f"containerd://{i:064x}") for i, n in enumerate(names)])
+    meta = pod_meta(pod_object(fake))
+    pod_level, containers = pod_values(meta)
+    return pod_level, containers, meta.cpu_request_milli
+
+
+def lay_out_fake_pod(host: FakeHost, pod: FakePod, meta: PodMeta | None = None) -> int:
+    """A pod just added to ``host``: its values from ``meta`` (its pod object), by default from the
+    object :func:`~qosmanager.sim.objects.pod_object` makes of it with its default resources (batch-cpu
+    1 core and batch-memory 1 GiB per BE container).  Returns the pod's CPU request (milli-cores), the
+    part of the Burstable QoS dir's shares that is its own."""
+    if meta is not None:
+        lay_out_pod(host, meta)
+        return meta.cpu_request_milli
+    qos = pod.qos.value if isinstance(pod.qos, KubeQoS) else str(pod.qos)
+    pod_level, containers, request = _default_values(qos, tuple(c.name for c in pod.containers))
+    layout = host.layout
+    pod_dir = layout.pod_dir(KubeQoS(qos), pod.uid)
+    write_values(host, pod_dir, pod_level)
+    for c in pod.containers:
+        write_values(host, layout.container_dir(pod_dir, c.container_id), containers[c.name])
+    return request
+
+
+def write_burstable_shares(host: FakeHost, request_milli: int) -> None:
+    """The kubelet's Burstable QoS dir shares for its pods' summed CPU request."""
+    rel = host.layout.qos_dir(KubeQoS.BURSTABLE)
+    shares = milli_cpu_to_shares(request_milli)
+    if host.version == 1:
+        _write(host, "cpu", rel, "cpu.shares", str(shares))
+    else:
+        _write(host, "", rel, "cpu.weight", str(shares_to_weight(shares)))
+
+
 def lay_out_qos_dirs(host: FakeHost, pods: Iterable[PodMeta]) -> None:
     """The kubelet's QoS dir shares: Burstable from its pods' requests, BestEffort 2."""
     layout = host.layout
@@ -139,5 +197,5 @@ def lay_out(host: FakeHost, pods: Iterable[PodMeta]) -> None:
     lay_out_qos_dirs(host, pods)
 
 
-__all__ = ["CgroupValues", "burstable_shares", "lay_out", "lay_out_pod",
-           "lay_out_qos_dirs", "pod_values", "write_values"]
+__all__ = ["CgroupValues", "burstable_shares", "lay_out", "lay_out_fake_pod", "lay_out_pod",
+           "lay_out_qos_dirs", "pod_values", "write_burstable_shares", "write_values"]

@@ -19,10 +19,10 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim.fakehost import FakeHost, FakePod
+from qosmanager.sim.fakepod import FakePod
 
 IMAGE = "registry.local/app:1"
 IMAGE_ID = "registry.local/app@sha256:" + hashlib.sha256(IMAGE.encode()).hexdigest()
@@ -139,11 +139,21 @@ def pod_object(pod: FakePod, *, cpu_milli: int = 1000, memory: int = 1 << 30, pr
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
+class NodeSize(Protocol):
+    """What :func:`node_object` reads of a host (a :class:`~qosmanager.sim.fakehost.FakeHost`)."""
+
+    @property
+    def n_cpus(self) -> int: ...
+
+    @property
+    def memory_bytes(self) -> int: ...
+
+
 def pod_list(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(pods)}
 
 
-def node_object(host: FakeHost, name: str = "fake-node", *, reserved_cpu_milli: int = 0,
+def node_object(host: NodeSize, name: str = "fake-node", *, reserved_cpu_milli: int = 0,
                 reserved_memory: int = 0, batch_cpu_milli: int | None = None,
                 batch_memory: int | None = None, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
     cpus = host.n_cpus

@@ -53,7 +53,6 @@ from qosmanager.agent import Agent, AgentConfig
 from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim import koordnode
 from qosmanager.sim.fakehost import FakeHost, FakePod
 from qosmanager.sim.load import LoadModel, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
@@ -145,9 +144,8 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
     """The fake host with every pod laid out, and the files the agent's file source reads."""
     memory = cfg.memory_gib << 30
     host = FakeHost(os.path.join(root, "host"), version=cfg.cgroup_version, n_cpus=cfg.cpus,
-                    memory_bytes=memory, seed=cfg.seed, kernel=cfg.kernel)
+                    memory_bytes=memory, seed=cfg.seed, kernel=cfg.kernel, koordinator=True)
     pods = FakeHost.make_pods(cfg.containers, seed=cfg.seed)
-    host.add_pods(pods)
     rng = random.Random(cfg.seed)
     priorities: dict[str, int] = {}
     objects: dict[str, dict[str, Any]] = {}
@@ -162,7 +160,8 @@ def build_node(cfg: SimConfig, root: str) -> SimNode:
             prio = 9500
             objects[p.uid] = pod_object(p, cpu_milli=500, memory=1 << 30, node_name=SIM_NODE)
         priorities[p.uid] = prio
-    koordnode.lay_out(host, [pod_meta(o) for o in objects.values()])
+    for p in pods:  # a koordinator node: each pod's cgroups laid out from its object
+        host.add_pod(p, pod_meta(objects[p.uid]))
     spec = {"resourceUsedThresholdWithBE": {
         "enable": True,
         "cpuSuppressThresholdPercent": cfg.cpu_threshold_percent,
