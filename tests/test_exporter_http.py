@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import socket
 import threading
@@ -41,8 +42,10 @@ def health(exporter: Exporter) -> tuple[int, dict[str, Any]]:
     return code, json.loads(body)
 
 
-def fake_agent(tmp_path: Path, **cfg: Any) -> tuple[Agent, list[float]]:
-    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=4)
+def fake_agent(tmp_path: Path, version: int = 2, **cfg: Any) -> tuple[Agent, list[float]]:
+    """An agent on a koordinator node (4 CPUs, one LS and one BE pod of two containers: the BE pod's
+    and containers' cgroups hold koordlet's batch quota, 1 core a container), its clock at ``T0``."""
+    host = FakeHost(str(tmp_path / "host"), version=version, n_cpus=4)
     pods = FakeHost.make_pods(4, seed=5)
     host.add_pods(pods)
     (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p) for p in pods)))
@@ -473,5 +476,70 @@ def test_a_node_capacity_beyond_what_the_kernel_can_enforce_is_refused_with_a_co
         assert code == 200 and report["status"] == "degraded"
         detail = report["degraded"]["state/node"]["detail"]
         assert f"status.capacity.{resource}: '{amount}' is more than the kernel can enforce" in detail
+    finally:
+        agent.close()
+
+
+def write_slo(tmp_path: Path, threshold: int) -> None:
+    """The NodeSLO file with BE suppression at ``threshold`` %, its mtime moved on (a re-read is
+    decided by the file's change, and two writes can fall in one mtime tick)."""
+    path = tmp_path / "slo.json"
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(json.dumps(nodeslo_object({"resourceUsedThresholdWithBE": {
+        "enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": threshold}})))
+    now = max(path.stat().st_mtime_ns, before + 10**9)
+    os.utime(path, ns=(now, now))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_be_budget_below_koordlets_batch_quotas_holds_with_healthz_ok(tmp_path: Path, version: int) -> None:
+    """The whole agent on a koordinator node: its BE pod's containers hold koordlet's batch quota (1 core
+    each, the pod 2).  A budget of 0.4 core (4 CPUs x 10 %, the node idle): on v1 the pod and its
+    containers are lowered to it first (v1 refuses a parent quota below a child's), so the BE dir holds
+    it; v2 takes it as it is and leaves the children alone.  Nothing is refused: /healthz stays "ok"
+    with nothing degraded and the BE-limit metric shows the budget.  When the budget rises (65 %) the
+    children hold koordlet's quotas again."""
+    agent, t = fake_agent(tmp_path, version=version)
+    write_slo(tmp_path, 10)
+    exporter = agent.exporter
+    assert exporter is not None and exporter.start()
+    layout = agent.layout
+    be_dir = layout.qos_dir("BestEffort")
+    [(pod_dir, containers)] = [(d, layout.dirs_at_depth("cpu", d, 1)) for d in layout.dirs_at_depth("cpu", be_dir, 1)]
+
+    def quota(rel: str) -> int:
+        if version == 1:
+            return int(Path(layout.file("cpu", rel, "cpu.cfs_quota_us")).read_text())
+        q = Path(layout.file("", rel, "cpu.max")).read_text().split()[0]
+        return -1 if q == "max" else int(q)
+
+    koordlet = {rel: quota(rel) for rel in (pod_dir, *containers)}
+    assert len(containers) == 2 and koordlet == {pod_dir: 200_000, **dict.fromkeys(containers, 100_000)}
+    assert quota(be_dir) == -1
+    try:
+        for k in range(3):
+            t[0] = T0 + k
+            run(agent, "collect")
+            run(agent, "cpuSuppress")
+        assert quota(be_dir) == 40_000
+        children = {rel: quota(rel) for rel in koordlet}
+        assert children == (dict.fromkeys(koordlet, 40_000) if version == 1 else koordlet)
+        code, report = health(exporter)
+        assert code == 200 and report["status"] == "ok" and "degraded" not in report, report
+        fams = parse(get(exporter.url + "/metrics")[2].decode())
+        assert fams["koordlet_be_suppress_cpu_cores"].series() == {(("node", "n1"), ("type", "cfsQuota")): 0.4}
+        write_slo(tmp_path, 65)  # 4 CPUs x 65 % = 2.6 cores, reached in steps (koordlet's scale-up)
+        seen = [quota(be_dir)]
+        for k in range(3, 30):
+            t[0] = T0 + k
+            run(agent, "collect")
+            run(agent, "cpuSuppress")
+            seen.append(quota(be_dir))
+            if seen[-1] == 260_000:
+                break
+        assert seen[-1] == 260_000 and seen == sorted(seen), seen
+        assert {rel: quota(rel) for rel in koordlet} == koordlet, "koordlet's quotas given back"
+        code, report = health(exporter)
+        assert code == 200 and report["status"] == "ok" and "degraded" not in report, report
     finally:
         agent.close()

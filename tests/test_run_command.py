@@ -16,6 +16,7 @@ import pytest
 
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.cli import log_level, main
+from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 
@@ -546,3 +547,52 @@ def test_a_cgroup_root_one_level_off_is_named_with_what_was_expected_there(
                                f"hierarchies, one directory per controller ({wrong}/cpu, {wrong}/cpuacct missing)")
     if off == "down":
         assert lines[0].endswith(f"; {root} holds one: is that the cgroup root?")
+
+
+def test_a_stop_leaves_be_suppressed_and_restore_gives_koordlets_children_their_quota_back(tmp_path) -> None:
+    """``qosmanager run`` on a koordinator v1 node whose BE pods' cgroups hold koordlet's batch quota (1
+    core a container): a BE budget of 0.4 core (4 CPUs x 10 %, the node idle) lowers the pods and
+    containers first; a stop (a rolling update's) leaves all of it in force; ``qosmanager restore`` then
+    gives the BE dir the kubelet's -1 back and each child koordlet's own quota (not the budget)."""
+    host, pods, files = fake_node(tmp_path)
+    files["slo"].write_text(json.dumps(nodeslo_object({"resourceUsedThresholdWithBE": {
+        "enable": True, "cpuSuppressPolicy": "cfsQuota", "cpuSuppressThresholdPercent": 10}})))
+    layout = host.layout
+    be_dir = layout.qos_dir(KubeQoS.BESTEFFORT)
+    children = [host.pod_dir(p.uid) for p in pods if p.qos is KubeQoS.BESTEFFORT]
+    children += [host.container_dir(p.uid, c.name) for p in pods if p.qos is KubeQoS.BESTEFFORT
+                 for c in p.containers]
+
+    def quota(rel: str) -> int:
+        return int(host.read(f"cgroup/cpu/{rel}/cpu.cfs_quota_us"))
+
+    koordlet = {rel: quota(rel) for rel in children}
+    assert len(children) == 6 and set(koordlet.values()) == {100_000, 200_000}  # 2 BE pods of 2 containers
+    originals = tmp_path / "originals.jsonl"
+    proc = subprocess.Popen(run_args(host, files, "--strategies", "cpuSuppress", "--collect-interval", "200ms",
+                                     "--cpu-suppress-interval-seconds", "0.2", "--originals-file", str(originals)),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines, reader = wait_started(proc)
+        deadline = time.monotonic() + 60
+        while quota(be_dir) != 40_000:
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, "".join(lines)
+        reader.join(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (quota(be_dir), {quota(rel) for rel in children}) == (40_000, {40_000}), "a stop leaves BE suppressed"
+    refused = [line for line in lines if ("WARNING" in line or "ERROR" in line) and "received SIGTERM" not in line]
+    assert not refused, "".join(lines)  # nothing refused by the (fake) kernel, no conflict
+    roots = host.roots
+    done = subprocess.run([sys.executable, "-m", "qosmanager", "restore", "--cgroup-root", roots.cgroup,
+                           "--proc-root", roots.proc, "--sys-root", roots.sys, "--cgroup-version", "1",
+                           "--cgroup-driver", "cgroupfs", "--originals-file", str(originals)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert quota(be_dir) == -1
+    assert {rel: quota(rel) for rel in children} == koordlet, "each child holds koordlet's quota again"
