@@ -155,3 +155,66 @@ def test_a_failing_strategy_is_audited_and_the_others_keep_running(monkeypatch) 
     h.set_nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 55}})
     h.tick("testEcho", 1001.0)
     assert h.read_file(shares) == "1055\n"
+
+
+def test_a_watcher_wakes_a_job_now_on_the_loops_thread_coalesced_and_nothing_else_moves() -> None:
+    """``Scheduler.wake`` from another thread: the job runs at once (an hour before it is due), once for
+    three wakes, on the loop's thread; the other job keeps its due time; the woken job's next run is due an
+    interval after this one."""
+    stop = StopEvent()
+    sched = Scheduler(seed=4)
+    threads: list[int] = []
+    ran = threading.Event()
+
+    def job(now: float) -> None:
+        threads.append(threading.get_ident())
+        ran.set()
+
+    woken = sched.add("mem", 3600.0, job, first_delay=3600.0, jitter=0.0)
+    other = sched.add("other", 3600.0, lambda now: None, first_delay=3600.0, jitter=0.0)
+    other_due = other.next_at
+
+    class Waker:  # a watcher: run() starts it with the loop and stops it when the loop ends
+        thread: threading.Thread | None = None
+        stopped = False
+
+        def start(self) -> None:
+            self.thread = threading.Thread(target=lambda: sched.wake("mem", "mem", "no-such-job"))
+            self.thread.start()
+
+        def stop(self) -> None:
+            assert self.thread is not None
+            self.thread.join()
+            self.stopped = True
+
+    waker = Waker()
+    sched.watchers.append(waker)
+    loop = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        assert ran.wait(60), "the woken job did not run (it was due in an hour)"
+        sched.wake("mem")
+    finally:
+        stop.set()
+        loop.join(60)
+    assert not loop.is_alive() and waker.stopped
+    assert threads and set(threads) == {loop.ident}, "the job runs on the loop's thread, not the waker's"
+    assert woken.runs <= 2 and other.runs == 0 and other.next_at == other_due
+    assert woken.next_at >= woken.earliest and woken.next_at - sched.monotonic() > 3000  # due an interval on
+
+
+def test_wakes_before_the_loop_looks_run_the_job_once() -> None:
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=5)
+    runs: list[float] = []
+    sched.add("mem", 10.0, lambda now: runs.append(mono.t), first_delay=10.0, jitter=0.0)
+    sched.add("other", 10.0, lambda now: None, first_delay=10.0, jitter=0.0)
+    mono.t = 1.0
+    for _ in range(3):
+        sched.wake("mem")
+    assert sched.run_ripe() == 1 and runs == [1.0], "three wakes, one run, at once"
+    assert sched.run_ripe() == 0 and sched.wakes == 1
+    mono.t = 10.5  # "other" at its time; "mem" an interval after its woken run (11.0)
+    assert sched.run_ripe() == 1 and runs == [1.0]
+    mono.t = 11.0
+    assert sched.run_ripe() == 1 and runs == [1.0, 11.0]

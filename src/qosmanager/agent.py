@@ -50,6 +50,7 @@ from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, 
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
 from qosmanager.framework.gates import FeatureGates, did_you_mean
 from qosmanager.framework.manager import QoSManager, load_strategies
+from qosmanager.framework.memtrigger import MemoryTrigger
 from qosmanager.framework.scheduler import LongRuns, Scheduler, StopEvent
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
@@ -231,8 +232,7 @@ class Agent:
             self.scheduler.add(idle.name, cfg.qos.reconcile_interval, idle.tick,
                                first_delay=min(cfg.collect_interval, 1.0))
         self.stop_event = StopEvent()  # the scheduler sleeps in one poll on it
-        # the fast path (its own thread, started by run()): BE's quota lowered within 100 ms of a rise
-        # in LS demand (qosmanager.framework.fastpath); off in tick mode or without cpuSuppress
+        # the fast path (own thread, started by run()): BE's quota lowered within 100 ms of LS's rise; off in tick mode
         self.fastpath: FastPath | None = None
         suppress = self.manager.strategies.get("cpuSuppress")
         if cfg.react_mode == REACT_FAST and isinstance(suppress, CPUSuppress) and suppress.name in self.strategy_names:
@@ -244,6 +244,7 @@ class Agent:
             self.scheduler.on_run.append(lambda job, duration: fastpath.retrigger() if job.name in moving else None)
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
+        self.memtrigger = MemoryTrigger.for_agent(self)  # memoryHigh/memoryEvict woken at the fast cadence
         if self.exporter is not None and self.fastpath is not None:
             self.fastpath.observe = self.exporter.metrics.be_limit_reaction.observe
 
@@ -444,8 +445,7 @@ class Agent:
             "cgroup_version": lay.version, "cgroup_driver": lay.driver, "kubepods": kubepods,
             "strategies": running, "strategies_off": off, "feature_gates": dict(cfg.feature_gates),
             "evict_mode": self.evict_mode, "dry_run": cfg.dry_run, "metrics_addr": metrics,
-            "collect_interval": cfg.collect_interval, "audit_log": cfg.audit_log,
-            "plugins": plugs,
+            "collect_interval": cfg.collect_interval, "audit_log": cfg.audit_log, "plugins": plugs,
             "react_mode": cfg.react_mode if self.fastpath is not None else "tick",
         }
         run = ", ".join(f"{n} ({'+'.join(g)})" for n, g in running.items()) or "none"

@@ -18,6 +18,15 @@ Everything runs on the caller's thread, so strategies see a consistent context a
 need no locks; blocking work (file I/O) is done in native batch calls.  So a job that runs long holds
 every other one: :class:`LongRuns` says so (``agent/long-run``: the node is beyond what the agent does in
 one tick).
+
+A watcher on another thread (the memory trigger, :mod:`qosmanager.framework.memtrigger`) can ask for a job
+*now*: :meth:`Scheduler.wake` marks it due and writes a byte to the scheduler's own pipe, which the loop's
+``poll`` watches beside the stop event's.  Wakes coalesce (a job asked for three times before the loop
+looks runs once), the job still runs on the loop's thread, and no other job moves: its next run is due
+``interval`` after this one, as after any run.  Such a watcher is registered in
+:attr:`Scheduler.watchers`: :meth:`Scheduler.run` starts its thread and stops it when the loop ends.
+(With a plain :class:`threading.Event` for ``stop`` the loop cannot watch the pipe: a wake is taken at its
+next wake-up.)
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from qosmanager.framework.conditions import Conditions
@@ -84,13 +93,24 @@ class StopEvent(threading.Event):
             while os.read(self._r, 64):
                 pass
 
-    def sleep(self, timeout: float) -> bool:
-        """Wait until set or ``timeout`` seconds passed (rounded up to the millisecond); True when set."""
+    def sleep(self, timeout: float, wake_fd: int = -1) -> bool:
+        """Wait until set, ``wake_fd`` is readable, or ``timeout`` seconds passed (rounded up to the
+        millisecond); True when set."""
         if not self.is_set():
             p = select.poll()
             p.register(self._r, select.POLLIN)
+            if wake_fd >= 0:
+                p.register(wake_fd, select.POLLIN)
             p.poll(max(0.0, timeout) * 1000.0)
         return self.is_set()
+
+
+class Watcher(Protocol):
+    """A thread that wakes jobs (:meth:`Scheduler.wake`), running while the loop runs."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Scheduler:
@@ -102,6 +122,12 @@ class Scheduler:
         self._rng = random.Random(seed)
         self.on_error: list[Callable[[Job, BaseException], None]] = []
         self.on_run: list[Callable[[Job, float], None]] = []
+        self._woken: dict[str, None] = {}  # jobs a watcher asked for now (wake), in the order asked
+        self._wake_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        weakref.finalize(self, _close, self._wake_r, self._wake_w)
+        self.wakes = 0  # jobs run early because a watcher asked (coalesced)
+        self.watchers: list[Watcher] = []  # started by run(), stopped when it returns
 
     def add(self, name: str, interval: float, fn: Callable[[float], object], *, jitter: float = 0.05,
             first_delay: float = 0.0) -> Job:
@@ -111,6 +137,39 @@ class Scheduler:
         job = Job(name, interval, fn, jitter, due, due)
         self.jobs.append(job)
         return job
+
+    def wake(self, *names: str) -> None:
+        """Thread-safe: run these jobs at once, on the loop's thread (see the module docstring).  A name
+        with no job is ignored."""
+        with self._wake_lock:
+            for name in names:
+                self._woken[name] = None
+        with contextlib.suppress(OSError):  # full (a wake already pending) or closed at exit
+            os.write(self._wake_w, b"\0")
+
+    def take_wakes(self, drain: bool = True) -> int:
+        """Make the jobs a watcher asked for due now (their jitter window open); the number made due.
+        ``drain`` empties the wake pipe first (the loop, after each sleep: a byte left would end every
+        ``poll`` at once)."""
+        if drain:
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 64):
+                    pass
+        if not self._woken:
+            return 0
+        with self._wake_lock:
+            names, self._woken = self._woken, {}
+        if not names:
+            return 0
+        now = self.monotonic()
+        n = 0
+        for job in self.jobs:
+            if job.name in names:
+                job.next_at = min(job.next_at, now)
+                job.earliest = min(job.earliest, now)
+                n += 1
+        self.wakes += n
+        return n
 
     def _next_interval(self, job: Job) -> float:
         if job.jitter <= 0:
@@ -141,6 +200,7 @@ class Scheduler:
         the number run."""
         ran = 0
         while stop is None or not stop.is_set():
+            self.take_wakes(drain=False)
             now = self.monotonic()
             ripe = [j for j in self.jobs if j.earliest <= now]
             if not ripe:
@@ -150,10 +210,27 @@ class Scheduler:
         return ran
 
     def run(self, stop: threading.Event, duration: float = 0.0) -> None:
-        """Run due jobs until ``stop`` is set or ``duration`` seconds (0 = forever) have passed."""
+        """Run due jobs until ``stop`` is set or ``duration`` seconds (0 = forever) have passed; the
+        :attr:`watchers` run meanwhile."""
+        started: list[Watcher] = []
+        try:
+            for w in self.watchers:
+                w.start()
+                started.append(w)
+            self._loop(stop, duration)
+        finally:
+            for w in started:
+                w.stop()
+
+    def _loop(self, stop: threading.Event, duration: float) -> None:
         deadline = self.monotonic() + duration if duration > 0 else None
-        sleep = stop.sleep if isinstance(stop, StopEvent) else stop.wait
+        if isinstance(stop, StopEvent):
+            def sleep(timeout: float) -> bool:
+                return stop.sleep(timeout, self._wake_r)
+        else:
+            sleep = stop.wait
         while not stop.is_set():
+            self.take_wakes()
             if not self.jobs:
                 sleep(0.1 if deadline is None else max(0.0, min(0.1, deadline - self.monotonic())))
             else:
