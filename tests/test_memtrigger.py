@@ -12,6 +12,8 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,12 @@ def node_at(host: FakeHost, percent: float) -> None:
 def cap(host: FakeHost) -> str:
     name = "memory.high" if host.layout.version == 2 else "memory.soft_limit_in_bytes"
     path = host.layout.file("memory", host.layout.qos_dir(KubeQoS.BESTEFFORT), name)
-    with open(path) as f:
-        return f.read().strip()
+    while True:  # a read between the agent's write and its length cut sees nothing: read again
+        with open(path) as f:
+            text = f.read().strip()
+        if text:
+            return text
+        time.sleep(0.001)
 
 
 def uncapped(host: FakeHost) -> bool:
@@ -143,7 +149,7 @@ def test_no_trigger_without_memory_high_or_in_tick_mode(tmp_path: Path, strategi
 
 
 def test_one_file_read_per_sample_whatever_the_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    host, agent, clock = make(tmp_path, 2, strategies=["memoryHigh"], gates={"BEMemoryHigh": True}, pods=200)
+    host, agent, clock = make(tmp_path, 2, strategies=["memoryHigh"], gates={"BEMemoryHigh": True}, pods=20)
     try:
         trigger = agent.memtrigger
         assert trigger is not None
@@ -193,3 +199,41 @@ def test_the_thread_runs_with_the_scheduler_loop(tmp_path: Path) -> None:
         assert trigger._thread is not None and not trigger._thread.is_alive()
     finally:
         agent.close()
+
+
+def test_the_running_agent_caps_be_long_before_memory_highs_next_tick(tmp_path: Path) -> None:
+    """``Agent.run`` on the fake host, memoryHigh's interval an hour: once its first tick has run, the node
+    crossing the line has BE capped by the trigger's thread waking the loop (the next tick is an hour away)."""
+    from qosmanager.framework.strategy import QoSConfig
+
+    host = FakeHost(str(tmp_path / "host"), version=2, memory_bytes=CAP)
+    pod = be_pod(1)
+    host.add_pods([pod])
+    (tmp_path / "pods.json").write_text(json.dumps(pod_list([pod_object(pod, memory=GiB, priority=5500)])))
+    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
+    (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
+    qos = QoSConfig()
+    qos.memory_evict_interval = 3600.0
+    node_at(host, 50)
+    agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=str(tmp_path / "pods.json"),
+                              node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
+                              strategies=["memoryHigh"], feature_gates={"BEMemoryHigh": True}, metrics_addr="",
+                              cgroup_version="2", cgroup_driver="cgroupfs", qos=qos))
+    runner = threading.Thread(target=agent.run, args=(600.0,), daemon=True)
+    runner.start()
+    try:
+        tick = next(j for j in agent.scheduler.jobs if j.name == "memoryHigh")
+        deadline = time.monotonic() + 120
+        while tick.runs < 1:
+            assert time.monotonic() < deadline and runner.is_alive(), "memoryHigh's first tick did not run"
+            time.sleep(0.02)
+        assert uncapped(host)
+        node_at(host, 65)
+        while uncapped(host):
+            assert time.monotonic() < deadline and runner.is_alive(), "BE was not capped"
+            time.sleep(0.02)
+        assert tick.runs == 2 and agent.scheduler.wakes >= 1
+    finally:
+        agent.stop()
+        runner.join(60)
+    assert not runner.is_alive()
