@@ -101,7 +101,10 @@ def scenario(tmp_path: Path, pods: Sequence[FakePod], *, slo: dict[str, Any] | N
     for r in agent.kube_source.reflectors.values():  # quick reconnects for the outage test
         r.backoff.base, r.backoff.cap = 0.05, 0.3
     try:
-        assert agent.wait_for_state(60)  # pods and Node; the NodeSLO may come a moment later
+        assert agent.wait_for_state(60)  # the Node; the NodeSLO may come a moment later
+        # since 22b4744 the agent starts before the pods list is in force (its first tick may find
+        # none): the scenarios start from the pods, so wait until the agent's poll puts them in force
+        assert agent.kube_source.wait_synced(60)
         sc = Scenario(host, api, agent, clock)
         sc.received()
         yield sc
