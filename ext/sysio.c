@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -83,6 +84,24 @@ int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t
         }
     }
     return failures;
+}
+
+int qm_pread_compare(int n, const int32_t *fds, const char *data, const int64_t *off,
+                     const int64_t *len, uint8_t *same)
+{
+    char buf[QM_COMPARE_MAX];
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        ssize_t r = -1;
+        if (len[i] >= 0 && len[i] < QM_COMPARE_MAX) {
+            do {
+                r = pread(fds[i], buf, (size_t)len[i] + 1, 0);  /* one byte more: a longer file differs */
+            } while (r < 0 && errno == EINTR);
+        }
+        same[i] = (uint8_t)(r == (ssize_t)len[i] && memcmp(buf, data + off[i], (size_t)len[i]) == 0);
+        differ += !same[i];
+    }
+    return differ;
 }
 
 void qm_close_batch(int n, const int32_t *fds)

@@ -23,5 +23,12 @@ int qm_pwrite_batch(int n, const int32_t *fds, const char *data, const int64_t *
  * count or -errno.  Returns the number of failures. */
 int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t *lens);
 
+/* For each i: does fds[i] hold exactly the len[i] bytes at data + off[i] (read from offset 0,
+ * retrying EINTR)?  same[i] is 1 or 0 (a failed read, or more or fewer bytes, is 0); an expected
+ * length of QM_COMPARE_MAX or more never matches.  Returns the number of files that differ. */
+#define QM_COMPARE_MAX 4096
+int qm_pread_compare(int n, const int32_t *fds, const char *data, const int64_t *off,
+                     const int64_t *len, uint8_t *same);
+
 /* Close n descriptors (negative entries are skipped). */
 void qm_close_batch(int n, const int32_t *fds);

@@ -18,6 +18,8 @@ ffibuilder.cdef(
     int qm_pwrite_batch(int n, const int32_t *fds, const char *data, const int64_t *off,
                         const int64_t *len, const uint8_t *trunc, int32_t *err);
     int qm_pread_batch(int n, const int32_t *fds, char *out, int64_t stride, int64_t *lens);
+    int qm_pread_compare(int n, const int32_t *fds, const char *data, const int64_t *off,
+                         const int64_t *len, uint8_t *same);
     void qm_close_batch(int n, const int32_t *fds);
     """
 )

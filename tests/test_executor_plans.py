@@ -54,14 +54,46 @@ def test_a_changed_file_is_corrected_once_the_force_window_is_over(tmp_path) -> 
     assert ex.apply([Plan("s", "quota", 1, build)]) == []  # within the window the plan is trusted
     assert read(paths[PODS[2]]) == "-1\n"
     clock.t += 1
+    reads = ex.stats.read_syscalls
     res = ex.apply([Plan("s", "quota", 1, build)])
-    # every file of the plan was re-read (not answered by the write cache), the changed one corrected
-    assert sorted(r.status for r in res) == ["unchanged"] * 3 + ["written"]
+    # every file of the plan was re-read (not answered by the write cache): the three that show what
+    # they showed when read back after the write by one compare, the changed one corrected
+    assert [(r.write.cgroup, r.status) for r in res] == [(PODS[2], "written")]
+    assert ex.stats.verified == 3 and ex.stats.read_syscalls - reads == 4 + 1 + 1  # compare, read, read back
     assert read(paths[PODS[2]]) == "50000\n"
     assert audit.recent[-1]["target"].endswith("pod2/cpu.cfs_quota_us") and audit.recent[-1]["old"] == "-1"
     # and the next window starts from that re-check
     clock.t += 30
     assert ex.apply([Plan("s", "quota", 1, build)]) == [] and build.builds == 2
+
+
+def test_every_recheck_compares_the_files_and_sends_only_a_reset_one(tmp_path) -> None:
+    ex, layout, clock, audit = make(tmp_path)
+    paths = tree(layout)
+    build = Counting(dict.fromkeys(PODS, "50000"))
+    ex.apply([Plan("s", "quota", 1, build)])
+    for rounds in range(3):
+        with open(paths[PODS[rounds]], "w") as f:
+            f.write("-1\n")  # another writer resets one file in each window
+        clock.t += 59
+        assert ex.apply([Plan("s", "quota", 1, build)]) == []
+        clock.t += 1
+        verified, reads = ex.stats.verified, ex.stats.read_syscalls
+        res = ex.apply([Plan("s", "quota", 1, build)])
+        # the files still as last read are confirmed by one compare; the reset one goes through the
+        # pipeline (read again, corrected, audited), and so does, once more, the one reset the window
+        # before (found holding this agent's value: its count of changes in a row ends there)
+        before = [(PODS[rounds - 1], "unchanged")] if rounds else []
+        assert [(r.write.cgroup, r.status) for r in res] == [*before, (PODS[rounds], "written")]
+        assert ex.stats.verified - verified == 4 - len(res)
+        # compare (each file not in a count of changes), read, read back
+        assert ex.stats.read_syscalls - reads == (4 - len(before)) + len(res) + 1
+        assert read(paths[PODS[rounds]]) == "50000\n" and audit.recent[-1]["old"] == "-1"
+        assert set(ex.fights.fights) == {ex.locator.where[("cpu.cfs_quota_us", PODS[rounds])][4]}
+    assert all(read(paths[d]) == "50000\n" for d in PODS)
+    # a file only ever confirmed by the compare is still this plan's strategy's (its claim renewed, not
+    # dropped as unused after cache_ttl)
+    assert ex.owner("cpu.cfs_quota_us", PODS[3]) == "s"
 
 
 def test_a_new_version_sends_only_what_changed_and_a_failure_again(tmp_path) -> None:
@@ -93,6 +125,37 @@ def test_a_new_version_sends_only_what_changed_and_a_failure_again(tmp_path) -> 
     assert ex.apply([Plan("s", "quota", 3, Counting({}))]) == []  # landed: skipped again
 
 
+def test_a_recheck_reuses_what_it_compares_only_while_no_descriptor_was_closed(tmp_path) -> None:
+    """What a plan's re-check compares (descriptors, texts) is made once and kept; once the table has
+    closed a descriptor it is made again: the number may name another file by now (here files that
+    hold the very text the plan's files held)."""
+    ex, layout, clock, _ = make(tmp_path, max_open_files=4)
+    paths = tree(layout)
+    build = Counting(dict.fromkeys(PODS, "50000"))
+    ex.apply([Plan("s", "quota", 1, build)])
+    clock.t += 60
+    assert ex.apply([Plan("s", "quota", 1, build)]) == [] and ex.stats.verified == 4  # made and kept
+    st = ex.plans.plans[("s", "quota")]
+    kept = st.prepared
+    assert kept is not None
+    clock.t += 60
+    assert ex.apply([Plan("s", "quota", 1, build)]) == [] and ex.stats.verified == 8 and st.prepared is kept
+    # four other files written: the table (4 descriptors) closes the plan's and opens theirs, which
+    # hold the same text; and one of the plan's files is reset by someone else
+    others = [f"{BE}/other{k}" for k in range(4)]
+    for d in others:
+        put(layout, "cpu", d, "cpu.cfs_quota_us", "-1\n")
+    ex.apply([Write("t", "cpu.cfs_quota_us", "50000", d) for d in others])
+    with open(paths[PODS[1]], "w") as f:
+        f.write("-1\n")
+    clock.t += 60
+    res = ex.apply([Plan("s", "quota", 1, build)])
+    # made again: no descriptor is kept for the plan's files now, so all four go through the pipeline
+    assert sorted((r.write.cgroup, r.status) for r in res) == [
+        (d, "written" if d == PODS[1] else "unchanged") for d in PODS]
+    assert read(paths[PODS[1]]) == "50000\n" and st.prepared is not kept
+
+
 def test_plans_are_told_apart_by_strategy_and_key_and_dropped_on_release(tmp_path) -> None:
     ex, layout, clock, _ = make(tmp_path)
     tree(layout)
@@ -118,10 +181,15 @@ def test_dry_run_and_audit_see_every_decision_of_a_plan(tmp_path) -> None:
     assert all(read(p) == "-1\n" for p in paths.values())
     clock.t += 30
     assert ex.apply([Plan("s", "quota", 1, build)]) == []
-    clock.t += 30  # the window is over: every decision is made (and audited) again
+    with open(paths[PODS[3]], "w") as f:
+        f.write("70000\n")  # someone else changes one file
+    clock.t += 30  # the window is over: every file is re-read
     res = ex.apply([Plan("s", "quota", 1, build)])
-    assert [r.status for r in res] == ["dry-run"] * 4
-    assert len([r for r in audit.recent if r["action"] == "write"]) == 8
+    # the three still as they were when decided: those decisions stand (audited once, as a written
+    # file's are); the changed one is decided and audited again, against what it holds now
+    assert [(r.write.cgroup, r.status) for r in res] == [(PODS[3], "dry-run")]
+    assert len([r for r in audit.recent if r["action"] == "write"]) == 5 and audit.recent[-1]["old"] == "70000"
+    assert ex.stats.verified == 3
     # a new version is decided and audited for what changed
     clock.t += 1
     res = ex.apply([Plan("s", "quota", 2, Counting({**dict.fromkeys(PODS, "50000"), PODS[0]: "1000"}))])
@@ -135,13 +203,14 @@ def test_spread_plans_end_their_first_window_in_its_second_half(tmp_path) -> Non
     builds = {d: Counting({d: "50000"}) for d in PODS}
     plans = [Plan("s", d, 1, builds[d], spread=True) for d in PODS]
     ex.apply(plans)
+    first = {p.key: p.state.expires for p in plans if p.state is not None}
     first_recheck: dict[str, float] = {}
     for _ in range(61):
         clock.t += 1
         ex.apply(plans)
-        for d, b in builds.items():
-            if b.builds == 2 and d not in first_recheck:
-                first_recheck[d] = clock.t - 1000.0
+        for p in plans:  # a re-check starts the plan's next window
+            if p.state is not None and p.state.expires != first[p.key] and p.key not in first_recheck:
+                first_recheck[p.key] = clock.t - 1000.0
     assert set(first_recheck) == set(PODS)
     assert all(30 <= t <= 60 for t in first_recheck.values())
     assert len(set(first_recheck.values())) > 1
@@ -162,8 +231,10 @@ def test_a_group_is_skipped_in_one_step_and_walked_when_a_window_ends(tmp_path) 
         before = ex.stats.plans_skipped
         ex.apply([PlanGroup("s", "all", plans)])
         walks += ex.stats.plans_skipped - before != len(PODS)  # a walk skips only some of them
-    # every plan re-checked once within the window (the changed file corrected), in a few walks
-    assert all(b.builds == 2 for b in builds.values())
+    # every plan re-checked once within the window (the changed file corrected: its plan built again to
+    # send it), in a few walks
+    assert ex.stats.plans_verified == len(PODS)
+    assert {d: b.builds for d, b in builds.items()} == {d: 2 if d == PODS[1] else 1 for d in PODS}
     assert read(paths[PODS[1]]) == "50000\n"
     assert walks <= 4
 

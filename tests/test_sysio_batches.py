@@ -51,3 +51,29 @@ def test_a_big_batch_allocates_at_most_one_slice(tmp_path, monkeypatch) -> None:
         os.close(fd)
     assert got == [b"12345\n"] * 2000
     assert max(sizes) <= native.PREAD_BATCH_BYTES < 2000 * 4096
+
+
+def test_the_batch_compare_agrees_with_the_twin_and_matches_only_exact_contents(tmp_path) -> None:
+    contents = [b"0-63\n", b"", b"max 100000\n", b"x" * 4095, b"y" * 5000, b"50000\n"]
+    fds = []
+    try:
+        for i, c in enumerate(contents):
+            p = tmp_path / f"f{i}"
+            p.write_bytes(c)
+            fds.append(os.open(p, os.O_RDONLY))
+        closed = os.open(tmp_path / "f0", os.O_RDONLY)
+        os.close(closed)
+        arr = np.array([*fds, *fds, closed], dtype=np.int32)
+        # exact, then each off by a byte (shorter, longer, another byte), then a closed descriptor
+        expected = [*contents, b"0-63", b"\n", b"max 100000\n\n", b"x" * 4094 + b"y", b"y" * 5000, b"50001\n",
+                    b"0-63\n"]
+        got = native.pread_compare(arr, expected)
+        assert got.tolist() == pure_sysio.pread_compare(arr, expected).tolist()
+        # packed once (what a plan's re-check keeps), the same answers
+        assert native.pread_compare(arr, native.pack(expected)).tolist() == got.tolist()
+        assert pure_sysio.pread_compare(arr, pure_sysio.pack(expected)).tolist() == got.tolist()
+        # a content of 4,096 bytes or more never matches (the caller reads such files the long way)
+        assert got.tolist() == [True, True, True, True, False, True] + [False] * 7
+    finally:
+        for fd in fds:
+            os.close(fd)

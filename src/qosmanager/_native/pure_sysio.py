@@ -121,6 +121,30 @@ def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:
     return out
 
 
+COMPARE_MAX = 4096
+
+Packed = tuple[bytes, np.ndarray, np.ndarray]
+
+
+def pack(contents: Sequence[bytes]) -> Packed:
+    lengths = np.array([len(c) for c in contents], dtype=np.int64)
+    offsets = np.zeros(len(contents), dtype=np.int64)
+    if len(contents) > 1:
+        np.cumsum(lengths[:-1], out=offsets[1:])
+    return b"".join(contents), offsets, lengths
+
+
+def pread_compare(fds: np.ndarray, expected: Sequence[bytes] | Packed) -> np.ndarray:
+    data, offsets, lengths = expected if isinstance(expected, tuple) else pack(expected)
+    same = np.zeros(len(lengths), dtype=bool)
+    for i, (fd, off, n) in enumerate(zip(fds.tolist(), offsets.tolist(), lengths.tolist())):
+        if n >= COMPARE_MAX:
+            continue
+        with contextlib.suppress(OSError):
+            same[i] = os.pread(fd, n + 1, 0) == data[off:off + n]
+    return same
+
+
 def close_batch(fds: np.ndarray) -> None:
     for fd in fds.tolist():
         if fd >= 0:

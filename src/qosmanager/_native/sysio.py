@@ -97,6 +97,34 @@ def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:
     return out
 
 
+COMPARE_MAX = 4096  # an expected content this long or longer never matches (QM_COMPARE_MAX)
+
+Packed = tuple[bytes, np.ndarray, np.ndarray]  # contents end to end, their offsets and lengths
+
+
+def pack(contents: Sequence[bytes]) -> Packed:
+    """Contents laid end to end for :func:`pread_compare` (made once, compared many times)."""
+    return _pack(contents, nul=False)
+
+
+def pread_compare(fds: np.ndarray, expected: Sequence[bytes] | Packed) -> np.ndarray:
+    """Whether each descriptor holds exactly ``expected[i]`` (read from offset 0), in one native call:
+    a bool array, False where the read failed or the content differs.  ``expected``: the contents, or
+    :func:`pack` of them."""
+    data, offsets, lengths = expected if isinstance(expected, tuple) else _pack(expected, nul=False)
+    n = len(lengths)
+    same = np.zeros(n, dtype=np.uint8)
+    if n == 0:
+        return same.astype(bool)
+    fds32 = np.ascontiguousarray(fds, dtype=np.int32)
+    lib.qm_pread_compare(
+        n, ffi.from_buffer("int32_t[]", fds32), ffi.from_buffer(data) if data else ffi.NULL,
+        ffi.from_buffer("int64_t[]", offsets), ffi.from_buffer("int64_t[]", lengths),
+        ffi.from_buffer("uint8_t[]", same),
+    )
+    return same.astype(bool)
+
+
 def close_batch(fds: np.ndarray) -> None:
     if len(fds):
         arr = np.ascontiguousarray(fds, dtype=np.int32)

@@ -20,6 +20,9 @@ class CacheEntry:
     value: str  # canonical value written
     ts: float  # when it was written or last confirmed
     content: str | None = None  # what the file held afterwards (saves a read on the next change)
+    # ``content`` is the file's exact text, read while it held ``value`` (under a dry run: when ``value``
+    # was decided), so a byte compare of the file against it re-checks the file (see Executor._verify)
+    exact: bool = False
 
 
 class WriteCache:
@@ -35,8 +38,8 @@ class WriteCache:
             return entry
         return None
 
-    def put(self, key: Key, value: str, now: float, content: str | None = None) -> None:
-        self.entries[key] = CacheEntry(value, now, content)
+    def put(self, key: Key, value: str, now: float, content: str | None = None, exact: bool = False) -> None:
+        self.entries[key] = CacheEntry(value, now, content, exact)
 
     def gc(self, now: float) -> None:
         for k in [k for k, e in self.entries.items() if now - e.ts > self.ttl]:

@@ -10,6 +10,7 @@ job is a room of its own, with its own state and tests:
 :mod:`.cache`      the write cache: which writes cost no syscall
 :mod:`.ownership`  knob ownership: which strategy's value a file gets when two want it
 :mod:`.plans`      plans and plan groups: which of many rarely-changing writes are sent this round
+:mod:`.verify`     a plan's re-check at its window's end: one native compare, the pipeline for the rest
 :mod:`.originals`  what a file held before a strategy changed it, and putting it back
 :mod:`.order`      the leveled order: parents first when limits rise, children first when they fall
 :mod:`.conflicts`  another writer changing a file back: held back, retried with backoff, reported
@@ -29,13 +30,15 @@ One :meth:`Executor.apply` call per scheduler round runs the batch pipeline, top
    audited, never written);
 3. settle **knob ownership** (:mod:`.ownership`);
 4. consult the **write cache** (:mod:`.cache`): a value written less than ``force_seconds`` ago costs
-   no syscall at all; older entries are re-checked so outside changes get corrected;
+   no syscall at all; older entries are re-checked so outside changes get corrected (an unchanged
+   plan's files by one native compare first, :mod:`.verify`);
 5. **read** the current contents of the remaining files in one native batch and drop those already
    equal (``max`` == int64-max, cpusets as sets, ...); a file changed back again and again is held
    (:mod:`.conflicts`);
 6. **order** the writes as a leveled update (:mod:`.order`);
 7. **write** each phase with one native batch call (cached descriptors, ``pwrite``, one errno per
-   file), cache what succeeded (failures never) and **audit** every write with its old and new value;
+   file), cache what succeeded (failures never) and **audit** every write with its old and new value
+   (a plan's files written are read back once, for its re-check: :mod:`.verify`);
 8. note whether the BE protection decided is **in force** (:mod:`.inforce`).
 
 Cached descriptors count in the process's descriptor budget, shared with the collector
@@ -125,6 +128,7 @@ from qosmanager.executor.types import (
     key,
     log,
 )
+from qosmanager.executor.verify import Verifier
 from qosmanager.host import resources as res
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.descriptors import DescriptorBudget
@@ -165,13 +169,14 @@ class Executor:
         self.locator = Locator(layout)
         self.cache = WriteCache(force_seconds, cache_ttl)
         self.claims = Claims(audit, self.stats)
-        self.plans = Plans(force_seconds, self.stats)
         self.originals = Originals()
         self.inforce = InForce(layout, conditions)
         self.fights = Fights(audit, self.stats, conditions, version=self.version, dry_run=dry_run,
                              force_seconds=force_seconds, conflict_after=conflict_after,
                              max_backoff=conflict_max_backoff, short=self.inforce.protection,
                              short_backoff=BACKOFF)
+        self.verifier = Verifier(self.locator, self.cache, self.files, self.fights, self.claims, self.stats)
+        self.plans = Plans(force_seconds, self.stats, self.verifier)
         self.reporter = Reporter(audit, repeat_seconds, clock)
         self.shadow = DryRun(force_seconds)
         self.dirs = Dirs(layout.roots, audit, self.shadow if dry_run else None)
@@ -249,7 +254,7 @@ class Executor:
                     if isinstance(content, str):
                         value = out[i] = self.canonical(r, content)
                         if not multi and k in cache:  # confirmed now (or found changed: the truth)
-                            cache[k] = CacheEntry(value, now, content)
+                            cache[k] = CacheEntry(value, now, content, True)
             return out
 
     def canonical(self, r: res.Resource, content: str) -> str:
@@ -381,6 +386,9 @@ class Executor:
             self._read_current(pending, now)  # 5. read
             self._compare(pending, now)  # 5./6. drop what is there already, order the rest
             self._execute(pending, now)  # 7. write, cache, audit
+            if spans and not self.dry_run:  # a plan's files just written: what they show, for the re-check
+                self.verifier.read_back(pending, {id(w) for _, a, b in spans for w in writes[a:b]},
+                                        self._read_paths, now)
         self.plans.landed(spans, walked, results)
         self.inforce.settle(results, self.inforce.be_dir())
         self.reporter.sweep(now)
@@ -501,7 +509,7 @@ class Executor:
                 it.result.status = "unchanged"
                 self.stats.unchanged += 1
                 if w.cacheable:
-                    self.cache.put(it.key, self._cached_value(it), now, cur)
+                    self.cache.put(it.key, self._cached_value(it), now, cur, it.read and not r.multi_entry)
                 if it.read:
                     self.fights.found(it, cur)
                 continue
@@ -589,8 +597,8 @@ class Executor:
         elif st == "dry-run":
             self.audit.record(strategy=w.strategy, action="write", target=it.target, value=it.result.value,
                               old=it.result.old, uid=w.uid, reason=w.reason, executed=False)
-            if w.cacheable:
-                self.cache.put(it.key, w.value, now)
+            if w.cacheable:  # what the file holds still (read when decided: the re-check compares it)
+                self.cache.put(it.key, w.value, now, it.current, it.read and not it.resource.multi_entry)
             else:
                 self.shadow.decide(it.key, w.value, now)
         elif st == "missing":

@@ -54,6 +54,7 @@ class FileTable:
         self._fds: OrderedDict[str, Entry] = OrderedDict()
         self.one_shot_reads = 0
         self.one_shot_writes = 0
+        self.closes = 0  # descriptors closed so far: a descriptor number kept elsewhere is valid while it holds
         if budget is not None:
             budget.add_holder(self.__len__, self.shed)
 
@@ -112,6 +113,20 @@ class FileTable:
                 out[i] = (ONE_SHOT, False, True)
         return out
 
+    def kept(self, paths: Sequence[str]) -> list[int]:
+        """The readable descriptors kept for ``paths`` (each now the most recently used), -1 where none is
+        kept: nothing is opened."""
+        fds = self._fds
+        out: list[int] = []
+        for p in paths:
+            entry = fds.get(p)
+            if entry is None or not entry[2]:
+                out.append(-1)
+            else:
+                fds.move_to_end(p)
+                out.append(entry[0])
+        return out
+
     @staticmethod
     def _needs_truncate(fd: int) -> bool:
         magic = sysio.fstatfs_magic(fd)
@@ -127,6 +142,7 @@ class FileTable:
         if n <= 0:
             return 0
         victims = [self._fds.popitem(last=False)[1][0] for _ in range(n)]
+        self.closes += n
         sysio.close_batch(np.asarray(victims, dtype=np.int32))
         return n
 
@@ -185,6 +201,7 @@ class FileTable:
         """Close descriptors of files under any of ``prefixes`` (a pod went away)."""
         doomed = [p for p in self._fds if p.startswith(tuple(prefixes))]
         fds = [self._fds.pop(p)[0] for p in doomed]
+        self.closes += len(fds)
         if fds:
             sysio.close_batch(np.asarray(fds, dtype=np.int32))
         return len(fds)
@@ -192,10 +209,12 @@ class FileTable:
     def drop(self, path: str) -> None:
         entry = self._fds.pop(path, None)
         if entry is not None:
+            self.closes += 1
             sysio.close_batch(np.asarray([entry[0]], dtype=np.int32))
 
     def close(self) -> None:
         fds = [fd for fd, _, _ in self._fds.values()]
+        self.closes += len(fds)
         self._fds.clear()
         if fds:
             sysio.close_batch(np.asarray(fds, dtype=np.int32))

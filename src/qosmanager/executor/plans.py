@@ -4,7 +4,15 @@ Decides, per :class:`~qosmanager.executor.types.Plan`, whether it is skipped who
 is unchanged and its force window runs: its writes are not even built), sent whole (new, or its
 window ended: every file re-read and corrected, whatever the write cache says; a ``spread`` plan's
 first window ends somewhere in the second half of ``force_seconds``), or sent in part (a new
-version: only the writes that differ, plus those that failed or lost their file last time).  A
+version: only the writes that differ, plus those that failed or lost their file last time).
+
+The re-check at a window's end of an unchanged plan goes through the executor's verifier first
+(:mod:`.verify`), with the writes kept from its last send: it compares the files it can vouch for
+with what they held when last read, in one native call, and gives back the rest (files that differ,
+or that it cannot vouch for).  Only when there is a rest is the plan built again, and only the rest's
+writes go through the batch pipeline, to be read, compared, corrected and audited as before.  Every
+file is still read once per window.  (A new version at the window's end, or a retry pending: every
+file goes through the pipeline.)  A
 :class:`~qosmanager.executor.types.PlanGroup` whose sequence is the same object costs one step until
 the earliest of its plans' windows ends; it is then walked, re-checking with the due plans those
 whose windows end within the next ``force_seconds / 10``.
@@ -14,7 +22,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from qosmanager.executor.types import RETRY_STATUSES, ExecutorStats, Plan, PlanGroup, PlanState, Write, WriteResult
@@ -30,10 +38,15 @@ class GroupState:
     seen: float
 
 
+# the executor's verifier: of a plan's writes due for their re-check, those to send through the pipeline
+Verify = Callable[[list[Write], float, PlanState | None], list[Write]]
+
+
 class Plans:
-    def __init__(self, force_seconds: float, stats: ExecutorStats) -> None:
+    def __init__(self, force_seconds: float, stats: ExecutorStats, verify: Verify | None = None) -> None:
         self.force_seconds = force_seconds
         self.stats = stats
+        self.verify = verify
         self.plans: dict[tuple[str, str], PlanState] = {}
         self.groups: dict[tuple[str, str], GroupState] = {}
 
@@ -90,14 +103,27 @@ class Plans:
         pk = (p.strategy, p.key)
         st = self.plans.get(pk)
         force = self.force_seconds
-        if st is not None and horizon < st.expires and (st.version is p.version or st.version == p.version):
+        same = st is not None and (st.version is p.version or st.version == p.version)
+        if st is not None and same:
             st.version, st.seen = p.version, now  # the same object next time: an identity check
             p.state = st
-            if not st.retry:
-                self.stats.plans_skipped += 1
-                return None
-            out.extend(st.retry)
-            return st
+            if horizon < st.expires:
+                if not st.retry:
+                    self.stats.plans_skipped += 1
+                    return None
+                out.extend(st.retry)
+                return st
+            if self.verify is not None and not st.retry:
+                # the window is over: the files the verifier cannot vouch for go through the pipeline
+                st.expires = now + force
+                self.stats.plans_verified += 1
+                due = self.verify(st.sent, now, st)
+                if due:
+                    due = self._rebuilt(p, st, due)
+                for w in due:
+                    w.recheck = True
+                out.extend(due)
+                return st
         built = list(p.build())
         self.stats.plans_sent += 1
         if st is None:
@@ -124,6 +150,17 @@ class Plans:
         st.version, st.seen, st.sent = p.version, now, built
         p.state = st
         return st
+
+    def _rebuilt(self, p: Plan, st: PlanState, due: list[Write]) -> list[Write]:
+        """Some files of an unchanged plan need the pipeline: its writes are built again (a strategy may
+        leave out what it learnt meanwhile, a knob this kernel lacks) and those of the due files sent."""
+        built = list(p.build())
+        self.stats.plans_sent += 1
+        keys = {(w.resource, w.cgroup, w.entry) for w in due}
+        kept = {(w.resource, w.cgroup, w.entry) for w in st.sent}
+        st.sent = built
+        return [w for w in built if (w.resource, w.cgroup, w.entry) in keys
+                or (w.resource, w.cgroup, w.entry) not in kept]
 
     def release(self, strategy: str) -> None:
         for pk in [pk for pk in self.plans if pk[0] == strategy]:

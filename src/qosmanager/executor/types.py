@@ -168,6 +168,7 @@ class PlanState:
     retry: list[Write]  # failed or lost last time: sent again on the next round
     owner: object = None  # the executor room that keeps it (plans.Plans)
     alive: bool = True  # False once the executor dropped it
+    prepared: object = None  # what its re-check compares, made ready (verify.Prepared)
 
 
 @dataclass(slots=True)
@@ -204,6 +205,8 @@ class ExecutorStats:
     write_syscalls: int = 0
     plans_skipped: int = 0  # plans unchanged within their force window: not even built
     plans_sent: int = 0  # plans built (first time, new version, or forced re-check)
+    plans_verified: int = 0  # unchanged plans re-checked at a window's end by the verifier
+    verified: int = 0  # files of those found holding what they held when last read (one native compare)
     conflicts: int = 0  # writes held back: another writer keeps changing the file back
     signals: int = 0  # SIGKILLs sent (kill-mode eviction)
     cgroup_kills: int = 0  # cgroup.kill writes (kill-mode eviction on cgroup v2)
