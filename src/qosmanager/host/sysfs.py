@@ -11,6 +11,9 @@ tree):
 * HT: ``devices/system/cpu/smt/active``, else whether any core has two CPUs;
 * NUMA memory: ``bus/node/devices/nodeN/meminfo``.
 
+The per-CPU files (seven or so a CPU: 450 at 64 CPUs, re-read every minute) are read in native
+batches (open, read, close: :mod:`qosmanager._native.sysio`), with the same answers as one by one.
+
 Like lscpu, ``core`` is a *logical* core number, unique on the node: sysfs ``core_id``
 restarts in every socket (and has gaps), so cores are numbered in order of first
 appearance of each (socket, core_id) pair by CPU id.  Missing files fall back to
@@ -21,9 +24,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
+from qosmanager._native import sysio
 from qosmanager.host.cpuset import parse_cpu_list
 from qosmanager.host.procfs import parse_cpuinfo
 from qosmanager.host.roots import HostRoots
@@ -96,16 +103,50 @@ def _cpu_to_node(roots: HostRoots) -> dict[int, int]:
     return out
 
 
-def _l3_id(cpu_dir: str) -> int | None:
-    cache = cpu_dir + "/cache"
-    try:
-        names = sorted(n for n in os.listdir(cache) if n.startswith("index"))
-    except OSError:
+def _int(text: str | None) -> int | None:
+    if text is None:
         return None
-    for name in names:
-        if _read_int(f"{cache}/{name}/level") == 3:
-            return _read_int(f"{cache}/{name}/id")
-    return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _read_ints(paths: Sequence[str]) -> list[int | None]:
+    """``_read_int`` of every path, in native batches: opened, read and closed together."""
+    if not paths:
+        return []
+    fds = sysio.open_batch(paths, os.O_RDONLY)
+    ok = np.flatnonzero(fds >= 0)
+    out: list[int | None] = [None] * len(paths)
+    try:
+        data = sysio.pread_batch(fds[ok], 256) if ok.size else []
+    finally:
+        sysio.close_batch(fds[ok])
+    for k, d in zip(ok.tolist(), data):
+        if isinstance(d, bytes):
+            out[k] = _int(d.decode("ascii", errors="replace"))
+    return out
+
+
+def _l3_ids(cpu_dirs: Sequence[str]) -> list[int | None]:
+    """Each CPU's L3 id: the ``id`` of the first ``cache/index*`` (in name order) whose ``level`` is 3."""
+    indexes: list[list[str]] = []
+    for d in cpu_dirs:
+        try:
+            names = sorted(n for n in os.listdir(d + "/cache") if n.startswith("index"))
+        except OSError:
+            names = []
+        indexes.append([f"{d}/cache/{n}" for n in names])
+    levels = _read_ints([f"{i}/level" for names in indexes for i in names])
+    chosen: list[str | None] = []
+    k = 0
+    for names in indexes:
+        found = next((i for j, i in enumerate(names) if levels[k + j] == 3), None)
+        chosen.append(found)
+        k += len(names)
+    ids = iter(_read_ints([f"{i}/id" for i in chosen if i is not None]))
+    return [None if i is None else next(ids) for i in chosen]
 
 
 def read_topology(roots: HostRoots) -> list[Processor]:
@@ -114,15 +155,16 @@ def read_topology(roots: HostRoots) -> list[Processor]:
     node_of = _cpu_to_node(roots)
     core_numbers: dict[tuple[int, int], int] = {}
     out: list[Processor] = []
-    for cpu in online_cpus(roots):
-        d = f"{cpu_base}/cpu{cpu}"
-        socket = _read_int(d + "/topology/physical_package_id")
+    cpus = online_cpus(roots)
+    dirs = [f"{cpu_base}/cpu{cpu}" for cpu in cpus]
+    ids = _read_ints([f"{d}/topology/{f}" for d in dirs for f in ("physical_package_id", "core_id")])
+    l3s = _l3_ids(dirs)
+    for k, cpu in enumerate(cpus):
+        socket, core_id, l3 = ids[2 * k], ids[2 * k + 1], l3s[k]
         if socket is None or socket < 0:  # some VMs and ARM boards report -1
             socket = 0
-        core_id = _read_int(d + "/topology/core_id")
         key = (socket, core_id) if core_id is not None and core_id >= 0 else (socket, -1 - cpu)
         core = core_numbers.setdefault(key, len(core_numbers))
-        l3 = _l3_id(d)
         out.append(Processor(cpu=cpu, core=core, socket=socket, node=node_of.get(cpu, 0),
                              l3=socket if l3 is None or l3 < 0 else l3))
     out.sort(key=lambda p: (p.node, p.socket, p.core, p.cpu))
