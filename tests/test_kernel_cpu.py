@@ -57,17 +57,38 @@ def suppress_slo(policy: str, threshold: int = THRESHOLD) -> dict:
                                             "cpuSuppressPolicy": policy}}
 
 
-def watch(node: RealNode, rels: list[str], be_dir: str, seconds: float, steps: int = 5):
-    """CPU used by ``rels`` and the node over ``seconds``, and the BE quotas seen meanwhile."""
-    quotas = [node.quota(be_dir)]
-    used = [0.0] * len(rels)
-    node_used = 0.0
-    for _ in range(steps):
-        r, n = node.rates(rels, seconds / steps)
-        used = [u + x / steps for u, x in zip(used, r)]
-        node_used += n / steps
-        quotas.append(node.quota(be_dir))
-    return used, node_used, quotas
+def watch_steady(node: RealNode, rels: list[str], be_dir: str, *, step: float = 0.5, steps: int = 3,
+                 spread: float = 0.15, timeout: float = 60.0):
+    """Watch ``rels`` (LS first, the pods' dir last) and the node in steps of ``step`` seconds (the
+    agent's tick) until ``steps`` steps in a row in which the node's use outside the pods (system) and
+    LS's each stayed within ``spread`` cores, and the BE quota held within ``spread`` over the last two.
+
+    The agent's quota then comes from a tick whose counters lie inside those steps, so the formula can
+    be judged on the same seconds.  Over a window that neighbours' load changes mid-way the agent
+    rightly follows the change tick by tick, and no average of the window says what a tick saw.
+    Returns the steady steps' mean use of ``rels`` and of the node, the quotas seen across them (their
+    start included), and every quota seen while watching."""
+    history: list[tuple[list[float], float, int]] = []
+    seen = [node.quota(be_dir)]
+    deadline = time.monotonic() + timeout
+    while True:
+        r, n = node.rates(rels, step)
+        history.append((r, n, node.quota(be_dir)))
+        seen.append(history[-1][2])
+        run = history[-steps:]
+        if len(run) == steps:
+            system = [max(n - r[-1], 0.0) for r, n, _ in run]
+            ls = [r[0] for r, _, _ in run]
+            quotas = [q for _, _, q in run]
+            if (max(system) - min(system) < spread and max(ls) - min(ls) < spread
+                    and abs(quotas[-1] - quotas[-2]) < spread * PERIOD_US):
+                used = [sum(r[i] for r, _, _ in run) / steps for i in range(len(rels))]
+                start = history[-steps - 1][2] if len(history) > steps else seen[0]
+                return used, sum(n for _, n, _ in run) / steps, [start, *quotas], seen
+        assert time.monotonic() < deadline, (
+            f"the node's use outside the pods never held within {spread} cores for {steps * step:g} s in "
+            f"{timeout:g} s: (LS, system, BE quota) per step: "
+            f"{[(round(r[0], 2), round(max(n - r[-1], 0.0), 2), q) for r, n, q in history]}")
 
 
 def test_cfs_quota_suppression(tmp_path) -> None:
@@ -92,7 +113,8 @@ def test_cfs_quota_suppression(tmp_path) -> None:
         with node.agent("--strategies", "cpuSuppress", *FAST, "--react-mode", "tick") as agent:
             agent.wait_for("BE quota from the agent", lambda: node.quota(be_dir) != -1, 60)
             throttled0 = node.cpu_stat(be_dir)["nr_throttled"]
-            (ls_used, be_used, pods_used), node_used, quotas = watch(node, [ls.dir, be_dir, pods_dir], be_dir, 2.5)
+            (ls_used, be_used, pods_used), node_used, quotas, watched = watch_steady(
+                node, [ls.dir, be_dir, pods_dir], be_dir)
             throttled = node.cpu_stat(be_dir)["nr_throttled"] - throttled0
 
             # the formula, from the kernel's own counters over the same seconds
@@ -102,7 +124,7 @@ def test_cfs_quota_suppression(tmp_path) -> None:
             seen = [q / PERIOD_US for q in quotas]
             context = (f"BE quotas {quotas}; kernel: node {node_used:.2f}, pods {pods_used:.2f}, LS {ls_used:.2f}, "
                        f"BE {be_used:.2f} cores, system {system:.2f} -> expected {expected:.2f} cores")
-            assert all(q >= 2000 for q in quotas), context  # never unlimited, never below koordlet's minimum
+            assert all(q >= 2000 for q in watched), context  # never unlimited, never below koordlet's minimum
             # the batch pod's own quota, above the budget: v1 refuses a parent below a child, so the pod and
             # its container went down first, to at most the BE quota; v2 takes a parent below its children
             # and needs no such step (the pod keeps koordlet's value)
@@ -113,8 +135,8 @@ def test_cfs_quota_suppression(tmp_path) -> None:
                 assert all(0 < q <= be_bound for q in pod_quotas), (pod_quotas, be_bound, context)
             else:
                 assert pod_quotas == (batch_quota, batch_quota), (pod_quotas, context)
-            median = sorted(seen)[len(seen) // 2]
-            assert abs(median - max(expected, 0.02)) < 0.3, context
+            # the last quota came from a tick whose counters lie inside the steady steps
+            assert abs(seen[-1] - max(expected, 0.02)) < 0.3, context
 
             # the kernel enforces it: BE is throttled and uses no more than its quota; LS is untouched
             assert throttled >= 5, context
