@@ -313,14 +313,14 @@ class Agent:
 
     def wait_for_state(self, timeout: float | None = None) -> bool:
         """Kubernetes mode: start the watches and the event recorder and wait (``timeout`` seconds,
-        None = until stopped) until the Node is known (the pods may still be on their way: the BE limit
-        never waits for a big node's list); standalone: True at once."""
+        None = until stopped) until the Node is known and the pods or ``pods_grace`` seconds passed (a big
+        node's list is not waited for: the BE limit never waits on it); standalone: True at once."""
         if self._kube is None:
             return True
         if self.events is not None:
             self.events.start()
         log.info("waiting for Node %s from the API server", self.cfg.node_name)
-        ok = self._kube.wait_synced(timeout, self.stop_event, pods=False)
+        ok = self._kube.wait_synced(timeout, self.stop_event, pods=self._kube.pods_grace)
         if ok:
             pods = (f"{len(self.store.pods)} pods" if not self.store.pods_loading else
                     "the pods list still on its way (the BE limit is decided from the node and kube QoS-dir "

@@ -18,13 +18,14 @@ the last known state: the agent goes on enforcing it, and :attr:`KubeSource.conn
 store's health say so.
 
 A NodeSLO that does not exist (an empty list, or 404 because the CRD is not installed) means
-koordlet's defaults (``set_nodeslo(None)``), never a stall.  The agent starts as soon as the Node is
-known: until the first pods list is in force (at 100,000 pods its transfer, decode and views take tens
-of seconds) ``StateStore.pods_loading`` and the ``state/pods-loading`` condition say the pods are on
-their way, and cpuSuppress decides the BE limit from the node and kube QoS-dir counters, as with a big
-pods file in standalone mode.  A Node that disappears keeps the last known Node (the kubelet will
-register it again; the capacity the strategies need does not vanish with the object).  While the
-API server has no Node of that name (a wrong ``--node-name``, or the Node deleted), the degraded
+koordlet's defaults (``set_nodeslo(None)``), never a stall.  The agent starts once the Node is known
+and the pods list too, or :data:`PODS_GRACE` seconds after the Node: until the first pods list is in
+force (at 100,000 pods its transfer, decode and views take tens of seconds) ``StateStore.pods_loading``
+and the ``state/pods-loading`` condition say the pods are on their way, and cpuSuppress decides the BE
+limit from the node and kube QoS-dir counters, as with a big pods file in standalone mode.  A Node that
+disappears keeps the last known Node (the kubelet will register it again; the capacity the strategies
+need does not vanish with the object).  While the API server has no Node of that name (a wrong
+``--node-name``, or the Node deleted), the degraded
 condition ``state/node-missing`` names it.
 """
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 PODS, NODE, NODESLO = "pods", "node", "nodeslo"
 NODE_MISSING_CONDITION = "state/node-missing"  # the API server has no Node of --node-name
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+PODS_GRACE = 10.0  # seconds the agent's start waits for the pods list once the Node is known
 
 Obj = dict[str, Any]
 Pod = Mapping[str, Any] | PrunedPod
@@ -482,6 +484,7 @@ class KubeSource:
         }
         self._started = False
         self._was_connected = True
+        self.pods_grace = PODS_GRACE  # the agent's start waits this long for the pods once the Node is in
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -546,16 +549,22 @@ class KubeSource:
         return (self.pods.synced or not pods) and self.store.node is not None
 
     def wait_synced(self, timeout: float | None = None, stop: threading.Event | None = None, *,
-                    pods: bool = True) -> bool:
-        """Start the reflectors if needed and apply their state until the Node (and with ``pods`` the
-        pods) are known."""
+                    pods: bool | float = True) -> bool:
+        """Start the reflectors if needed and apply their state until the Node and the pods are known;
+        ``pods`` False: the Node alone; a number: the pods at most that many seconds once the Node is
+        known (a small node's list is in within moments, a big one's is not waited for)."""
         self.start()
         t0 = time.monotonic()
         next_note = t0 + 10.0
+        node_at: float | None = None
         while True:
             self.poll()
-            if self.synced(pods):
+            if self.synced(pods is not False):
                 return True
+            if self.store.node is not None and not isinstance(pods, bool):
+                node_at = time.monotonic() if node_at is None else node_at
+                if time.monotonic() - node_at >= pods:
+                    return True
             now = time.monotonic()
             if (timeout is not None and now - t0 >= timeout) or (stop is not None and stop.is_set()):
                 return False
