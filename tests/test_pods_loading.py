@@ -102,32 +102,8 @@ def test_the_be_quota_is_written_while_the_pods_file_is_still_decoded(
     agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
                               node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
                               strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK))
-    runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
-    runner.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while be_quota(host) == -1:
-            assert time.monotonic() < deadline and runner.is_alive(), (
-                f"no BE quota in {WAIT:g} s while the pods file was decoded (decode started: {decoding.is_set()})")
-            counters.step()
-            time.sleep(0.05)
-        quota = be_quota(host)
-        assert decoding.is_set() and not release.is_set()
-        assert agent.store.pods == {} and agent.store.pods_loading
-        cond = agent.store.conditions.get(LOADING_CONDITION)
-        assert cond is not None and "pods.json" in cond.message, cond
-        # 8 CPUs x 65 % - 1 LS core: 4200m (the rates of a loaded machine's counters wander around it)
-        assert 0 < quota < CPUS * 100_000, quota
-        release.set()
-        while len(agent.store.pods) < len(pods) or agent.store.conditions.get(LOADING_CONDITION) is not None:
-            assert time.monotonic() < deadline + WAIT and runner.is_alive(), "the pods never came into force"
-            counters.step()
-            time.sleep(0.05)
-        assert not agent.store.pods_loading
-    finally:
-        release.set()
-        agent.stop()
-        runner.join(30)
+    quota_while_held(agent, host, counters, (decoding, release), len(pods), "pods.json",
+                     "while the pods file was decoded (decode started")
 
 
 def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
@@ -161,31 +137,41 @@ def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
                                   kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")), metrics_addr="",
                                   strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK,
                                   kube_watch_timeout=(5.0, 5.0)))
-        runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
-        runner.start()
-        try:
-            deadline = time.monotonic() + WAIT
-            while be_quota(host) == -1:
-                assert time.monotonic() < deadline and runner.is_alive(), (
-                    f"no BE quota in {WAIT:g} s while the pods list was on its way (views held: {decoding.is_set()})")
-                counters.step()
-                time.sleep(0.05)
-            quota = be_quota(host)
-            assert decoding.is_set() and not release.is_set()
-            assert agent.store.pods == {} and agent.store.pods_loading
-            cond = agent.store.conditions.get(LOADING_CONDITION)
-            assert cond is not None and "fake-node" in cond.message, cond
-            assert 0 < quota < CPUS * 100_000, quota
-            release.set()
-            while len(agent.store.pods) < len(pods) or agent.store.conditions.get(LOADING_CONDITION) is not None:
-                assert time.monotonic() < deadline + WAIT and runner.is_alive(), "the pods never came into force"
-                counters.step()
-                time.sleep(0.05)
-            assert not agent.store.pods_loading
-        finally:
-            release.set()
-            agent.stop()
-            runner.join(30)
+        quota_while_held(agent, host, counters, (decoding, release), len(pods), "fake-node",
+                         "while the pods list was on its way (views held")
+
+
+def quota_while_held(agent: Agent, host: FakeHost, counters: Counters,
+                     held: tuple[threading.Event, threading.Event], n_pods: int, source: str, what: str) -> None:
+    """Run the agent while the pods' views are held: a BE quota is written from the counters meanwhile,
+    with no pods and ``state/pods-loading`` naming ``source``; released, the pods come into force."""
+    decoding, release = held
+    runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + WAIT
+        while be_quota(host) == -1:
+            assert time.monotonic() < deadline and runner.is_alive(), (
+                f"no BE quota in {WAIT:g} s {what}: {decoding.is_set()})")
+            counters.step()
+            time.sleep(0.05)
+        quota = be_quota(host)
+        assert decoding.is_set() and not release.is_set()
+        assert agent.store.pods == {} and agent.store.pods_loading
+        cond = agent.store.conditions.get(LOADING_CONDITION)
+        assert cond is not None and source in cond.message, cond
+        # 8 CPUs x 65 % - 1 LS core: 4200m (the rates of a loaded machine's counters wander around it)
+        assert 0 < quota < CPUS * 100_000, quota
+        release.set()
+        while len(agent.store.pods) < n_pods or agent.store.conditions.get(LOADING_CONDITION) is not None:
+            assert time.monotonic() < deadline + WAIT and runner.is_alive(), "the pods never came into force"
+            counters.step()
+            time.sleep(0.05)
+        assert not agent.store.pods_loading
+    finally:
+        release.set()
+        agent.stop()
+        runner.join(30)
 
 
 def koord(pods: list[FakePod], *, policy: str = "cfsQuota", harness: Harness | None = None) -> Harness:
