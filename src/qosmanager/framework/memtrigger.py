@@ -29,18 +29,36 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import Protocol
 
 from qosmanager.framework.fastpath import INTERVAL, REACT_FAST
+from qosmanager.framework.scheduler import Scheduler
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.states.store import StateStore
 from qosmanager.strategies._helpers import threshold_feature_disabled
 from qosmanager.strategies.memory_evict import check_common_config, memory_evict_lower_percent
 from qosmanager.strategies.memory_high import ENGAGE_BAND_PERCENT, MIN_STEP_BYTES, MIN_STEP_PERCENT
 
-if TYPE_CHECKING:
-    from qosmanager.agent import Agent
+
+class _ReactConfig(Protocol):
+    @property
+    def react_mode(self) -> str: ...
+
+
+class AgentParts(Protocol):
+    """What the trigger takes from the agent (a protocol, not the Agent: the agent imports this module)."""
+
+    @property
+    def cfg(self) -> _ReactConfig: ...
+    @property
+    def strategy_names(self) -> Collection[str]: ...
+    @property
+    def layout(self) -> CgroupLayout: ...
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +100,7 @@ class MemoryTrigger:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_agent(cls, agent: Agent) -> MemoryTrigger | None:
+    def for_agent(cls, agent: AgentParts) -> MemoryTrigger | None:
         """The agent's trigger, registered as a watcher of its scheduler (started and stopped with its
         loop), or None: tick mode, or memoryHigh not running."""
         names = agent.strategy_names
