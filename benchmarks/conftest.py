@@ -47,8 +47,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 # docs/benchmarks.md was measured on vanilla nodes, and a koordinator node's layout adds ~3 writes per
 # cgroup to a set-up of up to 100,000 pods and changes what cpuSuppress's v1 child step reads, so
 # switching a benchmark over is a change to measure on its own.  (Harness-built ones stay
-# koordinator nodes: Harness says so itself.)
-FakeHost.koordinator_default = False
+# koordinator nodes: Harness says so itself.)  Only while a benchmark runs: a conftest's module-level
+# assignment would make every test of the same session (the README's command collects tests/ and
+# benchmarks/ together) build vanilla nodes.
+_KOORDINATOR_DEFAULT = FakeHost.koordinator_default
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    FakeHost.koordinator_default = False  # before the benchmark's fixtures build their hosts
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    FakeHost.koordinator_default = _KOORDINATOR_DEFAULT
 
 RESULTS: dict[str, dict[str, dict[str, float]]] = {}
 # the measured functions and their untimed set-up, for re-measuring
