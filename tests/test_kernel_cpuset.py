@@ -107,6 +107,22 @@ def format_cpus(cpus: set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
+def reserve_the_last_cpu(node, need: int, why: str) -> tuple[set[int], int]:
+    """The CPUs this process may use and the highest of them, reserved in the Node's koordinator
+    annotation; skips (saying ``why``) on a node with fewer than ``need`` CPUs."""
+    every = node.cpus_allowed(os.getpid())
+    if len(every) < need:
+        pytest.skip(f"{why}: needs {need} CPUs, this node has {len(every)}")
+    reserved = max(every)
+    with open(node.node_file) as f:
+        obj = json.load(f)
+    obj["metadata"]["annotations"] = {
+        "node.koordinator.sh/reservation": json.dumps({"reservedCPUs": str(reserved)})}
+    with open(node.node_file, "w") as f:
+        json.dump(obj, f)
+    return every, reserved
+
+
 def test_v1_parents_keep_the_cpus_of_containers_left_as_they_are(tmp_path) -> None:
     """cgroup v1 refuses a parent cpuset without a child's CPUs (EBUSY).  With the BE CPU manager the
     agent only recovers BE cpusets, to every CPU but the reserved one, and leaves alone the containers
@@ -114,16 +130,7 @@ def test_v1_parents_keep_the_cpus_of_containers_left_as_they_are(tmp_path) -> No
     The other BE pod is narrowed (containers before their pod dir); the hook-managed pod's dir and the
     BE QoS dir keep the CPUs of that container, and the kernel refuses nothing."""
     with real_node(tmp_path, version=1, controllers=("cpu", "cpuset")) as node:
-        every = node.cpus_allowed(os.getpid())
-        if len(every) < 2:
-            pytest.skip(f"a reserved CPU and one for BE: needs 2 CPUs, this node has {len(every)}")
-        reserved = max(every)
-        with open(node.node_file) as f:
-            obj = json.load(f)
-        obj["metadata"]["annotations"] = {
-            "node.koordinator.sh/reservation": json.dumps({"reservedCPUs": str(reserved)})}
-        with open(node.node_file, "w") as f:
-            json.dump(obj, f)
+        every, reserved = reserve_the_last_cpu(node, 2, "a reserved CPU and one for BE")
         hooked = node.add_pod("hooked", "BE", annotations={
             "scheduling.koordinator.sh/resource-status": json.dumps({"numaNodeResources": [{"node": 0}]})})
         plain = node.add_pod("plain", "BE")
@@ -156,16 +163,7 @@ def test_v1_static_cpu_manager_pod_dirs_keep_the_kubelets_shared_pool(tmp_path) 
     narrowed off the reserved CPU; the QoS and pod dirs keep the pool, so the pod's next container
     starts."""
     with real_node(tmp_path, version=1, controllers=("cpu", "cpuset")) as node:
-        every = node.cpus_allowed(os.getpid())
-        if len(every) < 3:
-            pytest.skip(f"BE keeps at least 2 CPUs besides a reserved one: needs 3, this node has {len(every)}")
-        reserved = max(every)
-        with open(node.node_file) as f:
-            obj = json.load(f)
-        obj["metadata"]["annotations"] = {
-            "node.koordinator.sh/reservation": json.dumps({"reservedCPUs": str(reserved)})}
-        with open(node.node_file, "w") as f:
-            json.dump(obj, f)
+        every, reserved = reserve_the_last_cpu(node, 3, "BE keeps at least 2 CPUs besides a reserved one")
         kubelet_dir = tmp_path / "kubelet"
         kubelet_dir.mkdir()
         (kubelet_dir / "cpu_manager_state").write_text(json.dumps(
