@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,23 +88,10 @@ def test_the_be_quota_is_written_while_the_pods_file_is_still_decoded(
     (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
     (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
     monkeypatch.setattr(agent_mod, "BACKGROUND_BYTES", 0, raising=False)  # this small file counts as big
-    decoding, release = threading.Event(), threading.Event()
-    real = store_mod.pod_meta
-
-    def held(obj: Any) -> Any:
-        decoding.set()
-        release.wait(HOLD)
-        return real(obj)
-
-    monkeypatch.setattr(store_mod, "pod_meta", held)
-    counters = Counters(host)
-    qos = QoSConfig()
-    qos.cpu_suppress_interval = 0.2
-    agent = Agent(AgentConfig(roots=host.roots, pods_file=str(tmp_path / "pods.json"),
-                              node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
-                              strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK))
-    quota_while_held(agent, host, counters, (decoding, release), len(pods), "pods.json",
-                     "while the pods file was decoded (decode started")
+    quota_while_held(monkeypatch, host, len(pods), lambda qos: Agent(AgentConfig(
+        roots=host.roots, pods_file=str(tmp_path / "pods.json"), node_file=str(tmp_path / "node.json"),
+        node_slo_file=str(tmp_path / "slo.json"), strategies=["cpuSuppress"], collect_interval=0.2, qos=qos,
+        react_mode=REACT_TICK)), "pods.json", "while the pods file was decoded (decode started")
 
 
 def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
@@ -120,6 +108,18 @@ def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
     for p in pods:
         cluster.put(pod_object(p))
     cluster.put(nodeslo_object(SLO, name="fake-node"))
+    with FakeAPIServer(cluster, bookmark_interval=0.2) as api:
+        quota_while_held(monkeypatch, host, len(pods), lambda qos: Agent(AgentConfig(
+            roots=host.roots, node_name="fake-node", kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")),
+            metrics_addr="", strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK,
+            kube_watch_timeout=(5.0, 5.0))), "fake-node", "while the pods list was on its way (views held")
+
+
+def quota_while_held(monkeypatch: pytest.MonkeyPatch, host: FakeHost, n_pods: int,
+                     make_agent: Callable[[QoSConfig], Agent], source: str, what: str) -> None:
+    """Run the agent ``make_agent`` builds (cpuSuppress every 0.2 s) while the pods' views are held:
+    a BE quota is written from the counters meanwhile, with no pods and ``state/pods-loading`` naming
+    ``source``; released, the pods come into force."""
     decoding, release = threading.Event(), threading.Event()
     real = store_mod.pod_meta
 
@@ -132,20 +132,7 @@ def test_kubernetes_mode_writes_the_be_quota_while_the_pods_list_is_on_its_way(
     counters = Counters(host)
     qos = QoSConfig()
     qos.cpu_suppress_interval = 0.2
-    with FakeAPIServer(cluster, bookmark_interval=0.2) as api:
-        agent = Agent(AgentConfig(roots=host.roots, node_name="fake-node",
-                                  kubeconfig=api.kubeconfig(str(tmp_path / "kubeconfig")), metrics_addr="",
-                                  strategies=["cpuSuppress"], collect_interval=0.2, qos=qos, react_mode=REACT_TICK,
-                                  kube_watch_timeout=(5.0, 5.0)))
-        quota_while_held(agent, host, counters, (decoding, release), len(pods), "fake-node",
-                         "while the pods list was on its way (views held")
-
-
-def quota_while_held(agent: Agent, host: FakeHost, counters: Counters,
-                     held: tuple[threading.Event, threading.Event], n_pods: int, source: str, what: str) -> None:
-    """Run the agent while the pods' views are held: a BE quota is written from the counters meanwhile,
-    with no pods and ``state/pods-loading`` naming ``source``; released, the pods come into force."""
-    decoding, release = held
+    agent = make_agent(qos)
     runner = threading.Thread(target=agent.run, args=(HOLD,), daemon=True)
     runner.start()
     try:
