@@ -23,6 +23,7 @@ from qosmanager.host.roots import HostRoots
 from qosmanager.sim.fakehost import FakeHost
 
 N = 2000
+PERIOD_US = 1_000_000  # cpu.cfs_period_us of the real cgroups written (see ``target``)
 
 
 def container_dirs(layout: CgroupLayout) -> list[str]:
@@ -51,6 +52,13 @@ def target(request: Any, tmpfs_dir: str) -> Any:
         dirs = container_dirs(layout)
         for d in dirs:
             tree.mkdir(d)
+            # A quota write arms the cgroup's bandwidth period timer; it fires once or twice a period
+            # later, in an interrupt charged to whatever thread is on the CPU then: with the default
+            # 100 ms period, ~2,000 timer interrupts per round landed in the next variant's CPU time
+            # (the one taking longer on the wall clock got more).  At the longest period (1 s) they
+            # are ~9x fewer; the writes themselves cost the kernel the same.
+            with open(layout.file("cpu", d, "cpu.cfs_period_us"), "w") as f:
+                f.write(str(PERIOD_US))
         yield "kernel", layout, dirs, tmpfs_dir
     finally:
         tree.cleanup()
