@@ -177,3 +177,21 @@ def test_reopen_that_cannot_open_counts_and_tries_again_at_the_next_flush(tmp_pa
     assert conditions.get(AuditLog.CONDITION) is None
     with open(path) as f:
         assert [json.loads(line)["reason"] for line in f] == ["kept"]
+
+
+class _Name(str):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    "200000", "", 'a "quoted"\nline\\', "é ✓ \x00", _Name("sub"), None, True, False, 0, -3, 2**70, 1.5,
+    1700000000.123456, float("nan"), float("inf"), -float("inf"), [1, "a", None], {"k": [True]},
+])
+def test_a_record_is_the_json_the_json_module_writes(tmp_path, value: object) -> None:
+    # the audit formats its lines itself (it is per-write cost): byte for byte what json.dumps writes
+    path = tmp_path / "audit.log"
+    log = AuditLog(str(path))
+    rec = log.record(strategy="s", action="write", target="cpu/x", reason="r", executed=True,
+                     value=value, error="ENOENT", ts=1.25, extra_field=value)  # type: ignore[arg-type]
+    log.close()
+    assert path.read_text() == json.dumps(rec, separators=(", ", ": "), ensure_ascii=False) + "\n"
