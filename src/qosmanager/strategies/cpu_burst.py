@@ -443,7 +443,11 @@ class CPUBurst(Strategy):
             cur, valid = _parse_quotas(ctx.read_many(QUOTA, plan.dirs))
             self._quotas = _Quotas(plan, cur, valid, ctx.now)
             return cur, valid
-        again = np.union1d(q.written, np.flatnonzero(~q.valid))
+        # written or unreadable, in order: a mask, not np.union1d (whose np.unique imports numpy.ma,
+        # some 1 MiB of the agent's resident memory, for this one line)
+        again_mask = ~q.valid
+        again_mask[q.written] = True
+        again = np.flatnonzero(again_mask)
         q.written = _NONE
         if again.size:
             cur, valid = _parse_quotas(ctx.read_many(QUOTA, [plan.dirs[k] for k in again.tolist()]))
