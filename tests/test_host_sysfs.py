@@ -12,6 +12,7 @@ from qosmanager.host.roots import HostRoots
 from qosmanager.host.sysfs import (
     NodeCPUInfo,
     Processor,
+    TopologyReader,
     numa_meminfo,
     numa_usage_bytes,
     online_cpus,
@@ -168,6 +169,45 @@ def test_numa_generic_initiator_and_gaps(tmp_path: Path) -> None:
 
 def test_parse_numa_meminfo_ignores_other_lines() -> None:
     assert parse_numa_meminfo("MemTotal: 5 kB\nNode 0 MemFree: 3 kB\n\nNode 0\n") == {"MemFree": 3}
+
+
+# -- the topology re-read every minute: in full only when it can have changed -------
+@pytest.mark.parametrize("change", ["cpu/online", "node/node1/cpulist", "cpu/smt/active", "a NUMA node gone"])
+def test_the_topology_is_read_in_full_again_only_when_its_signature_changes(tmp_path: Path, change: str) -> None:
+    build(tmp_path)
+    put(tmp_path, "devices/system/cpu/smt/active", "1\n")
+    roots = HostRoots(sys=str(tmp_path), proc=str(tmp_path / "noproc"))
+    reader = TopologyReader(roots, full_every=1000)
+    first = reader.read()
+    assert first == read_node_cpu_info(roots) and reader.full_reads == 1
+    # a per-CPU file that changes while the signature holds is not read (a CPU online keeps its topology):
+    # the proof that the second call read none of them
+    put(tmp_path, "devices/system/cpu/cpu1/topology/core_id", "5\n")
+    assert reader.read() is first and reader.full_reads == 1
+    if change == "cpu/online":
+        put(tmp_path, "devices/system/cpu/online", "0-3\n")
+    elif change == "node/node1/cpulist":
+        put(tmp_path, "devices/system/node/node1/cpulist", "2-3\n")
+    elif change == "cpu/smt/active":
+        put(tmp_path, "devices/system/cpu/smt/active", "0\n")
+    else:
+        (tmp_path / "devices/system/node/node1/cpulist").unlink()
+        (tmp_path / "devices/system/node/node1").rmdir()
+    again = reader.read()
+    assert reader.full_reads == 2 and again == read_node_cpu_info(roots) and again != first
+
+
+def test_the_topology_is_read_in_full_every_nth_time_whatever_its_signature(tmp_path: Path) -> None:
+    build(tmp_path)
+    roots = HostRoots(sys=str(tmp_path), proc=str(tmp_path / "noproc"))
+    reader = TopologyReader(roots, full_every=3)
+    for _ in range(7):
+        reader.read()
+    assert reader.full_reads == 3  # calls 1, 4 and 7
+    put(tmp_path, "devices/system/cpu/cpu1/topology/core_id", "5\n")  # a CPU replaced, offline and back
+    for _ in range(3):
+        reader.read()
+    assert reader.info == read_node_cpu_info(roots)
 
 
 # -- the real machine --------------------------------------------------------------

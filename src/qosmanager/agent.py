@@ -57,7 +57,7 @@ from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
 from qosmanager.host.descriptors import DescriptorBudget
 from qosmanager.host.kubelet_cpu import KubeletCPUSource
 from qosmanager.host.roots import HostRoots
-from qosmanager.host.sysfs import NodeCPUInfo, read_node_cpu_info
+from qosmanager.host.sysfs import NodeCPUInfo, TopologyReader
 from qosmanager.logfmt import RepeatLimiter
 from qosmanager.metrics.cache import MetricCache, rows_for
 from qosmanager.metrics.collector import COLLECT_DEMAND, Collector
@@ -202,7 +202,7 @@ class Agent:
                                                api=self._kube_evictor(evict_mode, clock),
                                                executor=self.executor)
         self._kube_events(cfg, clock)
-        self._cpu_info: NodeCPUInfo | None = None
+        self._topology = TopologyReader(self.layout.roots)  # the per-CPU files read only when they can have changed
         self._cpu_info_at = float("-inf")
         self._cpu_info_errors = RepeatLimiter(600.0, clock=clock)
         self.kubelet_cpu: KubeletCPUSource | None = None
@@ -334,11 +334,11 @@ class Agent:
         return ok
 
     def cpu_info(self) -> NodeCPUInfo | None:
-        """CPU topology, re-read every ``cpu_info_refresh`` seconds (CPUs go on- and offline)."""
+        """CPU topology, checked every ``cpu_info_refresh`` seconds (CPUs go on- and offline): TopologyReader."""
         now = self.clock()
-        if self._cpu_info is None or now - self._cpu_info_at >= self.cfg.cpu_info_refresh:
+        if self._topology.info is None or now - self._cpu_info_at >= self.cfg.cpu_info_refresh:
             try:
-                self._cpu_info = read_node_cpu_info(self.layout.roots)
+                self._topology.read()
                 self._cpu_info_errors.clear("topology")
             except (OSError, ValueError) as e:
                 rep = self._cpu_info_errors.hit("topology", type(e).__name__, now=now)
@@ -346,7 +346,7 @@ class Agent:
                     log.warning("cannot read the CPU topology: %s%s", e,
                                 "" if rep.first else f" (failed {rep.times()})")
             self._cpu_info_at = now
-        return self._cpu_info
+        return self._topology.info
 
     def collect(self, now: float) -> None:
         if self._reload_asked:

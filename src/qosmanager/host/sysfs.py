@@ -11,8 +11,10 @@ tree):
 * HT: ``devices/system/cpu/smt/active``, else whether any core has two CPUs;
 * NUMA memory: ``bus/node/devices/nodeN/meminfo``.
 
-The per-CPU files (seven or so a CPU: 450 at 64 CPUs, re-read every minute) are read in native
-batches (open, read, close: :mod:`qosmanager._native.sysio`), with the same answers as one by one.
+The per-CPU files (seven or so a CPU: 450 at 64 CPUs) are read in native batches (open, read, close:
+:mod:`qosmanager._native.sysio`), with the same answers as one by one.  The agent re-reads the topology
+every minute (koordlet's node-info interval) through :class:`TopologyReader`, which reads them again
+only when a few files say the answer can have changed (see there).
 
 Like lscpu, ``core`` is a *logical* core number, unique on the node: sysfs ``core_id``
 restarts in every socket (and has gaps), so cores are numbered in order of first
@@ -232,6 +234,63 @@ def read_node_cpu_info(roots: HostRoots) -> NodeCPUInfo:
         ht=_ht_active(roots, processors),
         flags=info.flags if info else frozenset(),
     )
+
+
+def _read_texts(paths: Sequence[str]) -> list[bytes | None]:
+    """Each file's content (its first 4 KiB), in native batches; None where it cannot be read."""
+    if not paths:
+        return []
+    fds = sysio.open_batch(paths, os.O_RDONLY)
+    ok = np.flatnonzero(fds >= 0)
+    out: list[bytes | None] = [None] * len(paths)
+    try:
+        data = sysio.pread_batch(fds[ok], 4096) if ok.size else []
+    finally:
+        sysio.close_batch(fds[ok])
+    for k, d in zip(ok.tolist(), data):
+        if isinstance(d, bytes):
+            out[k] = d
+    return out
+
+
+class TopologyReader:
+    """:func:`read_node_cpu_info`, read again in full only when its answer can have changed.
+
+    What changes on a running node is which CPUs are online (hotplug), SMT switched on or off, the NUMA
+    nodes' CPUs, and resctrl (mounted, its mask): the *signature*, a few files (``cpu/online``,
+    ``cpu/smt/active``, ``node/nodeN/cpulist``, resctrl's ``cbm_mask``) read in one batch, against the
+    hundreds of per-CPU files of a full read (seven or so a CPU, and a listing of each CPU's caches).  A
+    CPU that stays online keeps its package, core and caches, and ``/proc/cpuinfo`` names the same
+    processors.  While the signature holds, :meth:`read` returns the last full read; it reads everything
+    again when it changed, and every ``full_every``-th call whatever it says (a CPU replaced between two
+    calls, offline and back, leaves the signature as it was)."""
+
+    def __init__(self, roots: HostRoots, full_every: int = 10) -> None:
+        self.roots = roots
+        self.full_every = full_every
+        self.full_reads = 0
+        self.info: NodeCPUInfo | None = None  # the last full read's (kept when a read fails)
+        self._signature: tuple[bytes | None, ...] | None = None
+        self._since_full = 0
+
+    def signature(self) -> tuple[bytes | None, ...]:
+        """The files whose content a full read's answer follows (see the class docstring)."""
+        base = self.roots.sys_path("devices/system/node")
+        nodes = [f"{base}/node{n}/cpulist" for n in _numbered_dirs(base, _NODE_DIR_RE)]
+        paths = [self.roots.sys_path("devices/system/cpu/online"), self.roots.sys_path("devices/system/cpu/smt/active"),
+                 self.roots.sys_path("fs/resctrl/info/L3/cbm_mask"), *nodes]
+        return (str(len(nodes)).encode(), *_read_texts(paths))
+
+    def read(self) -> NodeCPUInfo:
+        """The node's CPU information: the last full read while the signature holds, else a new one."""
+        signature = self.signature()
+        self._since_full += 1
+        if self.info is None or signature != self._signature or self._since_full >= self.full_every:
+            self.info = read_node_cpu_info(self.roots)  # raises as it does (the signature is kept only after)
+            self._signature = signature
+            self._since_full = 0
+            self.full_reads += 1
+        return self.info
 
 
 # ---------------------------------------------------------------------------
