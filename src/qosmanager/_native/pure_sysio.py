@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import select
 from collections.abc import Sequence
 
 import numpy as np
@@ -156,3 +158,31 @@ def mkdir(path: str, mode: int = 0o777) -> None:
     """``mkdir(2)``: the agent makes directories through here (the executor's MakeDir), so a fake host's
     kernel (:mod:`qosmanager.sim.fakekernel`) can create the files the real kernel puts in a new group."""
     os.mkdir(path, mode)
+
+
+def psi_trigger(path: str, line: bytes) -> int:
+    """Register a PSI trigger (``line``: ``b"some <stall µs> <window µs>"``) on the pressure file ``path``;
+    the descriptor that holds it (the kernel drops the trigger when it is closed).  The kernel ends the
+    string at the last byte it is given, so a NUL goes after the line.  Raises OSError (EINVAL: a line
+    the kernel refuses; EOPNOTSUPP: PSI off for cgroups; EBUSY: a trigger on this descriptor already).
+    The agent registers through here (the executor), so a fake host's kernel can model triggers.  A file
+    on neither procfs nor cgroup2 (a plain copy of one) is refused with EOPNOTSUPP, not written."""
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if fstatfs_magic(fd) not in (FS_MAGIC["proc"], FS_MAGIC["cgroup2"]):
+            raise OSError(errno.EOPNOTSUPP, f"{path}: not a pressure file of procfs or cgroup2")
+        os.write(fd, line + b"\0")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def psi_poll(watch: Sequence[tuple[int, int]], timeout_ms: float) -> list[tuple[int, int]]:
+    """``poll(2)`` on ``(descriptor, events)`` pairs for up to ``timeout_ms`` (negative: no limit); the
+    ``(descriptor, revents)`` that are ready.  A PSI trigger's descriptor reports ``POLLPRI`` once per
+    event (the poll that reports it consumes it), ``POLLERR | POLLPRI`` when its file is gone."""
+    p = select.poll()
+    for fd, events in watch:
+        p.register(fd, events)
+    return p.poll(timeout_ms)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from qosmanager._native._sysio import ffi, lib
+from qosmanager._native.pure_sysio import psi_poll, psi_trigger  # noqa: F401  (no batch to gain in C)
 
 IMPLEMENTATION = "native"
 

@@ -39,6 +39,8 @@ What it models (each rule is the kernel's, the errno too):
   :meth:`FakeKernel.memory_high` what is in force, holds the cgroup's usage under it (BE growth stalls
   at the cap), counts ``high`` in ``memory.events`` (:meth:`FakeKernel.memory_event`) and learns
   what was reclaimed (:meth:`FakeKernel.take_reclaimed`).
+* **PSI triggers** on the pressure files (``/proc/pressure/*``, v2 ``*.pressure``) are registered as the
+  kernel registers them and fire when a test says (:mod:`~qosmanager.sim.fakepsi`, :attr:`FakeKernel.psi`).
 * **reads** come back in the kernel's format: ``cpu.max`` "max 100000", ``memory.high`` "max",
   page-rounded byte counts, canonical CPU lists, schemata with every resource and every cache id,
   ``tasks`` with the threads moved in (and moved out of their previous group).
@@ -52,6 +54,7 @@ the rules: CFS bandwidth, cpuset, memory (and the load model's hooks), v2 contro
 processes.  Its rooms: :mod:`~qosmanager.sim.kparse` (the kernel's parsers, file helpers),
 :mod:`~qosmanager.sim.fakefiles` (the files mkdir makes, the kernel's tables),
 :mod:`~qosmanager.sim.fakeblock` (blkio and io), :mod:`~qosmanager.sim.fakeresctrl` (resctrl),
+:mod:`~qosmanager.sim.fakepsi` (PSI triggers),
 :mod:`~qosmanager.sim.fakesysio` (the sysio interposer, :func:`install`, :func:`register`).
 """
 
@@ -85,6 +88,7 @@ from qosmanager.sim.fakefiles import (  # noqa: F401  (re-exported: the kernel's
     v1_files,
     v2_files,
 )
+from qosmanager.sim.fakepsi import PressureRules
 from qosmanager.sim.fakeresctrl import ResctrlRules
 from qosmanager.sim.fakesysio import install, register  # noqa: F401  (re-exported)
 from qosmanager.sim.kparse import (  # noqa: F401  (re-exported: the kernel's numbers and parsers)
@@ -169,6 +173,7 @@ class FakeKernel:
         self._reclaimed: dict[str, int] = {}  # cgroup dir -> page cache bytes reclaimed (take_reclaimed)
         self.resctrl = ResctrlRules(self.resctrl_root, n_cpus, mb_max, self.pids, self._move)
         self.block = BlockRules(self.sys_root)
+        self.psi = PressureRules(roots, version)  # PSI triggers on the pressure files (fired by the test)
         self._files: dict[str, Callable[[str, str, str, str], str]] = self._rules()
 
     # ---------------------------------------------------------------- processes

@@ -8,7 +8,8 @@ kernel alive the wrappers cost one dictionary test per call.
 Map of the file: the registry of live kernels and of descriptors opened in a fake tree; the
 wrappers (``open_batch`` registers, ``pwrite_batch`` routes to :meth:`FakeKernel.write`,
 ``fstatfs_magic`` answers cgroupfs/cgroup2/resctrl, ``close_batch`` forgets, ``mkdir`` routes to
-:meth:`FakeKernel.mkdir`); :func:`install`, :func:`register`.
+:meth:`FakeKernel.mkdir`, ``psi_trigger`` to the kernel's :class:`~qosmanager.sim.fakepsi.PressureRules`
+and ``psi_poll`` reports its triggers' events as the kernel's poll does); :func:`install`, :func:`register`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
+
+from qosmanager.sim.fakepsi import PressureRules, consume
 
 
 class FakeKernel(Protocol):
@@ -37,9 +40,13 @@ class FakeKernel(Protocol):
 
     def mkdir(self, path: str, mode: int = 0o777) -> None: ...
 
+    @property
+    def psi(self) -> PressureRules: ...
+
 
 _KERNELS: weakref.WeakValueDictionary[str, FakeKernel] = weakref.WeakValueDictionary()
 _FDS: dict[int, tuple[str, FakeKernel]] = {}  # descriptor -> (path, kernel) of files opened in a fake tree
+_PSI_FDS: dict[int, int] = {}  # descriptor of a fake PSI trigger -> its inode (a reused number is not it)
 _REAL: dict[str, Any] = {}
 _INSTALL_LOCK = threading.Lock()
 
@@ -127,6 +134,36 @@ def _mkdir(path: str, mode: int = 0o777) -> None:
         k.mkdir(os.path.abspath(path), mode)
 
 
+def _psi_trigger(path: str, line: bytes) -> int:
+    p = os.path.abspath(path)
+    for k in list(_KERNELS.values()):
+        if k.psi.owns(p):
+            fd = k.psi.register(p, line + b"\0")  # the real function's NUL
+            _PSI_FDS[fd] = os.fstat(fd).st_ino
+            return fd
+    return int(_REAL["psi_trigger"](path, line))
+
+
+def _psi_poll(watch: Sequence[tuple[int, int]], timeout_ms: float) -> list[tuple[int, int]]:
+    ready = _REAL["psi_poll"](watch, timeout_ms)
+    if not _PSI_FDS:
+        return list(ready)
+    out = []
+    for fd, revents in ready:
+        ino = _PSI_FDS.get(fd)
+        if ino is not None:
+            try:
+                same = os.fstat(fd).st_ino == ino
+            except OSError:
+                same = False
+            if same:
+                revents = consume(fd, revents)
+            else:
+                _PSI_FDS.pop(fd, None)
+        out.append((fd, revents))
+    return out
+
+
 def install() -> None:
     """Put the fake kernels in front of the sysio layer (idempotent).  Paths of no live fake kernel go to
     the real functions."""
@@ -137,7 +174,7 @@ def install() -> None:
             return
         for name, wrapper in (("open_batch", _open_batch), ("pwrite_batch", _pwrite_batch),
                               ("fstatfs_magic", _fstatfs_magic), ("close_batch", _close_batch),
-                              ("mkdir", _mkdir)):
+                              ("mkdir", _mkdir), ("psi_trigger", _psi_trigger), ("psi_poll", _psi_poll)):
             _REAL[name] = getattr(sysio, name)
             setattr(sysio, name, wrapper)
 

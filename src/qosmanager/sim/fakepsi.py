@@ -1,0 +1,171 @@
+"""PSI triggers of a fake host's kernel: registered as the kernel registers them, fired when told.
+
+The kernel side of :func:`qosmanager._native.sysio.psi_trigger` and ``psi_poll`` for a fake host's pressure
+files (``<proc>/pressure/{cpu,memory,io}``, and on cgroup v2 each cgroup's ``{cpu,memory,io}.pressure``):
+
+* **registration** parses the line as ``psi_trigger_create`` does: the kernel copies at most 32 bytes and
+  ends the string at the last byte it was given (a line written without a NUL or newline after it loses
+  its last digit), then ``some <threshold µs> <window µs>`` or ``full ...``; a window of 0, under 500 ms or
+  over 10 s, a threshold of 0 or above the window, or, for a process without ``CAP_SYS_RESOURCE`` (this
+  process: the fake asks the real credentials, as the kernel asks the opener's), a window that is not a
+  multiple of 2 s, is EINVAL.  A file that does not exist is ENOENT; :attr:`PressureRules.refuse` makes a
+  file refuse with an errno of the test's choosing (EOPNOTSUPP: PSI off).
+* **the descriptor** is one end of a Unix socket pair, so ``poll`` can report ``POLLPRI`` on it: the
+  kernel's event is a byte of out-of-band data.  :meth:`PressureRules.fire` is the kernel noticing a stall
+  over the threshold (the test says when); :meth:`PressureRules.gone` is the cgroup removed (the
+  agent's ``poll`` then sees ``POLLERR | POLLPRI``, as the kernel answers for a trigger whose file is gone).
+  The interposed ``psi_poll`` consumes the event as the kernel's poll does (one ``POLLPRI`` per event).
+
+Not modelled: the stall itself (no task stalls on a fake host: :meth:`~PressureRules.fire` stands for
+it), the once-per-window rate limit, and the files' averages (they stay what the load model writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import select
+import socket
+import threading
+
+from qosmanager.host.roots import HostRoots
+
+WINDOW_MIN_US, WINDOW_MAX_US = 500_000, 10_000_000
+UNPRIVILEGED_WINDOW_US = 2_000_000
+CAP_SYS_RESOURCE = 24
+_LINE = re.compile(rb"(some|full) ([0-9]+) ([0-9]+)")
+_RESOURCES = ("cpu", "memory", "io")
+
+
+def privileged() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (what the kernel checks for windows under 2 s)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def parse_trigger(data: bytes, privileged: bool) -> tuple[str, int, int]:
+    """``(state, threshold µs, window µs)`` of a trigger write, or KernelError-like OSError(EINVAL)."""
+    buf = data[:32]
+    if not buf:
+        raise OSError(errno.EINVAL, "empty trigger")
+    text = buf[:-1].split(b"\0", 1)[0]  # buf[buf_size - 1] = '\0'
+    m = _LINE.match(text)
+    if m is None:
+        raise OSError(errno.EINVAL, f"not a trigger: {text!r}")
+    threshold, window = int(m.group(2)), int(m.group(3))
+    if threshold > 0xFFFFFFFF or window > 0xFFFFFFFF:
+        raise OSError(errno.EINVAL, "out of range")
+    if window < WINDOW_MIN_US or window > WINDOW_MAX_US:
+        raise OSError(errno.EINVAL, f"window {window} us outside [{WINDOW_MIN_US}, {WINDOW_MAX_US}]")
+    if not privileged and window % UNPRIVILEGED_WINDOW_US:
+        raise OSError(errno.EINVAL, f"window {window} us: without CAP_SYS_RESOURCE a multiple of 2 s")
+    if threshold == 0 or threshold > window:
+        raise OSError(errno.EINVAL, f"threshold {threshold} us outside (0, window]")
+    return m.group(1).decode(), threshold, window
+
+
+class PressureRules:
+    """The triggers on one fake host's pressure files (see the module docstring)."""
+
+    def __init__(self, roots: HostRoots, version: int) -> None:
+        self.proc_pressure = os.path.normpath(roots.proc_path("pressure"))
+        self.cgroup_root = os.path.normpath(roots.cgroup)
+        self.version = version
+        self.refuse: dict[str, int] = {}  # pressure file -> errno its registration fails with
+        self._lock = threading.Lock()
+        self._triggers: dict[str, list[tuple[socket.socket, tuple[str, int, int]]]] = {}  # file -> (peer, line)
+
+    def owns(self, path: str) -> bool:
+        d, name = os.path.split(path)
+        if d == self.proc_pressure:
+            return name in _RESOURCES
+        return (self.version == 2 and path.startswith(self.cgroup_root + "/")
+                and name in tuple(f"{r}.pressure" for r in _RESOURCES))
+
+    def register(self, path: str, data: bytes) -> int:
+        """The descriptor holding a new trigger (its caller's to poll and close); OSError as the kernel."""
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        err = self.refuse.get(path)
+        if err:
+            raise OSError(err, os.strerror(err), path)
+        line = parse_trigger(data, privileged())
+        mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with self._lock:
+            self._triggers.setdefault(path, []).append((peer, line))
+        return mine.detach()
+
+    def triggers(self, path: str) -> list[tuple[str, int, int]]:
+        """The lines registered on ``path`` whose descriptor is still open."""
+        self._prune(path)
+        with self._lock:
+            return [line for _, line in self._triggers.get(path, [])]
+
+    def fire(self, path: str) -> int:
+        """The tasks behind ``path`` stalled past every trigger's threshold: an event on each; how many."""
+        self._prune(path)
+        n = 0
+        with self._lock:
+            for peer, _ in self._triggers.get(path, []):
+                with contextlib.suppress(OSError):
+                    peer.send(b"!", socket.MSG_OOB)
+                    n += 1
+        return n
+
+    def gone(self, path: str) -> None:
+        """The cgroup of ``path`` was removed: its triggers end (``POLLERR`` on their descriptors)."""
+        with self._lock:
+            for peer, _ in self._triggers.pop(path, []):
+                peer.close()
+
+    def _prune(self, path: str) -> None:
+        """Forget the triggers whose descriptor the agent closed (the kernel frees them on close)."""
+        with self._lock:
+            live = []
+            for peer, line in self._triggers.get(path, []):
+                p = select.poll()
+                p.register(peer.fileno(), select.POLLIN)
+                if any(ev & (select.POLLHUP | select.POLLERR) for _, ev in p.poll(0)):
+                    peer.close()
+                else:
+                    live.append((peer, line))
+            if live:
+                self._triggers[path] = live
+            else:
+                self._triggers.pop(path, None)
+
+    def close(self) -> None:
+        with self._lock:
+            for triggers in self._triggers.values():
+                for peer, _ in triggers:
+                    peer.close()
+            self._triggers.clear()
+
+
+def consume(fd: int, revents: int) -> int:
+    """What the kernel's poll reports for a fake trigger's descriptor: the event consumed (one ``POLLPRI``
+    per event), ``POLLERR | POLLPRI`` when its cgroup is gone (the peer closed)."""
+    if revents & (select.POLLHUP | select.POLLERR):
+        return select.POLLERR | select.POLLPRI
+    if revents & select.POLLPRI:
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            with contextlib.suppress(OSError):
+                s.recv(1, socket.MSG_OOB | socket.MSG_DONTWAIT)
+            with contextlib.suppress(OSError):
+                while s.recv(64, socket.MSG_DONTWAIT):  # events that came before it (inline by now)
+                    pass
+        finally:
+            s.close()
+    return revents
+
+
+__all__ = ["PressureRules", "consume", "parse_trigger", "privileged"]
