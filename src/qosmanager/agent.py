@@ -50,7 +50,7 @@ from qosmanager.framework.demand import CONTAINER, NODE, POD, QOS, CollectPlan, 
 from qosmanager.framework.fastpath import REACT_FAST, FastPath
 from qosmanager.framework.gates import FeatureGates, did_you_mean
 from qosmanager.framework.manager import QoSManager, load_strategies
-from qosmanager.framework.memtrigger import MemoryTrigger
+from qosmanager.framework.psi import memory_watchers
 from qosmanager.framework.scheduler import LongRuns, Scheduler, StopEvent
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import CgroupLayout, detect_driver, detect_version
@@ -244,7 +244,7 @@ class Agent:
             self.scheduler.on_run.append(lambda job, duration: fastpath.retrigger() if job.name in moving else None)
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
-        self.memtrigger = MemoryTrigger.for_agent(self)  # memoryHigh/memoryEvict woken at the fast cadence
+        self.memtrigger, self.psi = memory_watchers(self)  # memory levels woken by usage lines and by PSI
         if self.exporter is not None and self.fastpath is not None:
             self.fastpath.observe = self.exporter.metrics.be_limit_reaction.observe
 

@@ -8,7 +8,8 @@ Format (pinned by docs/interfaces.md)::
 
 ``action`` is ``write``, ``evict``, ``mkdir`` (a directory made, e.g. a resctrl group: ``value``
 its mode), ``kill`` (kill mode: the verified pids, in ``value``, recorded and flushed before the
-first signal; the ``evict`` record after it carries the outcome) or ``error`` (a strategy raised).
+first signal; the ``evict`` record after it carries the outcome), ``psi-trigger`` (a PSI trigger
+registered: ``value`` its line) or ``error`` (a strategy raised).
 ``executed`` is false under ``--dry-run``, ``--evict-mode none``, or when the write or
 eviction failed; then an ``error`` field says why.  Records are buffered and flushed
 once per batch (not one syscall per record); the file rotates at ``max_bytes``

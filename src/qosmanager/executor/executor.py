@@ -18,6 +18,7 @@ job is a room of its own, with its own state and tests:
 :mod:`.report`     failures that repeat: said in full once, then as a count
 :mod:`.dryrun`     what ``--dry-run`` pretends is on the host
 :mod:`.mkdir`      directories (resctrl groups); :mod:`.kill` signals and ``cgroup.kill``
+:mod:`.psi`        PSI triggers (registered on a pressure file, held by their descriptor)
 :mod:`.files`      the descriptor table; :mod:`.audit` the JSON-lines audit
 =================  ===========================================================================
 
@@ -110,6 +111,7 @@ from qosmanager.executor.mkdir import Dirs
 from qosmanager.executor.originals import Originals
 from qosmanager.executor.ownership import Claims
 from qosmanager.executor.plans import GroupState, Plans, Span
+from qosmanager.executor.psi import PressureTrigger, TriggerResult, Triggers
 from qosmanager.executor.report import Reporter
 from qosmanager.executor.types import (
     IGNORABLE,
@@ -180,6 +182,7 @@ class Executor:
         self.reporter = Reporter(audit, repeat_seconds, clock)
         self.shadow = DryRun(force_seconds)
         self.dirs = Dirs(layout.roots, audit, self.shadow if dry_run else None)
+        self.triggers = Triggers(layout.roots, audit, dry_run)
         self.refusals = _kill.Refusals(audit, self.stats, repeat_seconds, clock)
         # called when a conflict with another writer starts and when it ends (the agent's Node Event)
         self.on_conflict: list[Callable[[WriteConflict], None]] = self.fights.on_conflict
@@ -204,6 +207,11 @@ class Executor:
         ``"dry-run"`` (decided, not created) or ``"failed"`` (see :mod:`.mkdir`)."""
         with self.lock:
             return self.dirs.mkdir(d, self.clock() if now is None else now)
+
+    def psi_trigger(self, t: PressureTrigger, now: float | None = None) -> TriggerResult:
+        """Register a PSI trigger; the descriptor holding it is the caller's to poll and close (see :mod:`.psi`)."""
+        with self.lock:
+            return self.triggers.register(t, self.clock() if now is None else now)
 
     def kill(self, k: _kill.Kill, now: float | None = None) -> _kill.KillResult:
         """SIGKILL a pod's processes, pid by pid or by its ``cgroup.kill`` (see :mod:`.kill`)."""

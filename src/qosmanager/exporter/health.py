@@ -20,7 +20,9 @@ Three checks, each answering with ``ok`` and a sentence that says what is wrong 
 Beside the checks, every active degraded condition (:mod:`qosmanager.framework.conditions`: a bad
 NodeSLO field, a node counter that cannot be read, a kube QoS cgroup that never appeared, ...) is
 listed under ``degraded`` and turns the status into ``degraded``.  A degraded agent still answers
-200: it protects the node with what it has, and restarting it would not fix its input.
+200: it protects the node with what it has, and restarting it would not fix its input.  Informational
+notes (:meth:`~qosmanager.framework.conditions.Conditions.note`: what the agent does differently on this
+host, e.g. no PSI triggers) are listed under ``info`` and change nothing else.
 
 Everything read here is a scalar or a snapshot taken under the metrics' lock, so a health request
 never races the agent's loop.
@@ -83,6 +85,9 @@ class Health:
         body: dict[str, Any] = {"status": status, "checks": checks}
         if degraded:
             body["degraded"] = degraded
+        info = self._info()
+        if info:
+            body["info"] = info
         if liveness:
             body["probe"] = "liveness"
         return ok, body
@@ -94,6 +99,13 @@ class Health:
             return {}
         return {key: {"detail": c.message, "since": _r(c.since)}
                 for key, c in sorted(conditions.snapshot().items())}
+
+    def _info(self) -> dict[str, dict[str, Any]]:
+        conditions = getattr(self.store, "conditions", None)
+        notes = getattr(conditions, "notes", None)
+        if notes is None:
+            return {}
+        return {key: {"detail": c.message, "since": _r(c.since)} for key, c in sorted(notes().items())}
 
     def _collector(self, now: float) -> dict[str, Any]:
         bound = self.bounds.collect_seconds

@@ -10,6 +10,10 @@ protected) and ``/metrics`` exports ``qosmanager_degraded{condition}``.
 
 :meth:`Conditions.set` answers whether the condition is new or its sentence changed, so a caller
 logs a standing fault once, not every tick.  All methods are safe to call from any thread.
+
+A *note* (:meth:`Conditions.note`) is informational: something the agent does differently on this host
+and is right to (no PSI on the kernel, so the memory levels wake by their counters alone).  ``/healthz``
+lists notes under ``info``; they do not make the agent degraded and are not in ``qosmanager_degraded``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Conditions:
         self._clock = clock
         self._lock = threading.Lock()
         self._active: dict[str, Condition] = {}
+        self._notes: dict[str, Condition] = {}
 
     def set(self, key: str, message: str) -> bool:
         """Raise (or restate) ``key``; True when it is new or its message changed."""
@@ -60,6 +65,23 @@ class Conditions:
     def snapshot(self) -> dict[str, Condition]:
         with self._lock:
             return dict(self._active)
+
+    def note(self, key: str, message: str) -> bool:
+        """Raise (or restate) the informational note ``key``; True when it is new or its message changed."""
+        with self._lock:
+            old = self._notes.get(key)
+            if old is not None and old.message == message:
+                return False
+            self._notes[key] = Condition(key, message, self._clock())
+            return True
+
+    def clear_note(self, key: str) -> bool:
+        with self._lock:
+            return self._notes.pop(key, None) is not None
+
+    def notes(self) -> dict[str, Condition]:
+        with self._lock:
+            return dict(self._notes)
 
     def __bool__(self) -> bool:
         with self._lock:

@@ -19,8 +19,9 @@ thread, in their own order, with their own reads and checks; the trigger only mo
 Its cost is one file read per sample whatever the number of pods.
 
 On with the fast path (``--react-mode fast``, the default) when memoryHigh runs (gate ``BEMemoryHigh``);
-off in tick mode.  PSI triggers (``poll`` on a v2 ``memory.pressure`` with a threshold) are not used yet:
-the counter crossing is what the levels are defined on.
+off in tick mode.  PSI triggers (:mod:`qosmanager.framework.psi`) wake the same jobs when LS stalls on
+memory; they complement this poll: the counter crossing is what the levels are defined on, and level 1
+must cap BE before any stall.
 """
 
 from __future__ import annotations

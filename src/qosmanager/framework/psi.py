@@ -1,0 +1,292 @@
+"""PSI triggers: the memory levels woken by the kernel when latency-sensitive pods stall on memory.
+
+Pressure stall information (PSI) lets a process ask the kernel to be told when tasks stall: a line
+``some <stall µs> <window µs>`` written to a pressure file registers a trigger on the descriptor, and
+``poll`` reports ``POLLPRI`` on it when the tasks the file covers stalled that long within the window (at
+most once per window).  :class:`PressureWatch` registers such triggers on the memory pressure of the LS
+classes and wakes the memory levels when one fires, as :mod:`~qosmanager.framework.memtrigger` does on a
+crossing of their usage lines: :meth:`~qosmanager.framework.scheduler.Scheduler.wake` of the collector,
+memoryHigh and memoryEvict, in that order (those that run).  The strategies still decide on their own
+reads, on the scheduler's thread; memoryEvict's graduated level 3 judges the stall itself
+(:mod:`qosmanager.eviction.stall`), now at once instead of at its next tick.
+
+Where (the sources of :class:`~qosmanager.eviction.stall.LSStallWatch`, as a wake):
+
+* cgroup v2: ``memory.pressure`` of the Burstable QoS dir and of each Guaranteed pod's dir (kubepods'
+  own file would count BE stalled at its ``memory.high`` cap as LS), re-registered when the pod set
+  changes (at most :data:`MAX_TRIGGERS`);
+* cgroup v1, or v2 where no LS cgroup takes a trigger (``EOPNOTSUPP``: cgroup PSI switched off), the
+  node's ``/proc/pressure/memory``: a node-wide signal.
+
+The line is ``some``: any LS task stalled (the stall judgement uses ``full`` node-wide; a wake only moves
+the memory jobs forward, at most once per window per trigger).  The threshold is
+:data:`~qosmanager.eviction.stall.STALL_SHARE` of the window, the share the stall judgement calls a
+stall.  The window is :data:`WINDOW_US` (0.5 s, the kernel's least; it then checks every 50 ms) for a
+process with ``CAP_SYS_RESOURCE``; without it the kernel takes only multiples of 2 s and reports them at
+its 2 s averaging cadence (:data:`UNPRIVILEGED_WINDOW_US`).
+
+Why beside the memory trigger, not instead of it: PSI counts stall, which begins only once the kernel
+reclaims (a cgroup at its limit, the node short of free pages); the levels are defined on usage lines,
+and level 1 must cap BE *before* LS stalls.  The usage poll sees the lines; PSI sees LS hurt, on any
+line, between two usage samples or before a tick of memoryEvict.
+
+Registering a trigger is a write to a kernel file: it goes through the executor
+(:meth:`~qosmanager.executor.executor.Executor.psi_trigger`: audited, not made under ``--dry-run``).
+Where no trigger can be registered (no PSI on the kernel, ``--dry-run``, a refusal) the memory levels
+wake by the memory trigger and their ticks, as before; ``/healthz`` says so under ``info``
+(:data:`NOTE`), not as a fault.
+
+The thread sleeps in one ``poll`` on the triggers and a pipe, with no timeout: an idle node costs no
+wake-up.  The scheduler's ``collect`` job pokes the pipe when the pod set changed (:meth:`PressureWatch.poke`),
+and the thread registers again.  On with the fast path (``--react-mode fast``, the default) when memoryHigh
+or memoryEvict runs; off in tick mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+from qosmanager._native import sysio
+from qosmanager.api.pod import KUBE_QOS_GUARANTEED
+from qosmanager.eviction.stall import STALL_SHARE
+from qosmanager.executor.psi import DRY_RUN, REGISTERED, PressureTrigger, TriggerResult
+from qosmanager.framework.fastpath import REACT_FAST
+from qosmanager.framework.memtrigger import COLLECT, EVICT, HIGH, AgentParts, MemoryTrigger
+from qosmanager.host.cgroups import KubeQoS
+
+log = logging.getLogger(__name__)
+
+WINDOW_US = 500_000
+UNPRIVILEGED_WINDOW_US = 2_000_000
+CAP_SYS_RESOURCE = 24
+MAX_TRIGGERS = 64  # the Burstable dir and up to 63 Guaranteed pods
+NOTE = "psi/memory"
+NAME = "psi"  # the audit's strategy
+NODE_FILE = "pressure/memory"
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def cap_sys_resource(status: str = "/proc/self/status") -> bool:
+    """Whether this process holds ``CAP_SYS_RESOURCE`` (the kernel's test for PSI windows under 2 s)."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def trigger_line(privileged: bool) -> str:
+    window = WINDOW_US if privileged else UNPRIVILEGED_WINDOW_US
+    return f"some {int(window * STALL_SHARE)} {window}"
+
+
+class _Executor(Protocol):
+    def psi_trigger(self, t: PressureTrigger, now: float | None = None) -> TriggerResult: ...
+
+
+class WatchParts(AgentParts, Protocol):
+    @property
+    def executor(self) -> _Executor: ...
+
+
+class PressureWatch:
+    """The triggers and the thread that polls them (see the module docstring)."""
+
+    def __init__(self, parts: AgentParts, executor: _Executor, wake: Callable[..., None], *,
+                 privileged: bool | None = None) -> None:
+        self.layout, self.store, self.executor, self.wake = parts.layout, parts.store, executor, wake
+        self.privileged = cap_sys_resource() if privileged is None else privileged
+        self.line = trigger_line(self.privileged)
+        self.fds: dict[str, int] = {}  # pressure file -> the descriptor holding its trigger
+        self.refused: dict[str, int] = {}  # pressure file -> errno of its last refusal
+        self.dry_run = False
+        self.events = self.wakes = self.syncs = 0
+        self.synced_generation = -1
+        self._lock = threading.Lock()  # fds: the thread's syncs and stop()
+        self._stop = threading.Event()
+        self._poke_r, self._poke_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        weakref.finalize(self, _close_fds, self._poke_r, self._poke_w)
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_agent(cls, agent: WatchParts) -> PressureWatch | None:
+        """The agent's watch, registered as a watcher of its scheduler, or None: tick mode, or neither
+        memoryHigh nor memoryEvict runs."""
+        names = agent.strategy_names
+        if agent.cfg.react_mode != REACT_FAST or not {HIGH, EVICT} & set(names):
+            return None
+        watch = cls(agent, agent.executor, agent.scheduler.wake)
+        agent.scheduler.watchers.append(watch)
+        agent.scheduler.on_run.append(lambda job, _: watch.poke() if job.name == COLLECT else None)
+        return watch
+
+    # ------------------------------------------------------------------ where
+    def sources(self) -> list[str]:
+        """The pressure files to watch, best first: on v2 the LS cgroups' (see the module docstring)."""
+        lay = self.layout
+        if lay.version != 2:
+            return [lay.roots.proc_path(NODE_FILE)]
+        dirs = [lay.qos_dir(KubeQoS.BURSTABLE)]
+        for pod in self.store.pods.values():
+            if len(dirs) >= MAX_TRIGGERS:
+                break
+            if pod.kube_qos == KUBE_QOS_GUARANTEED:
+                with contextlib.suppress(ValueError):
+                    dirs.append(lay.pod_dir(pod.kube_qos, pod.uid))
+        return [lay.file("", d, "memory.pressure") for d in dirs]
+
+    def sync(self) -> None:
+        """Register the triggers the sources want and drop the others; the node's file on v2 when no LS
+        cgroup took one.  Updates the ``/healthz`` note."""
+        self.syncs += 1
+        self.synced_generation = self.store.pods_generation
+        want = self.sources()
+        node = self.layout.roots.proc_path(NODE_FILE)
+        with self._lock:
+            got = self._register(want)
+            if self.layout.version == 2 and not got and not self.dry_run:
+                got = self._register([node])
+                want.append(node)
+            for path in [p for p in self.fds if p not in want]:
+                self._close(path)
+        self._note(got)
+
+    def _register(self, paths: list[str]) -> int:
+        """Register what is not yet registered among ``paths``; how many of them hold a trigger."""
+        n = 0
+        for path in paths:
+            if path in self.fds:
+                n += 1
+                continue
+            res = self.executor.psi_trigger(PressureTrigger(
+                NAME, path, self.line, "wake the memory levels when LS stalls on memory"))
+            if res.status == REGISTERED:
+                self.fds[path] = res.fd
+                self.refused.pop(path, None)
+                n += 1
+            elif res.status == DRY_RUN:
+                self.dry_run = True
+            elif os.path.exists(os.path.dirname(path)):  # a pod's dir gone meanwhile is no refusal
+                self.refused[path] = res.errno
+        return n
+
+    def _note(self, registered: int) -> None:
+        conditions = self.store.conditions
+        fallback = "the memory levels wake by the memory trigger (usage lines) and their ticks"
+        if self.dry_run:
+            msg = f"--dry-run: no PSI trigger registered (a write to a kernel file); {fallback}"
+        elif not registered:
+            node = self.layout.roots.proc_path(NODE_FILE)
+            why = ("no PSI on this kernel (booted without psi=1?)" if not os.path.exists(node)
+                   else "PSI triggers refused: " + "; ".join(
+                       f"{p}: {errno.errorcode.get(e, str(e))}" for p, e in sorted(self.refused.items())))
+            msg = f"{why}; {fallback}"
+        else:
+            parts = []
+            if self.layout.version == 2 and self.layout.roots.proc_path(NODE_FILE) in self.fds:
+                parts.append("no cgroup PSI (memory.pressure refused): the node-wide /proc/pressure/memory wakes "
+                             "the memory levels")
+            if not self.privileged:
+                parts.append("PSI triggers at the kernel's 2 s averaging cadence: the agent lacks "
+                             "CAP_SYS_RESOURCE (windows under 2 s need it)")
+            if not parts:
+                if conditions.clear_note(NOTE):
+                    log.info("PSI triggers registered on %d pressure file(s)", registered)
+                return
+            msg = "; ".join(parts)
+        if conditions.note(NOTE, msg):
+            log.info("%s", msg)
+
+    def _close(self, path: str) -> None:
+        fd = self.fds.pop(path, -1)
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ------------------------------------------------------------------ the thread
+    def poke(self) -> None:
+        """From the scheduler's thread after the collector ran: register again if the pod set changed."""
+        if self.store.pods_generation != self.synced_generation and self.layout.version == 2:
+            with contextlib.suppress(OSError):
+                os.write(self._poke_w, b"\0")
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="psi", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            os.write(self._poke_w, b"\0")
+        if self._thread is not None:
+            self._thread.join(5)
+        with self._lock:
+            for path in list(self.fds):
+                self._close(path)
+
+    def _run(self) -> None:
+        try:
+            self.sync()
+        except Exception:  # no trigger: the memory trigger and the ticks still protect
+            log.exception("PSI: registering the triggers failed")
+        while not self._stop.is_set():
+            try:
+                self.wait()
+            except Exception:
+                log.exception("PSI: a poll failed")
+                self._stop.wait(1.0)
+
+    def wait(self, timeout: float = -1.0) -> tuple[str, ...]:
+        """One ``poll`` on the triggers and the pipe (``timeout`` seconds, negative: none); wakes the memory
+        levels when a trigger fired.  Returns the jobs woken."""
+        with self._lock:
+            by_fd = {fd: path for path, fd in self.fds.items()}
+        watch = [(self._poke_r, select.POLLIN), *((fd, select.POLLPRI) for fd in by_fd)]
+        ready = sysio.psi_poll(watch, timeout * 1000.0 if timeout >= 0 else -1)
+        fired, gone, poked = False, False, False
+        for fd, revents in ready:
+            if fd == self._poke_r:
+                poked = True
+                with contextlib.suppress(OSError):
+                    while os.read(self._poke_r, 64):
+                        pass
+            elif revents & (select.POLLERR | select.POLLNVAL | select.POLLHUP):
+                gone = True  # the cgroup was removed: its trigger with it
+                with self._lock:
+                    self._close(by_fd[fd])
+            elif revents & select.POLLPRI:
+                fired = True
+                self.events += 1
+        if (poked or gone) and not self._stop.is_set():
+            self.sync()
+        if not fired:
+            return ()
+        self.wakes += 1
+        self.wake(COLLECT, HIGH, EVICT)
+        return (COLLECT, HIGH, EVICT)
+
+
+def memory_watchers(agent: WatchParts) -> tuple[MemoryTrigger | None, PressureWatch | None]:
+    """The agent's memory trigger (usage lines) and PSI watch, each registered with its scheduler."""
+    return MemoryTrigger.for_agent(agent), PressureWatch.for_agent(agent)
+
+
+__all__ = ["NOTE", "UNPRIVILEGED_WINDOW_US", "WINDOW_US", "PressureWatch", "cap_sys_resource", "memory_watchers",
+           "trigger_line"]
