@@ -143,7 +143,8 @@ def test_no_trigger_without_memory_high_or_in_tick_mode(tmp_path: Path, strategi
                                                         gates: dict[str, bool], mode: str) -> None:
     _, agent, _ = make(tmp_path, 2, strategies=strategies, gates=gates, react_mode=mode)
     try:
-        assert agent.memtrigger is None and agent.scheduler.watchers == []
+        assert agent.memtrigger is None
+        assert not any(isinstance(w, MemoryTrigger) for w in agent.scheduler.watchers)
     finally:
         agent.close()
 
