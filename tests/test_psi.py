@@ -309,17 +309,25 @@ def test_the_fake_descriptor_polls_as_the_kernels(tmp_path: Path) -> None:
     assert host.kernel.psi.triggers(path) == []
 
 
-def test_the_executor_audits_a_registration_once(tmp_path: Path) -> None:
-    host, agent, _ = make(tmp_path, 1)
+def test_the_executor_audits_each_registration_and_a_failure_once(tmp_path: Path) -> None:
+    host, agent, _ = make(tmp_path, 2)
     try:
         node = host.roots.proc_path("pressure/memory")
         t = PressureTrigger("psi", node, trigger_line(False), "why")
         first, second = agent.executor.psi_trigger(t), agent.executor.psi_trigger(t)
         assert first.status == second.status == "registered" and first.fd != second.fd
         recs = [r for r in agent.audit.recent if r["action"] == "psi-trigger"]
-        assert len(recs) == 1 and recs[0]["target"] == "proc/pressure/memory" and recs[0]["executed"] is True
+        assert len(recs) == 2 and recs[0]["target"] == "proc/pressure/memory" and recs[0]["executed"] is True
         assert recs[0]["value"] == trigger_line(False)
         for r in (first, second):
             os.close(r.fd)
+        bad = host.layout.file("", host.layout.qos_dir(KubeQoS.BURSTABLE), "memory.pressure")
+        assert host.kernel is not None
+        host.kernel.psi.refuse[bad] = errno.EOPNOTSUPP
+        t = PressureTrigger("psi", bad, trigger_line(False), "why")
+        results = [agent.executor.psi_trigger(t) for _ in range(3)]
+        assert {(r.status, r.errno) for r in results} == {("failed", errno.EOPNOTSUPP)}
+        failed = [r for r in agent.audit.recent if r["action"] == "psi-trigger" and r.get("error")]
+        assert len(failed) == 1 and failed[0]["executed"] is False, "the same refusal is audited once"
     finally:
         agent.close()

@@ -10,10 +10,9 @@ to, which its caller keeps and polls, and nothing in the file changes (a read sh
 So it has no write cache, no original to restore and no conflict to detect: closing the descriptor is
 the whole undo, which the kernel also does when the process exits, however it exits.
 
-Audited once when registered, once per dry run of a file, and once per distinct failure of a file (the
-same errno again is not re-audited until that file has had a trigger in between): a watcher that
-registers again after a cgroup came back, or at every change of the pod set, writes no record for a
-trigger it already had.
+Audited at each registration and each dry run (a watcher registers a file again only after its trigger
+ended: its cgroup was removed), and once per distinct failure of a file (the same errno again is not
+re-audited until that file has had a trigger in between; at most :data:`MAX_FAILED` files remembered).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from qosmanager.executor.audit import AuditLog
 from qosmanager.host.roots import HostRoots
 
 REGISTERED, DRY_RUN, FAILED = "registered", "dry-run", "failed"
+MAX_FAILED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,6 @@ class Triggers:
         self.audit = audit
         self.dry_run = dry_run
         self.failed: dict[str, int] = {}  # path -> errno of its last audited failure
-        self.audited: set[str] = set()  # paths whose registration (or dry run) was audited
 
     def target(self, path: str) -> str:
         """The display path: relative to the cgroup root, or ``proc/...``."""
@@ -64,17 +63,17 @@ class Triggers:
     def register(self, t: PressureTrigger, now: float) -> TriggerResult:
         target = self.target(t.path)
         if self.dry_run:
-            if t.path not in self.audited:
-                self.audited.add(t.path)
-                self.audit.record(strategy=t.strategy, action="psi-trigger", target=target, value=t.line,
-                                  reason=t.reason, executed=False, ts=now)
-                self.audit.flush()
+            self.audit.record(strategy=t.strategy, action="psi-trigger", target=target, value=t.line,
+                              reason=t.reason, executed=False, ts=now)
+            self.audit.flush()
             return TriggerResult(DRY_RUN)
         try:
             fd = sysio.psi_trigger(t.path, t.line.encode())
         except OSError as e:
             err = e.errno or errno.EIO
             if self.failed.get(t.path) != err:
+                if len(self.failed) >= MAX_FAILED:
+                    self.failed.clear()
                 self.failed[t.path] = err
                 self.audit.record(strategy=t.strategy, action="psi-trigger", target=target, value=t.line,
                                   reason=t.reason, executed=False,
@@ -82,11 +81,9 @@ class Triggers:
                 self.audit.flush()
             return TriggerResult(FAILED, errno=err)
         self.failed.pop(t.path, None)
-        if t.path not in self.audited:
-            self.audited.add(t.path)
-            self.audit.record(strategy=t.strategy, action="psi-trigger", target=target, value=t.line,
-                              reason=t.reason, executed=True, ts=now)
-            self.audit.flush()
+        self.audit.record(strategy=t.strategy, action="psi-trigger", target=target, value=t.line,
+                          reason=t.reason, executed=True, ts=now)
+        self.audit.flush()
         return TriggerResult(REGISTERED, fd=fd)
 
 

@@ -163,6 +163,8 @@ class PressureWatch:
         cgroup took one.  Updates the ``/healthz`` note."""
         self.syncs += 1
         self.synced_generation = self.store.pods_generation
+        if self.dry_run:  # nothing is registered under --dry-run: asked once
+            return
         want = self.sources()
         node = self.layout.roots.proc_path(NODE_FILE)
         with self._lock:
@@ -189,6 +191,7 @@ class PressureWatch:
                 n += 1
             elif res.status == DRY_RUN:
                 self.dry_run = True
+                break
             elif os.path.exists(os.path.dirname(path)):  # a pod's dir gone meanwhile is no refusal
                 self.refused[path] = res.errno
         return n
