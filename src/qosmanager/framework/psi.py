@@ -30,12 +30,12 @@ reclaims (a cgroup at its limit, the node short of free pages); the levels are d
 and level 1 must cap BE *before* LS stalls.  The usage poll sees the lines; PSI sees LS hurt, on any
 line, between two usage samples or before a tick of memoryEvict.
 
-CPU pressure is not watched: the fast path (:mod:`~qosmanager.framework.fastpath`) already samples LS
-demand every 50 ms and decides from two samples, and a ``cpu.pressure`` trigger fires only after its
-threshold of stall (at least 5 ms of a 0.5 s window, reported at the kernel's 50 ms polling), so an
-immediate sample on its event could move a decision by less than one interval.  Node-wide, on a v1 host,
-it carries nothing about LS: measured here (2 CPUs, 7 busy sessions, load 10.8), ``/proc/pressure/cpu``
-``some`` stalled 99 % of the time and a 10 %-of-2 s trigger fired in 8 of 10 windows, with no LS at all.
+CPU pressure is not watched.  Node-wide, on a v1 host, it carries nothing about LS: measured here (2 CPUs,
+7 busy sessions, load 10.8), ``/proc/pressure/cpu`` ``some`` stalled 99 % of the time and a 10 %-of-2 s
+trigger fired in 8 of 10 windows, with no LS at all.  Per LS cgroup (v2) a trigger fires once its
+threshold of LS stall has accumulated, polled at a tenth of its window; whether an immediate sample of the
+fast path (:mod:`~qosmanager.framework.fastpath`, every 50 ms) on such an event would react sooner is not
+measured yet.
 
 Registering a trigger is a write to a kernel file: it goes through the executor
 (:meth:`~qosmanager.executor.executor.Executor.psi_trigger`: audited, not made under ``--dry-run``).
