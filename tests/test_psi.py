@@ -172,6 +172,28 @@ def test_a_guaranteed_pod_gone_drops_its_trigger_and_the_pod_set_resyncs(tmp_pat
         agent.close()
 
 
+def test_a_pod_dir_made_after_the_pod_was_listed_gets_its_trigger_after_the_next_collect(tmp_path: Path) -> None:
+    """The kubelet makes a pod's cgroup after the pod is listed: the trigger follows at the next collector run."""
+    host, agent, clock = make(tmp_path, 2)
+    try:
+        watch = watch_of(agent)
+        burstable, guaranteed = ls_files(host)
+        pod_dir = os.path.dirname(guaranteed)
+        os.rename(pod_dir, pod_dir + ".later")
+        runs = started(agent, clock)
+        assert list(watch.fds) == [burstable] and watch.missing == 1
+        assert guaranteed not in watch.refused, "a cgroup not made yet is no refusal"
+        os.rename(pod_dir + ".later", pod_dir)
+        clock.t += 1.0
+        collect = next(j for j in agent.scheduler.jobs if j.name == "collect")
+        agent.scheduler.run_job(collect)  # pokes the watch: the pod set is the same, a file was missing
+        assert collect.runs > runs["collect"]
+        watch.wait(0)
+        assert sorted(watch.fds) == sorted([burstable, guaranteed]) and watch.missing == 0
+    finally:
+        agent.close()
+
+
 # ---------------------------------------------------------------------- where it falls back
 def test_dry_run_registers_nothing_audits_it_and_says_so(tmp_path: Path) -> None:
     host, agent, clock = make(tmp_path, 2, dry_run=True)

@@ -44,9 +44,9 @@ wake by the memory trigger and their ticks, as before; ``/healthz`` says so unde
 (:data:`NOTE`), not as a fault.
 
 The thread sleeps in one ``poll`` on the triggers and a pipe, with no timeout: an idle node costs no
-wake-up.  The scheduler's ``collect`` job pokes the pipe when the pod set changed (:meth:`PressureWatch.poke`),
-and the thread registers again.  On with the fast path (``--react-mode fast``, the default) when memoryHigh
-or memoryEvict runs; off in tick mode.
+wake-up.  The scheduler's ``collect`` job pokes the pipe when the pod set changed or a wanted cgroup did not
+exist yet (:meth:`PressureWatch.poke`), and the thread registers again.  On with the fast path
+(``--react-mode fast``, the default) when memoryHigh or memoryEvict runs; off in tick mode.
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ class PressureWatch:
         self.line = trigger_line(self.privileged)
         self.fds: dict[str, int] = {}  # pressure file -> the descriptor holding its trigger
         self.refused: dict[str, int] = {}  # pressure file -> errno of its last refusal
+        self.missing = 0  # wanted files whose cgroup does not exist yet (tried again after each collect)
         self.dry_run = False
         self.events = self.wakes = self.syncs = 0
         self.synced_generation = -1
@@ -174,6 +175,8 @@ class PressureWatch:
                 want.append(node)
             for path in [p for p in self.fds if p not in want]:
                 self._close(path)
+            self.refused = {p: e for p, e in self.refused.items() if p in want}
+            self.missing = sum(1 for p in want if p not in self.fds and p not in self.refused)
         self._note(got)
 
     def _register(self, paths: list[str]) -> int:
@@ -231,8 +234,9 @@ class PressureWatch:
 
     # ------------------------------------------------------------------ the thread
     def poke(self) -> None:
-        """From the scheduler's thread after the collector ran: register again if the pod set changed."""
-        if self.store.pods_generation != self.synced_generation and self.layout.version == 2:
+        """From the scheduler's thread after the collector ran: register again if the pod set changed or a
+        wanted cgroup did not exist yet (the kubelet makes a pod's dir after the pod is listed)."""
+        if self.layout.version == 2 and (self.missing or self.store.pods_generation != self.synced_generation):
             with contextlib.suppress(OSError):
                 os.write(self._poke_w, b"\0")
 
