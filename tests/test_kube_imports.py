@@ -7,7 +7,10 @@ Modules that cost resident memory for nothing the agent does are kept out, each 
 (the 1,000-pod peak of ``benchmarks/test_bench_memory.py`` is bounded at 60 MiB):
 
 * ``numpy.ma`` (about 1 MiB): ``np.unique`` without ``return_inverse`` imports it (``np.union1d``);
-* ``yaml``: a kubeconfig is parsed with it only when it is YAML, and in a cluster there is none.
+* ``yaml``: a kubeconfig is parsed with it only when it is YAML, and in a cluster there is none;
+* ``http.client`` with the ``email`` package (about 1 MiB): the client speaks HTTP/1.1 itself
+  (:mod:`qosmanager.states.kube.http1`);
+* ``encodings.idna`` with ``unicodedata``: host names go to the resolver and to TLS as ASCII bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ NODE = "imports-node"
 KEPT_OUT = {
     "numpy.ma": "np.unique/np.union1d without return_inverse imports numpy.ma (about 1 MiB)",
     "yaml": "the agent's kubeconfig is JSON here and in a cluster there is none: no YAML parser",
+    "http.client": "the Kubernetes client speaks HTTP/1.1 itself (states/kube/http1.py)",
+    "email": "http.client's header parser (about 1 MiB with http.client)",
+    "encodings.idna": "an ASCII host name is given to getaddrinfo and TLS as bytes",
 }
 
 

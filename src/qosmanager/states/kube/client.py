@@ -1,9 +1,10 @@
-"""A small Kubernetes API client on the standard library (``http.client``, ``ssl``, ``json``).
+"""A small Kubernetes API client on the standard library (``socket``, ``ssl``, ``json``).
 
 The agent needs five verbs on three resources: list, watch, get, POST (evictions, events) and
 PATCH (events).  A general client library costs more memory than the whole budget of the
 Kubernetes layer (importing lightkube and httpx adds about 16 MiB to the process; the standard
-library's HTTP, TLS and JSON about 6 MiB), so this module speaks the protocol directly:
+library's HTTP, TLS and JSON about 6 MiB, its ``http.client`` with ``email`` 1 MiB of that), so this
+module speaks the protocol directly, HTTP/1.1 through :mod:`qosmanager.states.kube.http1`:
 
 * keep-alive connections in named *channels*: each watch has its own (a watch occupies its
   connection for minutes), other requests share one unless they name their own (evictions, which
@@ -28,7 +29,6 @@ library's HTTP, TLS and JSON about 6 MiB), so this module speaks the protocol di
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import socket
@@ -40,6 +40,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from qosmanager import __version__
 from qosmanager.api.decode import RESPONSE_LIMITS, decode_json
+from qosmanager.states.kube import http1
 from qosmanager.states.kube.config import KubeConfig
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _never() -> bool:
     return False
 
 
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
+_STALE = (http1.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
           ssl.SSLEOFError, ssl.SSLZeroReturnError)
 
 
@@ -84,7 +85,7 @@ class KubeError(Exception):
         return self.status == 404
 
     @classmethod
-    def from_response(cls, status: int, headers: Mapping[str, str] | http.client.HTTPMessage, body: bytes
+    def from_response(cls, status: int, headers: Mapping[str, str], body: bytes, reason_phrase: str = ""
                       ) -> KubeError:
         message, reason = body.decode("utf-8", "replace").strip()[:500], ""
         details: dict[str, Any] = {}
@@ -98,7 +99,7 @@ class KubeError(Exception):
             raw = obj.get("details")
             details = raw if isinstance(raw, dict) else {}
         retry_after = _retry_after(headers.get("Retry-After"), details)
-        return cls(status, message or http.client.responses.get(status, ""), reason=reason,
+        return cls(status, message or reason_phrase, reason=reason,
                    retry_after=retry_after, details=details)
 
     @classmethod
@@ -124,30 +125,13 @@ def _retry_after(header: str | None, details: Mapping[str, Any]) -> float:
     return 0.0
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    """HTTPS with an optional TLS server name different from the host (kubeconfig ``tls-server-name``)."""
-
-    def __init__(self, host: str, port: int | None, *, context: ssl.SSLContext, timeout: float,
-                 server_name: str | None) -> None:
-        super().__init__(host, port, context=context, timeout=timeout)
-        self._server_name = server_name
-        self._ctx = context
-
-    def connect(self) -> None:
-        if not self._server_name:
-            super().connect()
-            return
-        sock = socket.create_connection((self.host, self.port), self.timeout)
-        self.sock = self._ctx.wrap_socket(sock, server_hostname=self._server_name)
-
-
 class _Channel:
     """One keep-alive connection; one request (or watch stream) at a time."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.lock = threading.Lock()
-        self.conn: http.client.HTTPConnection | None = None
+        self.conn: http1.Connection | None = None
         self.used = False  # the connection has served a request: the server may have closed it since
         # Whether a request on this channel is no longer wanted (the owner's stop or relist).  The owner
         # sets what it reads *before* calling interrupt(): a request checks it after its socket exists,
@@ -199,12 +183,9 @@ class KubeClient:
                 ch = self._channels[name] = _Channel(name)
             return ch
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            assert self._ssl is not None
-            return _HTTPSConnection(self._host, self._port, context=self._ssl, timeout=timeout,
-                                    server_name=self.config.tls_server_name)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    def _connect(self, timeout: float) -> http1.Connection:
+        return http1.Connection(self._host, self._port, timeout=timeout, context=self._ssl,
+                                server_name=self.config.tls_server_name)
 
     def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
         if not path.startswith("/"):
@@ -225,7 +206,7 @@ class KubeClient:
         return h
 
     def _send(self, ch: _Channel, method: str, target: str, body: bytes | None, content_type: str | None,
-              timeout: float) -> http.client.HTTPResponse:
+              timeout: float) -> http1.Response:
         """Send one request on the channel's connection and return the response (status read)."""
         if self._closed:
             raise KubeError(0, "the Kubernetes client is closed")
@@ -253,18 +234,18 @@ class KubeClient:
                     log.debug("kube %s: keep-alive connection was closed by the server; retrying", ch.name)
                     continue
                 raise KubeError(0, f"{method} {target}: connection lost: {e}") from None
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, http1.ProtocolError) as e:
                 ch.drop()
                 raise KubeError(0, f"{method} {target}: cannot reach {self.config.server}: {e}") from None
             ch.used = True
             if resp.status == 401 and self.config.token_file and not force_token:
-                resp.read()
+                self._finish(ch, resp)  # read to its end (the connection is kept) or dropped
                 force_token = True  # the token may have been rotated: read it again and retry once
                 continue
             return resp
         raise KubeError(0, f"{method} {target}: no answer after retries")
 
-    def _finish(self, ch: _Channel, resp: http.client.HTTPResponse) -> bytes:
+    def _finish(self, ch: _Channel, resp: http1.Response) -> bytes:
         """The body, at most :data:`MAX_RESPONSE` bytes (a longer one is refused before it is read)."""
         length = resp.getheader("Content-Length") or ""
         if length.isdigit() and int(length) > MAX_RESPONSE:
@@ -273,7 +254,7 @@ class KubeClient:
                                          f"{MAX_RESPONSE}")
         try:
             data = resp.read(MAX_RESPONSE + 1)
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http1.ProtocolError) as e:
             ch.drop()
             raise KubeError(0, f"reading the answer failed: {e}") from None
         if len(data) > MAX_RESPONSE:
@@ -297,7 +278,7 @@ class KubeClient:
             data = self._finish(ch, resp)
         self.requests += 1
         if resp.status >= 400:
-            raise KubeError.from_response(resp.status, resp.headers, data)
+            raise KubeError.from_response(resp.status, resp.headers, data, resp.reason)
         try:
             return decode_json(data, RESPONSE_LIMITS, object_hook=object_hook) if data else {}
         except ValueError as e:
@@ -377,7 +358,7 @@ class KubeClient:
             resp = self._send(ch, "GET", target, None, None, timeout + WATCH_READ_MARGIN)
             self.requests += 1
             if resp.status != 200:
-                raise KubeError.from_response(resp.status, resp.headers, self._finish(ch, resp))
+                raise KubeError.from_response(resp.status, resp.headers, self._finish(ch, resp), resp.reason)
             if on_open is not None:
                 on_open()
             finished = False
@@ -402,11 +383,11 @@ class KubeClient:
                     ch.drop()  # a stream left half-read cannot carry the next request
 
     @staticmethod
-    def _lines(resp: http.client.HTTPResponse, path: str) -> Iterator[bytes | None]:
+    def _lines(resp: http1.Response, path: str) -> Iterator[bytes | None]:
         """The non-empty lines of a streamed body, then ``None`` when the server ended it properly.
 
-        ``read1`` is used rather than ``readline``: on a chunked body ``readline`` reports a
-        connection cut between two chunks as a normal end; ``read1`` raises ``IncompleteRead``.
+        ``read1`` gives what each receive brought and raises ``IncompleteRead`` when the connection
+        is cut inside the body (between two chunks too): a cut stream never passes for its end.
         """
         buf = b""
         while True:
@@ -421,7 +402,7 @@ class KubeClient:
                 raise KubeError(0, f"watch {path}: an event longer than {MAX_EVENT_LINE} bytes")
             try:
                 data = resp.read1(1 << 16)
-            except (OSError, http.client.HTTPException, ValueError) as e:
+            except (OSError, http1.ProtocolError, ValueError) as e:
                 raise KubeError(0, f"watch {path}: stream broken: {e!r}") from None
             if not data:
                 if not resp.isclosed():
