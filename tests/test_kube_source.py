@@ -318,6 +318,47 @@ def test_a_stop_before_the_watch_connects_is_not_lost(api: FakeAPIServer, monkey
         client.close()
 
 
+def test_a_stop_during_the_start_joins_only_started_threads(api: FakeAPIServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # stop() on another thread (the agent's, on SIGTERM) while start() has made the Node reflector's
+    # thread but not started it: joining it raised "cannot join thread before it is started" in the
+    # stopping thread (seen as an unhandled thread exception in a loaded full run)
+    import qosmanager.states.kube.source as source
+
+    client = KubeClient(KubeConfig(server=api.url))
+    src = KubeSource(StateStore(), client, NODE, watch_timeout=(WATCH_LIFE, WATCH_LIFE))
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            src.stop(timeout=WATCH_LIFE / 10)
+        except BaseException as e:  # the failure asserted below
+            errors.append(e)
+
+    stopper = threading.Thread(target=stop)
+
+    class StoppedWhileStarting(threading.Thread):
+        def start(self) -> None:
+            if self.name == "kube-node" and not stopper.is_alive():
+                stopper.start()
+                src._stop.wait(5.0)
+                # the old stop() ran to its end here; one that waits for the start returns after it
+                stopper.join(1.0)
+            super().start()
+
+    monkeypatch.setattr(source.threading, "Thread", StoppedWhileStarting)
+    try:
+        src.start()
+        stopper.join(WATCH_LIFE / 5)
+        assert not stopper.is_alive() and errors == []
+        for r in src.reflectors.values():  # each one either never started or was stopped
+            assert r.thread is None or not r.thread.is_alive()
+    finally:
+        monkeypatch.undo()
+        src.stop()
+        client.close()
+
+
 def test_a_relist_asked_before_the_watch_connects_is_not_lost(api: FakeAPIServer,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     client = KubeClient(KubeConfig(server=api.url))

@@ -274,6 +274,7 @@ class Reflector:
         self.last_error = ""
         self.last_error_ts = 0.0
         self.thread: threading.Thread | None = None
+        self._starting = threading.Lock()  # start() against a stop's join() on another thread
         self.on_relist: list[Callable[[], None]] = []  # called (on this thread) when a 410 forces a relist
         self._relist = threading.Event()  # asked for (SIGHUP): list afresh, then watch from there
         self.requested_relists = 0
@@ -287,8 +288,21 @@ class Reflector:
         return f"watch-{self.resource}"
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.run, name=f"kube-{self.resource}", daemon=True)
-        self.thread.start()
+        """Start the thread, unless the source is stopped already.  ``thread`` is set only once it
+        has started: a stop() on another thread joined a thread made but not yet started (RuntimeError)."""
+        with self._starting:
+            if self.stop.is_set():
+                return
+            thread = threading.Thread(target=self.run, name=f"kube-{self.resource}", daemon=True)
+            thread.start()
+            self.thread = thread
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread, if it was started (a start running now is waited for first)."""
+        with self._starting:
+            thread = self.thread
+        if thread is not None:
+            thread.join(timeout)
 
     def request_relist(self) -> None:
         """List again as soon as possible (another thread: the agent's on SIGHUP).  A watch blocked on
@@ -500,8 +514,7 @@ class KubeSource:
             self.client.interrupt(r.channel)
         deadline = time.monotonic() + timeout
         for r in self.reflectors.values():
-            if r.thread is not None:
-                r.thread.join(max(0.0, deadline - time.monotonic()))
+            r.join(max(0.0, deadline - time.monotonic()))
 
     def relist(self) -> None:
         """List the pods, the Node and the NodeSLO afresh now, then watch on from there (SIGHUP: an
