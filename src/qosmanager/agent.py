@@ -242,9 +242,9 @@ class Agent:
             # the tick's last decision (cpuSuppress), the Node and NodeSLO (read by the collect job)
             moving = {"collect", suppress.name}
             self.scheduler.on_run.append(lambda job, duration: fastpath.retrigger() if job.name in moving else None)
+        self.memtrigger, self.psi = memory_watchers(self)  # memory levels woken by usage lines and by PSI
         # /metrics and /healthz (--metrics-addr; empty disables): address checked now, bound on run()
         self.exporter: Exporter | None = Exporter.for_agent(self) if cfg.metrics_addr else None
-        self.memtrigger, self.psi = memory_watchers(self)  # memory levels woken by usage lines and by PSI
         if self.exporter is not None and self.fastpath is not None:
             self.fastpath.observe = self.exporter.metrics.be_limit_reaction.observe
 

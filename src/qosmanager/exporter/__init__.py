@@ -23,6 +23,7 @@ from qosmanager.exporter.health import Health, HealthBounds
 from qosmanager.exporter.registry import Counter, Gauge, Histogram, Registry
 from qosmanager.exporter.server import MAX_CLIENTS, MetricsServer, descriptor_reserve, parse_addr
 from qosmanager.exporter.view import AgentView
+from qosmanager.framework.memreaction import MemoryReactions
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class Exporter:
                                cache=agent.cache, collector=agent.collector, executor=agent.executor,
                                coordinator=agent.coordinator, manager=agent.manager,
                                scheduler=agent.scheduler, file_source=agent.source, kube_source=kube_source)
+        if {"memoryHigh", "memoryEvict"} & set(agent.strategy_names):  # memory protection's reaction times
+            metrics.memory_reactions = MemoryReactions.for_agent(agent, metrics.on_memory_reaction)
         files = [(kind, path) for kind, path in (("node", cfg.node_file), ("pods", cfg.pods_file),
                                                  ("nodeslo", cfg.node_slo_file)) if path]
         # a plugin strategy that keeps failing is stopped and named in its plugin/<gate> condition

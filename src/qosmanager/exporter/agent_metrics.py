@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from qosmanager.eviction.types import EvictDecision
     from qosmanager.executor.executor import Executor, WriteResult
     from qosmanager.framework.manager import QoSManager
+    from qosmanager.framework.memreaction import MemoryReactions
     from qosmanager.framework.scheduler import Job, Scheduler
     from qosmanager.host.cgroups import CgroupLayout
     from qosmanager.metrics.cache import MetricCache
@@ -63,6 +64,8 @@ log = logging.getLogger(__name__)
 UPDATE_BUCKETS_MS = exponential_buckets(0.01, 4, 8)
 # the fast path samples every 50 ms: its reactions range from ~50 ms to a few samples
 REACTION_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
+# memory protection reacts within a sample or two of the trigger (50 ms) up to a few collector ticks (1 s each)
+MEMORY_REACTION_BUCKETS_S = (0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0)
 # agent ticks range from ~100 us (an idle strategy) to ~100 ms (a 1,000-pod reconcile)
 TICK_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -113,6 +116,7 @@ class AgentMetrics:
         self._kinds: dict[str, str] = {}
         self._hook_failed: set[str] = set()
         self._want_process = process
+        self.memory_reactions: MemoryReactions | None = None  # set by Exporter.for_agent
         self._define()
         if scheduler is not None:
             scheduler.on_run.append(self.on_job_run)
@@ -162,6 +166,12 @@ class AgentMetrics:
             "The fast path's BE CPU limit writes: seconds from the start of the sample window that showed a "
             "rise in non-BE load to the lowered limit in the kernel (none in --react-mode tick)",
             buckets=REACTION_BUCKETS_S, registry=r)
+        self.memory_reaction = Histogram(
+            "qosmanager_memory_protection_reaction_seconds",
+            "Memory protection's reaction, by level: seconds from the start of the sample window that showed the "
+            "node's memory crossing the level's line (memory trigger or collector sample; L - 5 % for levels 1 "
+            "and 2, T for 3) to BE's memory cap (1), its memory.reclaim (2) or an eviction (3) in the kernel",
+            ("level",), buckets=MEMORY_REACTION_BUCKETS_S, registry=r)
         Gauge("qosmanager_job_last_success_timestamp_seconds",
               "Wall time of the last run of a job that did not fail", ("job",), r).pull(self._last_success)
         Gauge("qosmanager_job_consecutive_failures", "Runs of a job that failed in a row",
@@ -320,6 +330,10 @@ class AgentMetrics:
                 self.koord_evictions.labels(self.node_name, d.feature).inc()
         except Exception:
             self._hook_error("on_decision")
+
+    def on_memory_reaction(self, level: int, seconds: float) -> None:
+        """A memory protection level acted (:mod:`qosmanager.framework.memreaction`)."""
+        self.memory_reaction.labels(str(level)).observe(seconds)
 
     def jobs(self) -> tuple[dict[str, float], dict[str, int]]:
         """Snapshots of ``(last success per job, failures in a row per job)``, safe on any thread."""

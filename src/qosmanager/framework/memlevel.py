@@ -30,6 +30,7 @@ class MemoryProtection:
     cap: int | None = None  # bytes of the cap in force on the BE QoS dir; None: lifted (or never set)
     budget: int | None = None  # BE's budget at the last tick (bytes; see memory_high's docstring)
     be_usage: int | None = None  # BE's page counter at the last tick (memory.current / usage_in_bytes)
+    node_used: float | None = None  # the node's MemTotal - MemAvailable the last tick decided on (bytes)
     high_events: int | None = None  # the BE QoS dir's memory.events "high" (v2), cumulative
     high_events_delta: int = 0  # ... its rise since the tick before
     reclaimed: int = 0  # bytes memory.reclaim was asked for at the last tick (level 2)

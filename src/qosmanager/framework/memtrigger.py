@@ -85,6 +85,22 @@ def parse_used(head: bytes) -> int | None:
     return None
 
 
+def protection_lines(store: StateStore) -> tuple[float, float, float] | None:
+    """(memoryHigh's engage line, memoryEvict's threshold, the write step), bytes; None where the NodeSLO
+    says nothing (the strategies' own switch and checks) or the capacity is not known."""
+    node = store.node
+    cfg = store.nodeslo.resource_used_threshold_with_be
+    if (node is None or node.memory_capacity <= 0 or check_common_config(cfg) is not None
+            or threshold_feature_disabled(store.nodeslo, store.nodeslo_present) is not False):
+        return None
+    threshold = cfg.memory_evict_threshold_percent
+    assert threshold is not None  # checked by check_common_config
+    capacity = node.memory_capacity
+    lower = memory_evict_lower_percent(cfg, threshold)
+    step = max(MIN_STEP_BYTES, capacity * MIN_STEP_PERCENT / 100)
+    return capacity * (lower - ENGAGE_BAND_PERCENT) / 100, capacity * threshold / 100, step
+
+
 class MemoryTrigger:
     """The watcher thread and its lines (see the module docstring)."""
 
@@ -95,6 +111,7 @@ class MemoryTrigger:
         self.path = layout.roots.proc_path("meminfo")
         self._fd = -1
         self.samples = self.errors = self.wakes = 0
+        self.on_sample: list[Callable[[int], object]] = []  # each sample's used bytes (memory reaction times)
         self._high_mark: float | None = None  # node usage at the last wake of memoryHigh (None: disarmed)
         self._over_evict = False
         self._stop = threading.Event()
@@ -136,19 +153,8 @@ class MemoryTrigger:
 
     # ------------------------------------------------------------------ one sample
     def lines(self) -> tuple[float, float, float] | None:
-        """(memoryHigh's engage line, memoryEvict's threshold, the write step), bytes; None where the
-        NodeSLO says nothing (the strategies' own switch and checks) or the capacity is not known."""
-        node = self.store.node
-        cfg = self.store.nodeslo.resource_used_threshold_with_be
-        if (node is None or node.memory_capacity <= 0 or check_common_config(cfg) is not None
-                or threshold_feature_disabled(self.store.nodeslo, self.store.nodeslo_present) is not False):
-            return None
-        threshold = cfg.memory_evict_threshold_percent
-        assert threshold is not None  # checked by check_common_config
-        capacity = node.memory_capacity
-        lower = memory_evict_lower_percent(cfg, threshold)
-        step = max(MIN_STEP_BYTES, capacity * MIN_STEP_PERCENT / 100)
-        return capacity * (lower - ENGAGE_BAND_PERCENT) / 100, capacity * threshold / 100, step
+        """The lines now (:func:`protection_lines`)."""
+        return protection_lines(self.store)
 
     def read_used(self) -> int | None:
         """The node's ``MemTotal - MemAvailable`` now (one ``pread``); None when unreadable."""
@@ -171,6 +177,8 @@ class MemoryTrigger:
         if used is None or lines is None:
             self._high_mark, self._over_evict = None, False
             return ()
+        for cb in self.on_sample:
+            cb(used)
         engage, threshold, step = lines
         woken: tuple[str, ...] = ()
         if used >= threshold and self.evict and not self._over_evict:
@@ -189,4 +197,4 @@ class MemoryTrigger:
         return woken
 
 
-__all__ = ["MemoryTrigger", "parse_used"]
+__all__ = ["MemoryTrigger", "parse_used", "protection_lines"]

@@ -206,7 +206,7 @@ class MemoryHigh(Strategy):
         prot.high_events_delta = (events - prot.high_events if events is not None and prot.high_events is not None
                                   and events >= prot.high_events else 0)
         prot.high_events = events
-        prot.at, prot.reclaimed = ctx.now, 0
+        prot.at, prot.reclaimed, prot.node_used = ctx.now, 0, None
         in_force = self.cap_in_force(ctx)
         first = not self.started
         off = self.switched_off(ctx)
@@ -239,7 +239,7 @@ class MemoryHigh(Strategy):
                 room_why = (f"; {target - budget} over the budget: BE cannot give back {pinned} bytes by reclaim"
                             f" (its usage less its file LRU) and keeps {room} of page cache over them, up to"
                             f" {ceiling}, the budget at {(lower + threshold) / 2:g}%")
-        prot.budget, prot.be_usage = budget, be
+        prot.budget, prot.be_usage, prot.node_used = budget, be, used
         pct = int(used) * 100 / capacity
         if not self.engaged and pct >= lower - ENGAGE_BAND_PERCENT:
             self.engaged = True
