@@ -16,13 +16,16 @@ QoS dir (CFS quota and cpuset), so the agent's writes change what BE gets::
 LS demand follows a day compressed into the run (``trough + (peak - trough) * (1 - cos 2πx) / 2``
 for ``x`` = the fraction of the run elapsed), times a little noise, plus one spike.  BE demand is a
 constant share of the node.  Memory: LS and most BE pods hold a steady working set (``be_growth``
-lets every BE pod grow slowly); a few BE pods (the lowest-priority ones: leaking batch jobs) grow
-linearly, which drives node memory over the NodeSLO's eviction threshold.  On cgroup v2 the model
-also honours the BE QoS dir's ``memory.high`` as the kernel would (asking the fake kernel what is in
+lets every BE pod grow slowly, ``ls_growth`` every LS pod); a few BE pods (the lowest-priority ones:
+leaking batch jobs) grow linearly, which drives node memory over the NodeSLO's eviction threshold.  On
+cgroup v2 the model also honours the BE QoS dir's ``memory.high`` as the kernel would (asking the fake kernel what is in
 force): BE's page cache is reclaimed down to the cap first, then BE's anonymous growth stalls at it
 (throttled, not killed), and each step that held BE counts one ``high`` event in ``memory.events``; page
 cache that ``memory.reclaim`` or a lowered ``memory.high`` took is gone and comes back slowly
-(``be_cache_refill``).  An evicted pod stops using
+(``be_cache_refill``).  Memory moves continuously, as CPU time does: each sub-step (:meth:`LoadModel.substep`,
+the fast path's and the memory trigger's 50 ms) advances it too and writes what the trigger and memoryHigh
+read -- ``/proc/meminfo`` and the BE QoS dir's memory files -- so the node crosses a line between two steps
+and the trigger sees it at its next sample (pods' own files follow at the next step).  An evicted pod stops using
 CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the caller takes it
 out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
 
@@ -78,6 +81,7 @@ class LoadShape:
     leakers: float = 0.02  # share of BE pods that leak memory (at least 2)
     leak_total: float = 0.18  # memory the leakers add over the whole run if never evicted
     be_growth: float = 0.0  # every BE pod's working set grows by this fraction of itself over the run
+    ls_growth: float = 0.0  # ... and every LS pod's
     termination_seconds: float = 2.0  # eviction to cgroups gone
     be_cache_refill: float = 0.002  # reclaimed BE page cache comes back at this share of the node per second
 
@@ -117,7 +121,8 @@ class StepRecord:
     evicted_total: int
     be_memory: int = 0  # bytes the BE QoS dir holds (its page counter: anon + page cache)
     be_memory_high: int = -1  # the memory.high in force on the BE QoS dir (-1: max, or v1)
-    be_high_events: int = 0  # steps so far in which the kernel held BE at memory.high
+    be_high_events: int = 0  # steps and sub-steps so far in which the kernel held BE at memory.high
+    memory_level: int = 0  # the memory protection level memoryHigh had in force (set by simulate)
 
 
 class LoadModel:
@@ -154,6 +159,7 @@ class LoadModel:
                 self.mem_base[sel] = share * self.memory_total * mem_weight[sel] / mem_weight[sel].sum()
         self.leak_rate = self._leak_rates(priorities)
         self.leak_rate[self.ctr_be] += self.shape.be_growth * self.mem_base[self.ctr_be] / duration
+        self.leak_rate[~self.ctr_be] += self.shape.ls_growth * self.mem_base[~self.ctr_be] / duration
         # cumulative counters per container
         self.cpu_ns = np.zeros(n_ctr)
         self.periods = np.zeros(n_ctr)
@@ -162,7 +168,7 @@ class LoadModel:
         self.node_busy_ticks = 0.0
         self.node_idle_ticks = 0.0
         self.t = 0.0
-        self.t_step = 0.0  # the last step's time (sub-steps move self.t only)
+        self.t_mem = 0.0  # the time memory was last advanced to (steps and sub-steps)
         self.noise = 1.0
         self.evicted_total = 0
         self.writer = _CgroupWriter(host)
@@ -208,15 +214,7 @@ class LoadModel:
         # per container: usage spread by (jittered) weights
         jitter = self.rng.lognormal(0.0, 0.1, len(self.cpu_weight))
         cpu = self._advance_cpu(t, dt, self.cpu_weight * jitter)
-        # memory: steady working sets, the leakers grow, evicted pods hold nothing; BE under its memory.high
-        # (over the whole step: the sub-steps since the last one move CPU time only)
-        mem_dt, self.t_step = max(0.0, t - self.t_step), t
-        anon = np.where(cpu.alive_ctr, self.mem_base + self.leak_rate * t, 0.0)
-        cache = anon * s.page_cache
-        be_high = self._hold_be(anon, cache, mem_dt)
-        self.anon_held = anon
-        mem_used = int(s.system_memory * self.memory_total + anon.sum())
-        mem_used = min(mem_used, self.memory_total)
+        anon, cache, mem_used, be_high = self._advance_memory(t, cpu.alive_ctr)
         self._write(anon, cache, mem_used)
         be_memory = int(anon[self.ctr_be].sum() + cache[self.ctr_be].sum()) if len(anon) else 0
         return StepRecord(t=t, ls_demand=cpu.ls_demand, ls_used=cpu.ls_used, be_demand=cpu.be_demand,
@@ -226,6 +224,18 @@ class LoadModel:
                           be_pods_alive=int((self.pod_alive & self.pod_be).sum()),
                           evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
                           be_high_events=self.be_high_events)
+
+    def _advance_memory(self, t: float, alive_ctr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """Memory at ``t``: steady working sets, the growers grown, evicted pods holding nothing, BE under its
+        memory.high since the last (sub-)step.  Returns (anon, page cache) per container, the node's used
+        bytes (MemTotal - MemAvailable) and the memory.high in force on BE (-1: none)."""
+        mem_dt, self.t_mem = max(0.0, t - self.t_mem), t
+        anon = np.where(alive_ctr, self.mem_base + self.leak_rate * t, 0.0)
+        cache = anon * self.shape.page_cache
+        be_high = self._hold_be(anon, cache, mem_dt)
+        self.anon_held = anon
+        mem_used = min(int(self.shape.system_memory * self.memory_total + anon.sum()), self.memory_total)
+        return anon, cache, mem_used, be_high
 
     def _advance_cpu(self, t: float, dt: float, w: np.ndarray) -> _CPUStep:
         """CPU time over the ``dt`` seconds up to ``t``: LS takes its demand, BE what its limit in force and
@@ -266,13 +276,20 @@ class LoadModel:
         """Between two steps, at the fast path's cadence: CPU time advanced to ``t`` at the LS demand of
         ``t`` (with the last step's noise) and the BE limit in force now, as :meth:`step` splits it, and
         written where the fast path samples it -- the kube QoS dirs' usage and ``/proc/stat`` -- as a
-        kernel's counters move continuously.  Per-container and pod files, memory and throttling are the
-        next step's to write (it integrates from here on)."""
+        kernel's counters move continuously.  Memory advances too (BE held under its memory.high), written
+        where the memory trigger and memoryHigh read it: ``/proc/meminfo`` and the BE QoS dir's memory files.
+        Per-container and pod files and throttling are the next step's to write (it integrates from here on)."""
         dt = t - self.t
         if dt <= 0:
             return
         self.t = t
-        self._advance_cpu(t, dt, self.cpu_weight)
+        cpu = self._advance_cpu(t, dt, self.cpu_weight)
+        anon, cache, mem_used, _ = self._advance_memory(t, cpu.alive_ctr)
+        self._write_meminfo(mem_used)
+        if len(anon):
+            be_anon, be_cache = int(anon[self.ctr_be].sum()), int(cache[self.ctr_be].sum())
+            self.host.set_memory(self.host.layout.qos_dir(KubeQoS.BESTEFFORT), be_anon // 3, be_anon - be_anon // 3,
+                                 0, be_cache // 2, be_cache - be_cache // 2)
         layout = self.host.layout
         # kubepods holds every pod (removed ones keep their CPU time in the parents, as in step)
         for qos, sel in ((KubeQoS.GUARANTEED, slice(None)), (KubeQoS.BURSTABLE, self.pod_qos[self.ctr_pod] == 1),
@@ -381,12 +398,16 @@ class LoadModel:
         cols = [np.concatenate([np.array([r[j] for r in qos_rows]), pod_vals[j][self._present_pods],
                                 ctr_vals[j][self._present_ctrs]]) for j in range(len(ctr_vals))]
         self.writer.write(*cols)
+        self._write_meminfo(mem_used)
+        n = self.host.n_cpus
+        self.host.set_proc_stat(_spread(int(self.node_busy_ticks), n), _spread(int(self.node_idle_ticks), n))
+
+
+    def _write_meminfo(self, mem_used: int) -> None:
         total_kb = self.memory_total // 1024
         avail_kb = max(0, total_kb - mem_used // 1024)
         cache_kb = int(avail_kb * 0.05)
         self.host.set_meminfo(total_kb, max(0, avail_kb - cache_kb), avail_kb)
-        n = self.host.n_cpus
-        self.host.set_proc_stat(_spread(int(self.node_busy_ticks), n), _spread(int(self.node_idle_ticks), n))
 
 
 class _CgroupWriter:

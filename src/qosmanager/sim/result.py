@@ -111,6 +111,9 @@ class SimResult:
     # the fast path's BE-limit writes: from the start of the window that showed the rise to the limit
     # written (simulated seconds; none in tick mode)
     reactions: list[float] = field(default_factory=list)
+    # memory protection's reactions (level, when, seconds): from the start of the sample window that showed the
+    # node crossing the level's line to the level's action (qosmanager.framework.memreaction)
+    memory_reactions: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def ticks(self) -> int:

@@ -24,7 +24,12 @@ The fast path (``--react-mode fast``, the default, as ``run``) samples the node 
 time, between the scheduler's jobs; the load model then writes the counters it samples (the kube QoS
 dirs' usage and ``/proc/stat``) at the same cadence (:meth:`~qosmanager.sim.load.LoadModel.substep`),
 as a kernel's move continuously, so BE's limit falls between ticks when LS demand rises.  The summary
-gives its reaction times; ``--react-mode tick`` leaves it off (koordlet's pace).
+gives its reaction times; ``--react-mode tick`` leaves it off (koordlet's pace).  The memory trigger
+(with memoryHigh, gate ``BEMemoryHigh``) samples ``/proc/meminfo`` at the same cadence, which the model
+moves at each sub-step too: memoryHigh caps BE (level 1) within a sample of the node crossing L - 5 %,
+the kernel (the fake one, honoured by the load model) holds BE at the cap, and memoryEvict evicts only
+if the node still reaches T.  The summary gives the levels in force, BE's cap and the reaction times of
+each level (:mod:`~qosmanager.framework.memreaction`).
 
 Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
 stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
@@ -43,8 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import psutil
@@ -52,18 +56,28 @@ import psutil
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.types import EvictDecision
+from qosmanager.framework.memreaction import MemoryReactions
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost, FakePod
 from qosmanager.sim.load import LoadModel, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from qosmanager.sim.result import Eviction, FileWrite, JobStats, SimConfig, SimResult
+from qosmanager.sim.summary import (  # noqa: F401  (re-exported: the report)
+    _BLOCKS,
+    MIN_BE_CPUS,
+    MIN_CFS_QUOTA_US,
+    _status,
+    at_floor,
+    floor_text,
+    result_json,
+    sparkline,
+    summarize,
+)
 
 SIM_NODE = "sim-node"  # the Node, the NodeSLO and every pod's spec.nodeName
 BASE_WALL = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated wall time starts here (reproducible audits)
 BE_PRIORITIES = (5100, 5300, 5500, 5700, 5900)  # koord-batch tiers
 BE_PRIORITY_WEIGHTS = (1, 2, 4, 2, 1)
-MIN_CFS_QUOTA_US = 2000  # koordlet's beMinQuota: the floor of cfsQuota suppression
-MIN_BE_CPUS = 2  # koordlet's beMinCPUSetCores
 
 
 class SimClock:
@@ -249,15 +263,21 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                                        rec["old"]))
 
     agent.audit.add_sink(on_audit)
-    fast = agent.fastpath  # run here between the jobs, on the simulated clock (run() would start its thread)
+    # the fast path and the memory trigger run here between the jobs, on the simulated clock (run() would
+    # start their threads); memory protection's reactions are timed as /metrics times them
+    fast, trigger = agent.fastpath, agent.memtrigger
     reactions: list[float] = []
     if fast is not None:
         fast.observe = reactions.append
-    next_fast = fast.interval if fast is not None else math.inf
+    memory_reactions: list[tuple[int, float, float]] = []
+    if {"memoryHigh", "memoryEvict"} & set(agent.strategy_names):
+        MemoryReactions.for_agent(agent, lambda level, s: memory_reactions.append((level, clock.elapsed, s))
+                                  ).count_decided = True  # the model honours every decision (evict mode none)
+    sub = fast.interval if fast is not None else trigger.interval if trigger is not None else math.inf
+    next_fast = sub
     build_seconds = time.monotonic() - t_build
     jobs: dict[str, JobStats] = {j.name: JobStats() for j in agent.scheduler.jobs}
-    if fast is not None:
-        jobs["fastpath"] = JobStats()
+    jobs.update({name: JobStats() for name, part in (("fastpath", fast), ("memtrigger", trigger)) if part})
     records: list[StepRecord] = []
     tick_cpu: list[float] = []
     peak_rss = baseline_rss
@@ -280,20 +300,26 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                     left = (o for u, o in node.objects.items() if u not in removed)
                     _atomic_json(node.pods_file, pod_list(left))
                 rec = model.step(t)
+                rec.memory_level = agent.shared.memory_protection.level
                 records.append(rec)
                 next_step = round(next_step + cfg.step, 9)
                 if progress is not None:
                     progress.update(t, _status(rec, evictions, cfg))
                 continue
-            if fast is not None and next_fast <= job.next_at:
-                model.substep(t)  # the counters the fast path samples, as of now
+            if next_fast <= job.next_at:
+                model.substep(t)  # the counters the fast path and the memory trigger sample, as of now
                 c0 = time.process_time()
-                fast.step()
-                spent = time.process_time() - c0
-                jobs["fastpath"].add(spent)
+                if fast is not None:
+                    fast.step()
+                    jobs["fastpath"].add(time.process_time() - c0)
+                c1 = time.process_time()
+                if trigger is not None:
+                    if trigger.check():
+                        agent.scheduler.take_wakes()  # the woken jobs are due now: the loop runs them next
+                    jobs["memtrigger"].add(time.process_time() - c1)
                 if tick_cpu:
-                    tick_cpu[-1] += spent
-                next_fast = round(next_fast + fast.interval, 9)
+                    tick_cpu[-1] += time.process_time() - c0
+                next_fast = round(next_fast + sub, 9)
                 continue
             c0 = time.process_time()
             agent.scheduler.run_job(job)
@@ -319,7 +345,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                      peak_rss=peak_rss, baseline_rss=baseline_rss, priorities=dict(node.priorities),
                      be_uids=frozenset(p.uid for p in node.pods if p.qos is KubeQoS.BESTEFFORT),
                      build_seconds=build_seconds,
-                     run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors, reactions=reactions)
+                     run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors, reactions=reactions,
+                     memory_reactions=memory_reactions)
 
 
 def _be_limit_files(agent: Agent) -> set[str]:
@@ -337,228 +364,6 @@ def _sleep_until(deadline: float) -> None:
     delay = deadline - time.monotonic()
     if delay > 0:
         time.sleep(delay)
-
-
-def _status(rec: StepRecord, evictions: Sequence[Eviction], cfg: SimConfig) -> str:
-    return (f"LS {rec.ls_used:5.1f} cores  BE {_num(rec.be_used):>5} cores "
-            f"(limit {_limit(rec.be_limit, cfg, short=True)})  "
-            f"memory {100.0 * rec.memory_used / rec.memory_total:4.1f} %  evicted {_pods(len(evictions))}")
-
-
-# ----------------------------------------------------------------------------------------------
-# the summary
-# ----------------------------------------------------------------------------------------------
-_BLOCKS = "▁▂▃▄▅▆▇█"
-_ASCII = "_.-:=+*#"
-
-
-def sparkline(values: Sequence[float], lo: float, hi: float, *, unicode: bool = True) -> str:
-    """One character per value, scaled into [lo, hi] (NaN: a space)."""
-    chars = _BLOCKS if unicode else _ASCII
-    span = hi - lo
-    out = []
-    for v in values:
-        if v != v:  # NaN
-            out.append(" ")
-            continue
-        k = 0 if span <= 0 else int((min(max(v, lo), hi) - lo) / span * (len(chars) - 1) + 0.5)
-        out.append(chars[k])
-    return "".join(out)
-
-
-def _buckets(records: Sequence[StepRecord], width: int) -> list[list[StepRecord]]:
-    n = len(records)
-    if n <= width:
-        return [[r] for r in records]
-    return [list(records[i * n // width:(i + 1) * n // width]) for i in range(width)]
-
-
-def _mean(xs: Sequence[float]) -> float:
-    finite = [x for x in xs if not math.isinf(x)]
-    return sum(finite) / len(finite) if finite else math.inf
-
-
-def _pods(n: int) -> str:
-    return f"{n} pod{'' if n == 1 else 's'}"
-
-
-def _num(v: float) -> str:
-    """Cores with the precision that matters: 0.02, 0.45, 3.1, 12.5."""
-    return f"{v:.2f}" if abs(v) < 1 else f"{v:.1f}"
-
-
-def at_floor(limit: float, cfg: SimConfig) -> bool:
-    """The BE limit is koordlet's minimum: a 2000 us quota (cfsQuota) or 2 CPUs (cpuset)."""
-    if cfg.suppress_policy == "cfsQuota":
-        return math.isclose(limit, MIN_CFS_QUOTA_US / 100_000, abs_tol=1e-9)
-    return math.isclose(limit, MIN_BE_CPUS, abs_tol=1e-9)
-
-
-def floor_text(cfg: SimConfig) -> str:
-    if cfg.suppress_policy == "cfsQuota":
-        return f"quota {MIN_CFS_QUOTA_US} us = {MIN_CFS_QUOTA_US / 100_000:.2f} cores"
-    return f"{MIN_BE_CPUS} CPUs"
-
-
-def _limit(v: float, cfg: SimConfig, *, short: bool = False) -> str:
-    """A BE limit in words: ``unlimited``, ``at the floor (quota 2000 us = 0.02 cores)``, ``3.1 cores``."""
-    if math.isinf(v):
-        return "unlimited"
-    if at_floor(v, cfg):
-        return "at the floor" if short else f"at the floor ({floor_text(cfg)})"
-    return f"{_num(v)} cores"
-
-
-def _mib(n: int | float) -> str:
-    return f"{n / (1 << 20):.0f} MiB"
-
-
-def _gib(n: int | float) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
-
-
-def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
-    """The end-of-run report: what a person reads at a glance."""
-    cfg = res.config
-    recs = res.records
-    lines: list[str] = []
-    ticks = max(res.ticks, 1)
-    lines.append(f"qosmanager simulate: {cfg.containers} containers in {res.pods} pods ({res.ls_pods} LS, "
-                 f"{res.be_pods} BE) on {cfg.cpus} CPUs / {cfg.memory_gib} GiB, "
-                 f"cgroup v{cfg.cgroup_version}, {cfg.duration:g} s simulated in {res.run_seconds:.1f} s "
-                 f"(node built in {res.build_seconds:.1f} s, seed {cfg.seed})")
-    lines.append(f"strategies: {', '.join(res.strategies) or 'none'}; "
-                 f"cpuSuppressPolicy {cfg.suppress_policy}, CPU threshold {cfg.cpu_threshold_percent} %, "
-                 f"memory eviction at {cfg.memory_threshold_percent} %")
-    lines.append("")
-    per_job = ", ".join(f"{name} {1000.0 * st.cpu_seconds / max(st.runs, 1):.1f}"
-                        for name, st in res.jobs.items() if st.runs)
-    median, mean, worst = res.tick_cpu_stats()
-    lines.append(f"agent      CPU per tick {1000.0 * median:.1f} ms median, {1000.0 * mean:.1f} ms mean, "
-                 f"{1000.0 * worst:.1f} ms max over {ticks} ticks (ms per run: {per_job})")
-    lines.append(f"           peak RSS {_mib(res.peak_rss)} ({_mib(res.baseline_rss)} before the agent "
-                 "started; one process with the simulator)")
-    for name, err in res.strategy_errors.items():
-        lines.append(f"           ERROR {name} raised {res.jobs.get(name, JobStats()).errors} time(s): {err}")
-    if not recs:
-        lines.append("no model steps ran")
-        return "\n".join(lines) + "\n"
-    cap = float(cfg.cpus)
-    threshold = cap * cfg.cpu_threshold_percent / 100.0
-    over = [r for r in recs if r.ls_used + r.system > threshold]
-    step = cfg.step
-    ls_used = [r.ls_used for r in recs]
-    lines.append(f"LS CPU     used {min(ls_used):.1f} .. {max(ls_used):.1f} cores "
-                 f"(mean {_mean(ls_used):.1f} cores); "
-                 f"threshold {cfg.cpu_threshold_percent} % = {threshold:.1f} cores; "
-                 f"LS + system above it for {len(over) * step:g} s")
-    limits = [r.be_limit for r in recs]
-    lines.append(f"BE CPU     used {_mean([r.be_used for r in recs]):.1f} cores on average (demand "
-                 f"{_mean([r.be_demand for r in recs]):.1f} cores)")
-    floored = sum(1 for v in limits if at_floor(v, cfg))
-    lines.append(f"BE limit   {_limit(min(limits), cfg)} .. {_limit(max(limits), cfg)}"
-                 + (f"; at the floor for {floored * step:g} s" if floored else
-                    f"; never at the floor ({floor_text(cfg)})"))
-    peak_mem = max(r.memory_used / r.memory_total for r in recs)
-    by_feature: dict[str, int] = {}
-    for e in res.evictions:
-        by_feature[e.feature] = by_feature.get(e.feature, 0) + 1
-    feats = ", ".join(f"{k} {v}" for k, v in sorted(by_feature.items())) or "none"
-    lines.append(_fast_path_line(res))
-    lines.append(f"evictions  {_pods(len(res.evictions))} ({feats}); memory peaked at "
-                 f"{100 * peak_mem:.1f} % (threshold {cfg.memory_threshold_percent} %)")
-    capped = [r for r in recs if r.be_memory_high >= 0]
-    if capped:
-        lines.append(f"BE memory  capped by memory.high for {len(capped) * step:g} s from {capped[0].t:g} s "
-                     f"(at {_gib(min(r.be_memory_high for r in capped))} .. "
-                     f"{_gib(max(r.be_memory_high for r in capped))}); the kernel held BE at it in "
-                     f"{recs[-1].be_high_events} step(s)")
-    lines.append("")
-    lines.extend(_timeline(res, unicode=unicode, width=width))
-    if res.evictions:
-        lines.append("")
-        lines.append("evicted, lowest priority first:")
-        shown = sorted(res.evictions, key=lambda e: (e.priority, e.t))
-        for e in shown[:12]:
-            lines.append(f"  priority {e.priority}  {e.pod:<24} {_gib(e.memory):>9}  at {e.t:5.1f} s  "
-                         f"{e.feature}")
-        if len(shown) > 12:
-            lines.append(f"  ... and {len(shown) - 12} more")
-    return "\n".join(lines) + "\n"
-
-
-def _fast_path_line(res: SimResult) -> str:
-    """What the fast path did: its writes between ticks and how soon after the rise each one came."""
-    if res.config.react_mode != "fast":
-        return "fast path  off (--react-mode tick): BE's limit moves at cpuSuppress's ticks only"
-    r = sorted(res.reactions)
-    if not r:
-        return "fast path  on; no rise in LS demand called for a lower BE limit between ticks"
-    return (f"fast path  lowered BE's limit {len(r)} time(s) between ticks, {1000.0 * r[len(r) // 2]:.0f} ms "
-            f"(median), {1000.0 * r[-1]:.0f} ms (max) after the rise began (simulated time)")
-
-
-def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
-    cfg = res.config
-    cap = float(cfg.cpus)
-    buckets = _buckets(res.records, width)
-    span = f"0 .. {res.records[-1].t:g} s"
-    ls = [_mean([r.ls_used for r in b]) for b in buckets]
-    be = [_mean([r.be_used for r in b]) for b in buckets]
-    lim = [min(_mean([min(r.be_limit, cap) for r in b]), cap) for b in buckets]
-    mem = [_mean([100.0 * r.memory_used / r.memory_total for r in b]) for b in buckets]
-    ev_marks = []
-    starts = [b[0].t for b in buckets]
-    for i, t0 in enumerate(starts):
-        t_end = starts[i + 1] if i + 1 < len(starts) else math.inf
-        n = sum(1 for e in res.evictions if t0 <= e.t < t_end)
-        ev_marks.append("·" if n == 0 and unicode else "." if n == 0 else (str(n) if n < 10 else "+"))
-    threshold = cap * cfg.cpu_threshold_percent / 100.0
-    limits = [r.be_limit for r in res.records]
-    out = [f"timeline ({span}, {len(buckets)} columns; CPU rows scaled 0 .. {cap:g} cores)"]
-    rows = (("LS used", ls, 0.0, cap,
-             f"{min(ls):.1f} .. {max(ls):.1f} cores (threshold {threshold:.1f} cores)"),
-            ("BE limit", lim, 0.0, cap,
-             f"{_limit(min(limits), cfg, short=True)} .. {_limit(max(limits), cfg)}"),
-            ("BE used", be, 0.0, cap, f"{_num(min(be))} .. {_num(max(be))} cores"),
-            ("memory", mem, 50.0, 100.0, f"{min(mem):.1f} .. {max(mem):.1f} % used (scaled 50 .. 100 %)"))
-    for label, vals, lo, hi, note in rows:
-        out.append(f"  {label:<9} {sparkline(vals, lo, hi, unicode=unicode)}  {note}")
-    out.append(f"  {'evictions':<9} {''.join(ev_marks)}  {_pods(len(res.evictions))} in total")
-    out.append("")
-    out.append("     t   LS used   BE used   BE limit   BE quota    memory  evicted")
-    out.append("   (s)   (cores)   (cores)    (cores)       (us)  (% used)   (pods)")
-    n = len(res.records)
-    picks = sorted({round(i * (n - 1) / 10) for i in range(11)}) if n > 1 else [0]
-    for i in picks:
-        r = res.records[i]
-        quota = "unlimited" if r.be_quota_us < 0 else str(r.be_quota_us)
-        if math.isinf(r.be_limit):
-            limit = "unlimited"
-        else:
-            limit = "floor" if at_floor(r.be_limit, cfg) else _num(r.be_limit)
-        out.append(f"  {r.t:4.0f}  {_num(r.ls_used):>8}  {_num(r.be_used):>8}  {limit:>9}  "
-                   f"{quota:>9}  {100.0 * r.memory_used / r.memory_total:6.1f} %  {r.evicted_total:7d}")
-    out.append(f"  floor: koordlet's minimum BE limit, {floor_text(cfg)}")
-    return out
-
-
-def result_json(res: SimResult) -> dict[str, Any]:
-    """The run as plain data (``--json``)."""
-    def clean(v: Any) -> Any:
-        return None if isinstance(v, float) and math.isinf(v) else v
-
-    return {
-        "config": {k: v for k, v in asdict(res.config).items() if k != "shape"},
-        "shape": asdict(res.config.shape),
-        "pods": res.pods, "ls_pods": res.ls_pods, "be_pods": res.be_pods, "strategies": res.strategies,
-        "agent": {"ticks": res.ticks, "cpu_seconds": res.agent_cpu_seconds, "peak_rss": res.peak_rss,
-                  "baseline_rss": res.baseline_rss,
-                  "jobs": {n: asdict(s) for n, s in res.jobs.items()}, "errors": res.strategy_errors},
-        "timeline": [{k: clean(v) for k, v in asdict(r).items()} for r in res.records],
-        "evictions": [asdict(e) for e in res.evictions],
-        "fast_path": {"react_mode": res.config.react_mode, "reactions": res.reactions},
-    }
 
 
 # ----------------------------------------------------------------------------------------------
