@@ -27,7 +27,8 @@ def check_available() -> None:
 
 
 def draw(res: SimResult, path: str) -> None:
-    """LS usage, BE usage, the BE limit, the CPU threshold and node memory over time; evictions as marks."""
+    """LS usage, BE usage, the BE limit, the CPU threshold and node memory over time (with memoryHigh: BE's
+    memory, its memory.high and the spans a level was in force); evictions as marks."""
     check_available()
     import matplotlib
 
@@ -52,6 +53,14 @@ def draw(res: SimResult, path: str) -> None:
     axm.plot(t, [100.0 * r.memory_used / r.memory_total for r in res.records], color="tab:green",
              label="node memory %")
     axm.axhline(cfg.memory_threshold_percent, color="grey", linestyle=":")
+    if any(r.be_memory_high >= 0 for r in res.records):  # memoryHigh: BE's usage, its cap and the level
+        axm.plot(t, [100.0 * r.be_memory / r.memory_total for r in res.records], color="tab:orange",
+                 label="BE memory %")
+        axm.step(t, [100.0 * r.be_memory_high / r.memory_total if r.be_memory_high >= 0 else math.nan
+                     for r in res.records], where="pre", color="tab:red", linestyle="--", label="BE memory.high %")
+        axm.fill_between(t, 0, 100, where=[r.memory_level >= 1 for r in res.records], step="pre",
+                         color="tab:red", alpha=0.08, label="level >= 1 (BE capped)")
+        axm.legend(loc="lower left", fontsize="x-small")
     for e in res.evictions:
         axm.axvline(e.t, color="tab:purple", alpha=0.5, linewidth=0.8)
     axm.set_ylabel("memory %")
