@@ -214,7 +214,10 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
                            "highEvents": p.high_events, "reclaim": p.reclaimed, "reason": p.reason})
 
     h.manager.on_tick.append(on_tick)
-    h.run(sc.strategies, ticks=sc.ticks, start=sc.now, between=_fast_path(h, sc))
+    memory, reactions = _memory_load(h, sc)
+    steps = [f for f in (_fast_path(h, sc), memory.sample if memory is not None else None) if f is not None]
+    h.run(sc.strategies, ticks=sc.ticks, start=sc.now,
+          between=_between(h, steps, memory.sample if memory is not None else None))
     writes = [{"strategy": r["strategy"], "file": r["target"], "value": r["value"], "old": r["old"],
                "reason": r["reason"], "ts": r["ts"]}
               for r in audit if r["action"] == "write" and r["executed"]]
@@ -225,11 +228,95 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
     out = {"writes": writes, "evictions": evictions, "files": files, "refused": refused, "errors": errors}
     if levels:
         out["memoryProtection"] = levels
+    if memory is not None:
+        out["memoryReactions"] = reactions
     out["audit"] = audit
     return out
 
 
-def _fast_path(h: Any, sc: Scenario) -> Callable[[float, float], None] | None:
+def _between(h: Any, steps: Sequence[Callable[[], object]],
+             before_tick: Callable[[], object] | None) -> Callable[[float, float], None] | None:
+    """Between two ticks: ``steps`` every 50 ms of scenario time (the fast path's and the memory trigger's
+    samples), then ``before_tick`` at the next tick's time (the memory trigger's sample there: its cadence
+    runs through the ticks)."""
+    from qosmanager.framework.fastpath import INTERVAL as interval
+
+    if not steps and before_tick is None:
+        return None
+
+    def between(start: float, end: float) -> None:
+        k = 1
+        while steps and start + k * interval < end - 1e-9:
+            h.now = start + k * interval
+            for step in steps:
+                step()
+            k += 1
+        if before_tick is not None:
+            h.now = end
+            before_tick()
+
+    return between
+
+
+def _memory_load(h: Any, sc: Scenario) -> tuple[MemoryModel | None, list[dict[str, Any]]]:
+    """The scenario's ``memoryLoad`` (:class:`~qosmanager.sim.fakememory.MemoryLoad`) and the memory
+    protection reactions it gives (``memoryReactions``), or (None, [])."""
+    if sc.memory_load is None:
+        return None, []
+    reactions: list[dict[str, Any]] = []
+    model = MemoryModel(h, sc, reactions)
+    model.update(sc.now)
+    return model, reactions
+
+
+class MemoryModel:
+    """``memoryLoad`` in replay: the node's memory moved at every tick and every 50 ms between them (each
+    update stored as the ``node_memory_usage`` sample of its moment), the memory trigger sampling it there
+    (``reactMode: fast`` with memoryHigh among the strategies run; the strategies it wakes run at once, extra
+    runs beside their scheduled ticks), and the levels' reactions timed as ``/metrics`` times them (an
+    eviction decided counts: replay decides, it does not evict)."""
+
+    def __init__(self, h: Any, sc: Scenario, reactions: list[dict[str, Any]]) -> None:
+        from qosmanager.framework.memreaction import MemoryReactions
+        from qosmanager.framework.memtrigger import HIGH, MemoryTrigger
+        from qosmanager.sim.fakememory import MemoryLoad
+
+        self.h = h
+        assert sc.memory_load is not None
+        self.load = MemoryLoad(h.host, sc.memory_load)
+        self.woken: list[str] = []
+        chosen = sc.strategies if sc.strategies is not None else [s.name for s in h.manager.enabled()]
+        self.chosen = [n for n in chosen if n in h.manager.strategies]
+        self.tracker = MemoryReactions(h.store, h.shared.memory_protection, lambda: h.now,
+                                       lambda level, s: reactions.append({"level": level, "ts": h.now,
+                                                                          "seconds": round(s, 6)}))
+        self.tracker.count_decided = True
+        h.executor.on_batch.append(self.tracker.on_batch)
+        h.coordinator.on_decision.append(self.tracker.on_decision)
+        h.manager.on_tick.append(self.tracker.on_tick)
+        self.trigger: MemoryTrigger | None = None
+        if sc.react_mode == "fast" and HIGH in self.chosen:
+            self.trigger = MemoryTrigger(h.layout, h.store, lambda *names: self.woken.extend(names),
+                                         evict="memoryEvict" in self.chosen)
+            self.trigger.on_sample.append(lambda used: self.tracker.sample(used, "trigger"))
+
+    def update(self, t: float) -> None:
+        """The node's memory at ``t``, its ``node_memory_usage`` sample stored."""
+        self.h.add_samples("node_memory_usage", [(t, self.load.update(t))])
+
+    def sample(self) -> None:
+        """One 50 ms sample: the memory moved, the trigger's look, the strategies it woke run."""
+        self.update(self.h.now)
+        if self.trigger is None:
+            return
+        self.trigger.check()
+        woken, self.woken[:] = list(self.woken), []
+        for name in dict.fromkeys(woken):
+            if name in self.chosen:
+                self.h.tick(name, self.h.now)
+
+
+def _fast_path(h: Any, sc: Scenario) -> Callable[[], object] | None:
     """The fast path between the ticks (``reactMode: fast``, with cpuSuppress among the strategies run):
     every 50 ms of scenario time it samples counters integrated from the scenario's ``node_cpu_usage``,
     ``kubepods_cpu_usage`` and ``besteffort_cpu_usage`` series (each sample's rate held over the time up to
@@ -248,16 +335,7 @@ def _fast_path(h: Any, sc: Scenario) -> Callable[[float, float], None] | None:
     counters = [_Integral(series[n]) for n in names]
     fp = FastPath(h.layout, h.store, h.executor, strategy, monotonic=lambda: h.now, clock=lambda: h.now,
                   counters=lambda: (counters[0](h.now), counters[1](h.now), counters[2](h.now)))
-    step = fp.interval
-
-    def between(start: float, end: float) -> None:
-        k = 1
-        while start + k * step < end - 1e-9:
-            h.now = start + k * step
-            fp.step()
-            k += 1
-
-    return between
+    return fp.step
 
 
 class _Integral:

@@ -29,10 +29,11 @@ TOP_KEYS = (
     "now", "cgroupVersion", "cgroupDriver", "node", "nodeSLO", "pods", "cpus", "kubeletCPUManagerPolicy",
     "featureGates", "strategies", "ticks", "metrics", "cgroups", "proc", "sys",
     # optional additions (not pinned): see Scenario
-    "seed", "config", "kubeletCgroupRoot", "description", "reactMode",
+    "seed", "config", "kubeletCgroupRoot", "description", "reactMode", "memoryLoad",
 )
 CPU_KEYS = ("id", "core", "socket", "node", "l3")
 METRIC_KEYS = ("name", "samples", "pod", "container", "app")
+MEMORY_LOAD_KEYS = ("nonBE", "beAnon", "beCache")  # memoryLoad's series: [[ts, bytes], ...]
 # scenario ``config`` key -> QoSConfig field (koordlet's flag names, camel-cased)
 CONFIG_KEYS = {
     "collectIntervalSeconds": "collect_interval",
@@ -88,8 +89,9 @@ class MetricSeries:
 class Scenario:
     """A validated scenario.  Beyond the pinned keys it accepts ``seed`` (randomness, default 0),
     ``config`` (the QoS manager's intervals and cool-downs, koordlet's flag names in camelCase, e.g.
-    ``memoryEvictCoolTimeSeconds``), ``kubeletCgroupRoot``, a free-text ``description`` and ``reactMode``
-    (``fast``, the default as in ``run``, or ``tick``: see :func:`_fast_path`)."""
+    ``memoryEvictCoolTimeSeconds``), ``kubeletCgroupRoot``, a free-text ``description``, ``reactMode``
+    (``fast``, the default as in ``run``, or ``tick``: see :func:`_fast_path`) and ``memoryLoad`` (the
+    node's memory over time: :class:`~qosmanager.sim.fakememory.MemoryLoad`)."""
 
     now: float
     cgroup_version: int = 1
@@ -110,6 +112,7 @@ class Scenario:
     config: QoSConfig = field(default_factory=QoSConfig)
     kubelet_cgroup_root: str = "/"
     react_mode: str = "fast"
+    memory_load: dict[str, list[tuple[float, float]]] | None = None  # MEMORY_LOAD_KEYS -> samples, by time
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,6 +224,33 @@ def _samples(value: Any, path: str) -> list[tuple[float, float]]:
         if not ok:
             raise ScenarioError(f"{where}: expected [timestamp, value] (two finite numbers), got {pair!r}")
         out.append((float(pair[0]), float(pair[1])))
+    return out
+
+
+def _memory_load(value: Any, samples_before: int) -> dict[str, list[tuple[float, float]]]:
+    """``memoryLoad``: ``nonBE`` (required), ``beAnon``, ``beCache``: each ``[[ts, bytes], ...]``, bytes >= 0,
+    at least one sample, timestamps distinct."""
+    value = _mapping(value, "memoryLoad")
+    _no_unknown_keys(value, MEMORY_LOAD_KEYS, "memoryLoad")
+    if "nonBE" not in value:
+        raise ScenarioError("memoryLoad: nonBE is required (the node's used memory outside BE, [[ts, bytes], ...])")
+    out: dict[str, list[tuple[float, float]]] = {}
+    total = samples_before
+    for key in MEMORY_LOAD_KEYS:
+        if key not in value:
+            continue
+        where = f"memoryLoad.{key}"
+        series = _samples(value[key], where)
+        total += len(series)
+        _at_most(total, MAX_SAMPLES, where, "samples in all")
+        if not series:
+            raise ScenarioError(f"{where}: at least one [timestamp, bytes] sample")
+        for j, (_, v) in enumerate(series):
+            if v < 0:
+                raise ScenarioError(f"{where}[{j}]: bytes must be >= 0, got {v:g}")
+        if len({ts for ts, _ in series}) != len(series):
+            raise ScenarioError(f"{where}: two samples at one timestamp")
+        out[key] = sorted(series)
     return out
 
 
@@ -411,6 +441,11 @@ def parse_scenario(obj: Any, known_strategies: Sequence[str] | None = None) -> S
         _expect(isinstance(obj["description"], str), "description", "a string", obj["description"])
     if "reactMode" in obj:
         sc.react_mode = _choice(obj["reactMode"], "reactMode", ("fast", "tick"))
+    if obj.get("memoryLoad") is not None:
+        sc.memory_load = _memory_load(obj["memoryLoad"], sum(len(m.samples) for m in sc.metrics))
+        clash = next((m.where for m in sc.metrics if m.name == "node_memory_usage"), None)
+        if clash is not None:
+            raise ScenarioError(f"{clash}: node_memory_usage comes from memoryLoad in this scenario (drop one)")
     _check_enabled(sc, known)
     return sc
 
