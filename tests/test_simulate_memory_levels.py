@@ -6,10 +6,13 @@ after the cap held BE first.  Times are simulated seconds (deterministic: same s
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
+from qosmanager import cli
 from qosmanager.framework.fastpath import INTERVAL
 from qosmanager.sim.load import LoadShape
 from qosmanager.sim.simulate import SimConfig, SimResult, result_json, run_simulation, summarize
@@ -76,3 +79,18 @@ def test_eviction_only_once_the_node_stays_over_the_threshold_in_spite_of_the_ca
     assert before[-1].be_high_events > 0
     level_3 = [s for level, _, s in res.memory_reactions if level == 3]
     assert level_3 and level_3[0] > 0
+
+
+def test_the_command_line_grows_ls_memory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_json = tmp_path / "run.json"
+    rc = cli.main(["simulate", "--containers", "100", "--duration", "4", "--cpus", "16", "--memory-gib", "32",
+                   "--cgroup-version", "2", "--feature-gates", "BEMemoryHigh=true", "--ls-memory-growth", "0.4",
+                   "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "mem levels" in text and "mem level " in text
+    doc = json.loads(out_json.read_text())
+    assert doc["shape"]["ls_growth"] == 0.4
+    assert all("memory_level" in r for r in doc["timeline"]) and "memory_reactions" in doc
+    assert cli.main(["simulate", "--ls-memory-growth", "-1"]) == 2
+    assert "--ls-memory-growth must be within" in capsys.readouterr().err

@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(the model's QoS-dir counters move at that cadence too); tick: cpuSuppress's ticks only")
     sim.add_argument("--collect-mode", default="demand", choices=["demand", "all"],
                      help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
+    sim.add_argument("--ls-memory-growth", type=float, default=0.0, metavar="FRACTION",
+                     help="every LS pod's memory grows by this fraction of itself over the run (e.g. 0.4: with "
+                          "BEMemoryHigh the cap holds BE, then the node reaches memoryEvict's threshold anyway)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},
                      help=gates_help(" on top of the simulation's (BEMemoryEvict=true)"))
     sim.add_argument("--plot", default=None, metavar="FILE.png",

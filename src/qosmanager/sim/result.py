@@ -51,6 +51,8 @@ class SimConfig:
             raise ValueError("--suppress-policy must be cfsQuota or cpuset")
         if self.react_mode not in ("fast", "tick"):
             raise ValueError("--react-mode must be fast or tick")
+        if not 0.0 <= self.shape.ls_growth <= 10.0:
+            raise ValueError("--ls-memory-growth must be within [0, 10]")
         plugins.feature_gates({"BEMemoryEvict": True, **self.feature_gates})  # unknown names: now
 
 

@@ -59,7 +59,7 @@ from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.memreaction import MemoryReactions
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost, FakePod
-from qosmanager.sim.load import LoadModel, StepRecord
+from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from qosmanager.sim.result import Eviction, FileWrite, JobStats, SimConfig, SimResult
 from qosmanager.sim.summary import (  # noqa: F401  (re-exported: the report)
@@ -374,7 +374,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
                      seed=args.seed, cpus=args.cpus, memory_gib=args.memory_gib,
                      suppress_policy=args.suppress_policy, step=args.step, collect_mode=args.collect_mode,
                      feature_gates=dict(args.feature_gates), audit_log=args.audit_log, workdir=args.workdir,
-                     keep=args.keep, real_time=args.real_time, react_mode=args.react_mode)
+                     keep=args.keep, real_time=args.real_time, react_mode=args.react_mode,
+                     shape=LoadShape(ls_growth=args.ls_memory_growth))
 
 
 def check_output_file(flag: str, path: str, *, make_dirs: bool = False) -> None:
