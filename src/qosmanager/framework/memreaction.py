@@ -180,15 +180,14 @@ class MemoryReactions:
 
     def on_batch(self, results: Sequence[WriteResult], _seconds: float) -> None:
         """Executor ``on_batch``: memoryHigh's cap (level 1) and reclaim (level 2) in the kernel."""
-        if not results:
+        if not results or results[0].write.strategy != HIGH:  # a batch is one strategy's: others cost one check
             return
         try:
-            if results[0].write.strategy == HIGH:
-                self._high_sample()  # the tick's reading, before what it wrote (its on_tick comes after)
+            self._high_sample()  # the tick's reading, before what it wrote (its on_tick comes after)
             now = self.clock()
             for r in results:
                 w = r.write
-                if w.strategy != HIGH or r.status not in IN_KERNEL:
+                if r.status not in IN_KERNEL:
                     continue
                 if w.resource in CAP_FILES and w.value.strip() not in UNLIMITED:
                     self.acted(LEVEL_CAP, now)
