@@ -238,3 +238,23 @@ def test_the_running_agent_caps_be_long_before_memory_highs_next_tick(tmp_path: 
         agent.stop()
         runner.join(60)
     assert not runner.is_alive()
+
+
+def test_v1_ls_alone_past_the_line_caps_be_at_zero(tmp_path: Path) -> None:
+    """cgroup v1: LS alone past L (BE's budget below zero) has BE's soft limit at 0, the kernel's least (global
+    reclaim takes from BE first); the executor refused 0 as a memory limit, and BE stayed uncapped (seen on
+    the real v1 kernel by tests/test_kernel_memtrigger.py's first numbers)."""
+    host, agent, clock = make(tmp_path, 1, strategies=["memoryHigh"], gates={"BEMemoryHigh": True})
+    try:
+        trigger = agent.memtrigger
+        assert trigger is not None
+        node_at(host, 50)
+        clock.t += 1.0
+        agent.scheduler.run_ripe()
+        node_at(host, 80)  # 12.8 GiB in use, BE 1 GiB of it: the rest alone is past L (68 %)
+        clock.t += INTERVAL
+        assert trigger.check() == ("memoryHigh",)
+        agent.scheduler.run_ripe()
+        assert cap(host) == "0" and agent.executor.stats.invalid == 0
+    finally:
+        agent.close()

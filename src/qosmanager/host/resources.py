@@ -149,6 +149,17 @@ def memory_limit_validator(value: str) -> str | None:
     return f"memory limit {v} must be -1 (unlimited) or positive"
 
 
+def soft_limit_validator(value: str) -> str | None:
+    """memory.soft_limit_in_bytes (v1) takes 0 too: global reclaim then takes from the cgroup first (memoryHigh's
+    cap when LS alone is past its line); a hard limit of 0 stays refused."""
+    v = _int(value)
+    if v is None:
+        return f"{value!r} is not an integer"
+    if v == -1 or 0 <= v <= INT64_MAX:
+        return None
+    return f"soft limit {v} must be -1 (unlimited) or 0 or more"
+
+
 def memory_reclaim_validator(value: str) -> str | None:
     """memory.reclaim takes whole bytes here (the kernel also takes K/M/G suffixes and swappiness=)."""
     v = _int(value)
@@ -554,7 +565,7 @@ _RESOURCES: list[Resource] = [
     # memoryHigh's v1 cap (memory.high's nearest safe equivalent) and its v2 proactive reclaim: a
     # write-only trigger, never compared, cached or kept as an original (qosmanager.strategies.memory_high)
     _cg("memory.soft_limit_in_bytes", "memory", "memory.soft_limit_in_bytes", None,
-        validate=memory_limit_validator, render_v1=_render_v1_memory_limit, same=_memory_limit_same,
+        validate=soft_limit_validator, render_v1=_render_v1_memory_limit, same=_memory_limit_same,
         if_exists=True),
     _cg("memory.reclaim", "memory", None, "memory.reclaim", validate=memory_reclaim_validator, if_exists=True),
     *[
