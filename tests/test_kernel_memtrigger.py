@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from qosmanager.agent import Agent, AgentConfig
+from qosmanager.framework.memtrigger import parse_used
 from qosmanager.framework.psi import PressureWatch, cap_sys_resource
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import KubeQoS
@@ -132,7 +133,8 @@ def test_the_memory_trigger_wakes_memory_high_at_the_first_sample_over_the_line(
 
             def put_and_note(name: str, text: str) -> None:  # the moment the file shows the crossing
                 put(name, text)
-                if name == "meminfo" and "crossed" not in seen and node_used() >= line and agent_box:
+                shown = parse_used(text.encode()) if name == "meminfo" else None  # what was written
+                if shown is not None and shown >= line and "crossed" not in seen and agent_box:
                     trigger = agent_box[0].memtrigger
                     assert trigger is not None
                     seen["crossed"], seen["samples_then"] = time.monotonic(), trigger.samples
