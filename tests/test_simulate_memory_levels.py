@@ -94,3 +94,12 @@ def test_the_command_line_grows_ls_memory(capsys: pytest.CaptureFixture[str], tm
     assert all("memory_level" in r for r in doc["timeline"]) and "memory_reactions" in doc
     assert cli.main(["simulate", "--ls-memory-growth", "-1"]) == 2
     assert "--ls-memory-growth must be within" in capsys.readouterr().err
+
+
+def test_the_plot_draws_the_memory_levels(fast: SimResult, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from qosmanager.sim import plot
+
+    out = tmp_path / "run.png"
+    plot.draw(fast, str(out))
+    assert out.stat().st_size > 0
