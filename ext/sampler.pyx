@@ -6,11 +6,22 @@ time (``/proc/stat``'s ``cpu`` line), the kubepods dir's and the BestEffort dir'
 each sample cost a thread wake-up, three reads and a decision, about 0.2 ms: 20 times a second, more
 than the rest of the agent together.  Here the sampling thread stays in C, without the GIL, between
 samples: :meth:`CounterSampler.wait` sleeps until the next sample is due, reads the three counters
-(one ``pread`` each on descriptors kept open), keeps the last ``keep`` samples, and estimates the
-non-BE load (pods over the last two intervals, the node's system term over the whole ring).  It
-returns to Python only when that load reaches the *trigger level* the fast path set (the lowest load
-at which its decision could lower BE's quota), or when it is stopped.  Python then decides, from the
-same samples, exactly as it does for every sample in tick-by-tick tests.
+(one ``pread`` each on descriptors kept open), keeps the last ``keep`` samples (at most ``keep``
+intervals' time), and estimates the non-BE load (pods over the *window*, the node's system term over
+the whole ring).  It returns to Python only when that load reaches the *trigger level* the fast path
+set (the lowest load at which its decision could lower BE's quota), or when it is stopped.  Python then
+decides, from the same samples and window (:meth:`CounterSampler.window`), exactly as it does for every
+sample in tick-by-tick tests.
+
+The cadence: every ``interval`` while the load moves towards the level, every second interval while it
+stays away (*quiet*): a thread wake-up costs 20-35 us of CPU on a VM, and the wake-ups were most of what
+the fast path cost.  A sample is taken at the interval (*alert*) after one whose load covered half the
+way from the previous sample's load to the level or more, within the fast path's follow time after a
+write (``follow_until``), after a return to Python, and while fewer than three samples are kept.  The
+window is the last two intervals (the sample two back) as before, but the last sample back after a
+quiet sleep: a quiet sample and the one that follows it (an alert one) span only the rise they saw, so
+a burst that a quiet sample shows in part is seen whole one interval later.  Samples recorded or pushed
+from Python (tick-by-tick, replay) are never quiet: their window is the two intervals.
 
 Counter kinds: ``KIND_PROC_STAT`` (busy ticks of ``/proc/stat``'s first line: user + nice + system +
 irq + softirq, divided by ``hz``), ``KIND_USAGE_USEC`` (cgroup v2 ``cpu.stat``: ``usage_usec`` / 1e6),
@@ -171,7 +182,9 @@ cdef class CounterSampler:
     cdef int _keep, _n, _stop_fd
     cdef double _mono[MAXKEEP]
     cdef double _vals[NCOUNTERS][MAXKEEP]
-    cdef int64_t _interval_ns, _next_ns
+    cdef char _quiet[MAXKEEP]  # taken after a quiet sleep (two intervals)
+    cdef int64_t _interval_ns, _next_ns, _step_ns
+    cdef double _interval, _prev_load
     cdef double _level, _follow_level, _follow_until, _system_floor, _system_fixed
     cdef PyThread_type_lock _lock
     cdef char _buf[BUFSIZE]
@@ -196,8 +209,11 @@ cdef class CounterSampler:
             self._kinds[k] = KIND_PROC_STAT if k == 0 else usage_kind
         self._scale[0] = hz
         self._keep, self._n, self._stop_fd = keep, 0, stop_fd
+        self._interval = interval
         self._interval_ns = <int64_t>(interval * 1e9)
         self._next_ns = 0
+        self._step_ns = self._interval_ns
+        self._prev_load = NAN
         self._level = INFINITY
         self._follow_level = INFINITY
         self._follow_until = -INFINITY
@@ -249,43 +265,61 @@ cdef class CounterSampler:
             self._fds[k] = -1
         return rc
 
-    cdef bint _record(self, double mono) noexcept nogil:
+    cdef bint _record(self, double mono, bint quiet) noexcept nogil:
         """One sample at ``mono`` (lock held): False, and the samples dropped, when a counter failed."""
         cdef double v[NCOUNTERS]
         cdef int k
         for k in range(NCOUNTERS):
             if self._read(k, &v[k]) != 0:
                 self._n = 0
+                self._prev_load = NAN
                 self.errors += 1
                 return False
-        self._keep_sample(mono, v)
+        self._keep_sample(mono, v, quiet)
         return True
 
-    cdef void _keep_sample(self, double mono, double *v) noexcept nogil:
+    cdef void _drop_oldest(self) noexcept nogil:
+        cdef int k
+        memmove(&self._mono[0], &self._mono[1], (self._n - 1) * sizeof(double))
+        memmove(&self._quiet[0], &self._quiet[1], (self._n - 1) * sizeof(char))
+        for k in range(NCOUNTERS):
+            memmove(&self._vals[k][0], &self._vals[k][1], (self._n - 1) * sizeof(double))
+        self._n -= 1
+
+    cdef void _keep_sample(self, double mono, double *v, bint quiet) noexcept nogil:
+        """Keep a sample: at most ``keep``, spanning at most ``keep - 0.5`` intervals (quiet samples are
+        two intervals apart: the system term stays over the last second)."""
         cdef int k
         if self._n == self._keep:
-            memmove(&self._mono[0], &self._mono[1], (self._keep - 1) * sizeof(double))
-            for k in range(NCOUNTERS):
-                memmove(&self._vals[k][0], &self._vals[k][1], (self._keep - 1) * sizeof(double))
-            self._n -= 1
+            self._drop_oldest()
         self._mono[self._n] = mono
+        self._quiet[self._n] = quiet
         for k in range(NCOUNTERS):
             self._vals[k][self._n] = v[k]
         self._n += 1
+        while self._n > 3 and mono - self._mono[0] > (self._keep - 0.5) * self._interval:
+            self._drop_oldest()
         self.taken += 1
+
+    cdef int _first(self) noexcept nogil:
+        """The window's first sample (see the module docstring); n >= 3."""
+        if self._quiet[self._n - 1] or self._quiet[self._n - 2]:
+            return self._n - 2
+        return self._n - 3
 
     cdef double _load(self) noexcept nogil:
         """The non-BE load in cores (pods over two intervals + the system term), NaN before 3 samples."""
-        cdef int n = self._n
+        cdef int n = self._n, f
         cdef double dt, span, kubepods, be, pods, system
         if n < 3:
             return NAN
-        dt = self._mono[n - 1] - self._mono[n - 3]
+        f = self._first()
+        dt = self._mono[n - 1] - self._mono[f]
         span = self._mono[n - 1] - self._mono[0]
         if dt <= 0 or span <= 0:
             return NAN
-        kubepods = (self._vals[1][n - 1] - self._vals[1][n - 3]) / dt
-        be = (self._vals[2][n - 1] - self._vals[2][n - 3]) / dt
+        kubepods = (self._vals[1][n - 1] - self._vals[1][f]) / dt
+        be = (self._vals[2][n - 1] - self._vals[2][f]) / dt
         pods = kubepods - be
         if pods < 0.0:
             pods = 0.0
@@ -304,19 +338,20 @@ cdef class CounterSampler:
         cdef bint ok
         with nogil:
             PyThread_acquire_lock(self._lock, WAIT_LOCK)
-            ok = self._record(mono)
+            ok = self._record(mono, False)
             PyThread_release_lock(self._lock)
         return ok
 
-    def push(self, double mono, double node, double kubepods, double be) -> None:
-        """Keep these counter values (seconds) as the sample at ``mono``, read elsewhere (replay)."""
+    def push(self, double mono, double node, double kubepods, double be, bint quiet=False) -> None:
+        """Keep these counter values (seconds) as the sample at ``mono``, read elsewhere (replay); ``quiet``:
+        as if taken after a quiet sleep (the window's rule, see the module docstring)."""
         cdef double v[NCOUNTERS]
         v[0] = node
         v[1] = kubepods
         v[2] = be
         with nogil:
             PyThread_acquire_lock(self._lock, WAIT_LOCK)
-            self._keep_sample(mono, v)
+            self._keep_sample(mono, v, quiet)
             PyThread_release_lock(self._lock)
 
     def load(self) -> float:
@@ -337,6 +372,19 @@ cdef class CounterSampler:
         finally:
             PyThread_release_lock(self._lock)
 
+    def window(self) -> tuple:
+        """The kept samples (as :meth:`samples`) and the index of the pods' window's first one (-1 with
+        fewer than three), in one look."""
+        cdef int i, first
+        with nogil:
+            PyThread_acquire_lock(self._lock, WAIT_LOCK)
+        try:
+            first = self._first() if self._n >= 3 else -1
+            return ([(self._mono[i], self._vals[0][i], self._vals[1][i], self._vals[2][i]) for i in range(self._n)],
+                    first)
+        finally:
+            PyThread_release_lock(self._lock)
+
     def set_trigger(self, double level, double follow_level, double follow_until,
                     double system_floor, double system_fixed) -> None:
         """Wake at a load >= ``level`` (``follow_level`` for samples before ``follow_until``); the system
@@ -348,20 +396,22 @@ cdef class CounterSampler:
             PyThread_release_lock(self._lock)
 
     def wait(self) -> int:
-        """Sample every interval (GIL released) until the load reaches the trigger level
-        (``WOKE_TRIGGER``) or the stop descriptor is readable (``WOKE_STOP``).  A sampler that fell
-        behind (a stopped process, a starved CPU) samples at once and keeps its cadence from there."""
+        """Sample at the cadence (GIL released; see the module docstring) until the load reaches the
+        trigger level (``WOKE_TRIGGER``) or the stop descriptor is readable (``WOKE_STOP``).  A sampler
+        that fell behind (a stopped process, a starved CPU) samples at once and keeps its cadence from there."""
         cdef pollfd pfd
         cdef timespec ts
         cdef int64_t now, wait_ns
         cdef double load, level, mono
+        cdef bint quiet, alert
         cdef int rc, woke = C_STOP
         with nogil:
             while True:
                 now = _now_ns()
                 if self._next_ns == 0:
                     self._next_ns = now
-                self._next_ns += self._interval_ns
+                quiet = self._step_ns != self._interval_ns
+                self._next_ns += self._step_ns
                 wait_ns = self._next_ns - now
                 if wait_ns < 0:
                     self._next_ns = now
@@ -378,11 +428,18 @@ cdef class CounterSampler:
                 mono = <double>_now_ns() / 1e9
                 PyThread_acquire_lock(self._lock, WAIT_LOCK)
                 load = NAN
-                if self._record(mono):
+                if self._record(mono, quiet):
                     load = self._load()
                 level = self._follow_level if mono < self._follow_until else self._level
-                PyThread_release_lock(self._lock)
                 if not isnan(load) and load >= level:
+                    self._step_ns = self._interval_ns  # Python decides, then the next sample at the interval
+                    self._prev_load = load
+                    PyThread_release_lock(self._lock)
                     woke = C_TRIGGER
                     break
+                alert = (mono < self._follow_until or isnan(load) or isnan(self._prev_load)
+                         or load >= (level + self._prev_load) / 2)
+                self._step_ns = self._interval_ns if alert else 2 * self._interval_ns
+                self._prev_load = load
+                PyThread_release_lock(self._lock)
         return woke

@@ -179,3 +179,57 @@ def test_both_keep_pushed_samples_alike(tmp_path: Path) -> None:
         got.append((s.samples(), s.load(), s.taken))
         s.close()
     assert got[0] == got[1] and len(got[0][0]) == 4 and got[0][2] == 6
+
+
+def test_both_take_the_window_one_sample_back_after_a_quiet_sleep(tmp_path: Path) -> None:
+    """The pods' window: two samples back, one back when the latest or the one before it followed a quiet
+    sleep (two intervals); both keep at most ``keep - 0.5`` intervals of samples (the system term's second)."""
+    files = Files(tmp_path)
+    got = []
+    for mod in IMPLS.values():
+        s = files.sampler(mod, keep=7, interval=0.05)
+        s.set_trigger(0.0, 0.0, -math.inf, 0.0, math.nan)
+        seen = []
+        t, kp = 10.0, 0.0
+        # quiet samples 0.1 s apart with LS idle, then a burst of 2 cores from t = 10.35 (seen in part by
+        # the quiet sample at 10.4), then alert samples 0.05 s apart
+        for dt, quiet in [(0.1, True)] * 4 + [(0.05, False)] * 3:
+            t = round(t + dt, 2)
+            kp = max(0.0, 2.0 * (t - 10.35))
+            s.push(t, 100.0 + kp, kp, 0.0, quiet)
+            samples, first = s.window()
+            load = s.load()
+            seen.append((len(samples), first, None if math.isnan(load) else round(load, 6)))
+        got.append(seen)
+        s.close()
+    assert got[0] == got[1]
+    # 10.1, 10.2: fewer than three, no window; 10.3 (quiet): one back; 10.4 (quiet): the burst's first 50 ms
+    # over the last 100 ms, 1 core; 10.45 (after the quiet 10.4): one back, the whole burst, 2 cores; 10.5 and
+    # 10.55: two back.  The ring spans at most 6.5 intervals (0.325 s): 10.1 goes at 10.45, 10.2 at 10.55.
+    assert [(n, f) for n, f, _ in got[0]] == [(1, -1), (2, -1), (3, 1), (4, 2), (4, 2), (5, 2), (5, 2)]
+    assert [load for *_, load in got[0][2:]] == [0.0, 1.0, 2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_wait_samples_every_second_interval_while_the_load_stays_away(tmp_path: Path, impl: str) -> None:
+    """A flat load far below the level: a sample every two intervals (a delayed one only makes fewer)."""
+    files = Files(tmp_path)
+    files.write(0, 0.0, 0.0)
+    r, w = os.pipe()
+    try:
+        s = files.sampler(IMPLS[impl], r, interval=0.02)
+        s.set_trigger(5.0, 5.0, -math.inf, 0.0, math.nan)
+        th = threading.Thread(target=s.wait)
+        t0 = time.monotonic()
+        th.start()
+        time.sleep(1.0)
+        os.write(w, b"x")
+        th.join(5)
+        elapsed = time.monotonic() - t0
+        # every interval would be elapsed / 0.02 (50): every second one half that, the first three alert
+        assert s.taken <= elapsed / 0.04 + 4, f"{s.taken} samples in {elapsed:.2f} s at a 0.02 s interval"
+        assert s.taken >= 3
+        s.close()
+    finally:
+        os.close(r)
+        os.close(w)

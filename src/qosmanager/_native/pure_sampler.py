@@ -68,9 +68,13 @@ class CounterSampler:
         usage = parse_usage_usec if usage_kind == KIND_USAGE_USEC else parse_ns
         self._parse = (lambda raw: parse_proc_stat_busy(raw) / hz, usage, usage)
         self._keep, self._stop_fd = keep, stop_fd
+        self._interval = interval
         self._interval_ns = int(interval * 1e9)
         self._next_ns = 0
+        self._step_ns = self._interval_ns
+        self._prev_load = math.nan
         self._samples: list[tuple[float, float, float, float]] = []
+        self._quiet: list[bool] = []  # each sample taken after a quiet sleep (two intervals)?
         self._level = self._follow_level = math.inf
         self._follow_until = -math.inf
         self._system_floor, self._system_fixed = 0.0, math.nan
@@ -99,26 +103,37 @@ class CounterSampler:
                 self._fds[k] = None
             raise
 
-    def _record(self, mono: float) -> bool:
+    def _record(self, mono: float, quiet: bool = False) -> bool:
         try:
             node, kubepods, be = self._read(0), self._read(1), self._read(2)
         except (OSError, ValueError):
             self._samples.clear()
+            self._quiet.clear()
+            self._prev_load = math.nan
             self.errors += 1
             return False
-        self._keep_sample((mono, node, kubepods, be))
+        self._keep_sample((mono, node, kubepods, be), quiet)
         return True
 
-    def _keep_sample(self, sample: tuple[float, float, float, float]) -> None:
+    def _keep_sample(self, sample: tuple[float, float, float, float], quiet: bool = False) -> None:
+        """At most ``keep`` samples, spanning at most ``keep - 0.5`` intervals."""
         self._samples.append(sample)
-        del self._samples[:-self._keep]
+        self._quiet.append(quiet)
+        del self._samples[:-self._keep], self._quiet[:-self._keep]
+        while len(self._samples) > 3 and sample[0] - self._samples[0][0] > (self._keep - 0.5) * self._interval:
+            del self._samples[0], self._quiet[0]
         self.taken += 1
+
+    def _first(self) -> int:
+        """The pods' window's first sample: two back, one back after a quiet sleep (n >= 3)."""
+        n = len(self._samples)
+        return n - 2 if self._quiet[-1] or self._quiet[-2] else n - 3
 
     def _load(self) -> float:
         s = self._samples
         if len(s) < 3:
             return math.nan
-        now, first, oldest = s[-1], s[-3], s[0]
+        now, first, oldest = s[-1], s[self._first()], s[0]
         dt, span = now[0] - first[0], now[0] - oldest[0]
         if dt <= 0 or span <= 0:
             return math.nan
@@ -134,10 +149,11 @@ class CounterSampler:
         with self._lock:
             return self._record(mono)
 
-    def push(self, mono: float, node: float, kubepods: float, be: float) -> None:
-        """Keep these counter values (seconds) as the sample at ``mono``, read elsewhere (replay)."""
+    def push(self, mono: float, node: float, kubepods: float, be: float, quiet: bool = False) -> None:
+        """Keep these counter values (seconds) as the sample at ``mono``, read elsewhere (replay); ``quiet``:
+        as if taken after a quiet sleep."""
         with self._lock:
-            self._keep_sample((mono, node, kubepods, be))
+            self._keep_sample((mono, node, kubepods, be), quiet)
 
     def load(self) -> float:
         with self._lock:
@@ -148,6 +164,11 @@ class CounterSampler:
         with self._lock:
             return list(self._samples)
 
+    def window(self) -> tuple[list[tuple[float, float, float, float]], int]:
+        """The kept samples and the index of the pods' window's first one (-1 with fewer than three)."""
+        with self._lock:
+            return list(self._samples), self._first() if len(self._samples) >= 3 else -1
+
     def set_trigger(self, level: float, follow_level: float, follow_until: float, system_floor: float,
                     system_fixed: float) -> None:
         with self._lock:
@@ -155,7 +176,7 @@ class CounterSampler:
             self._system_floor, self._system_fixed = system_floor, system_fixed
 
     def wait(self) -> int:
-        """Sample every interval until the load reaches the trigger level or the stop descriptor is
+        """Sample at the cadence until the load reaches the trigger level or the stop descriptor is
         readable (see the native module)."""
         poller = select.poll()
         poller.register(self._stop_fd, select.POLLIN)
@@ -163,7 +184,8 @@ class CounterSampler:
             now = time.monotonic_ns()
             if self._next_ns == 0:
                 self._next_ns = now
-            self._next_ns += self._interval_ns
+            quiet = self._step_ns != self._interval_ns
+            self._next_ns += self._step_ns
             wait_ns = self._next_ns - now
             if wait_ns < 0:
                 self._next_ns, wait_ns = now, 0
@@ -171,10 +193,16 @@ class CounterSampler:
                 return WOKE_STOP
             mono = time.monotonic_ns() / 1e9
             with self._lock:
-                load = self._load() if self._record(mono) else math.nan
+                load = self._load() if self._record(mono, quiet) else math.nan
                 level = self._follow_level if mono < self._follow_until else self._level
-            if not math.isnan(load) and load >= level:
-                return WOKE_TRIGGER
+                prev, self._prev_load = self._prev_load, load
+                if not math.isnan(load) and load >= level:
+                    self._step_ns = self._interval_ns  # Python decides, then the next sample at the interval
+                    return WOKE_TRIGGER
+                # alert (the next sample at the interval): the load covered half the way to the level
+                alert = (mono < self._follow_until or math.isnan(load) or math.isnan(prev)
+                         or load >= (level + prev) / 2)
+                self._step_ns = self._interval_ns if alert else 2 * self._interval_ns
 
 
 __all__ = ["KIND_NS", "KIND_PROC_STAT", "KIND_USAGE_USEC", "WOKE_STOP", "WOKE_TRIGGER", "CounterSampler"]

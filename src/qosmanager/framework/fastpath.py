@@ -5,7 +5,10 @@ and a window that began before the load sees a fraction of it, so BE's quota rea
 leaves LS its CPU one to three seconds after the load started.  The fast path watches the few counters
 that tell LS demand -- the node's busy time (``/proc/stat``) and the kube QoS dirs' usage (kubepods and
 BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (50 ms) on its own thread,
-from descriptors it keeps open (one ``pread`` each).  The sampling stays in C, without the GIL
+from descriptors it keeps open (one ``pread`` each); every second interval while the load it estimates
+stays away from the trigger level below (a thread wake-up was most of what the fast path cost), at the
+interval again as soon as a sample moves it half the way there (the window then spans only the rise, so
+a burst is seen whole one interval later; see :mod:`qosmanager._native.sampler`).  The sampling stays in C, without the GIL
 (:class:`qosmanager._native.CounterSampler`): the thread returns to Python only when the non-BE load it
 estimates reaches the *trigger level*, the lowest load at which the decision below could write
 (:meth:`FastPath.trigger_levels`, set again after every decision and after the jobs that move its inputs):
@@ -220,10 +223,10 @@ class FastPath:
     def cap(self) -> int | None:
         """The fast path's BE quota (µs per period) from its latest samples, if they are recent (two
         samples' time): the tick never sets a higher one."""
-        samples = self._sampler.samples()
+        samples, first = self._sampler.window()
         if len(samples) < 3 or self.monotonic() - samples[-1][0] > 4 * self.interval:
             return None
-        milli = self._milli(samples)[0]
+        milli = self._milli(samples, first)[0]
         return None if milli is None else max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
 
     def sample(self) -> Sample | None:
@@ -241,11 +244,13 @@ class FastPath:
             return None
         return self.decide()
 
-    def _milli(self, samples: list[tuple[float, float, float, float]]) -> tuple[int | None, Sample, Sample]:
+    def _milli(self, samples: list[tuple[float, float, float, float]],
+               first_index: int) -> tuple[int | None, Sample, Sample]:
         """BE's budget (milli-cores) from these samples (None where the fast path does not decide), with
-        the latest sample and the first of the pods' window."""
-        now, first, oldest = Sample(*samples[-1]), Sample(*samples[-3]), Sample(*samples[0])
-        # first: two intervals back, the pods' rates over the last ~100 ms; oldest: the node's over a second
+        the latest sample and the first of the pods' window (the sampler's: ``first_index``)."""
+        now, first, oldest = Sample(*samples[-1]), Sample(*samples[first_index]), Sample(*samples[0])
+        # first: two intervals back (one after a quiet sleep), the pods' rates over the last ~100 ms;
+        # oldest: the node's over a second
         dt, span = now.mono - first.mono, now.mono - oldest.mono
         if dt <= 0 or span <= 0:
             return None, now, first
@@ -254,10 +259,10 @@ class FastPath:
 
     def decide(self) -> Write | Plan | None:
         """Lower BE's limit when the latest samples show a rise in LS demand.  Returns the write, if any."""
-        samples = self._sampler.samples()
+        samples, first_index = self._sampler.window()
         if len(samples) < 3:
             return None
-        milli, now, first = self._milli(samples)
+        milli, now, first = self._milli(samples, first_index)
         if milli is None:
             return None
         dt = now.mono - first.mono
