@@ -4,16 +4,17 @@ koordlet reacts at its tick: cpuSuppress sees a new LS load only in the next col
 and a window that began before the load sees a fraction of it, so BE's quota reaches the level that
 leaves LS its CPU one to three seconds after the load started.  The fast path watches the few counters
 that tell LS demand -- the node's busy time (``/proc/stat``) and the kube QoS dirs' usage (kubepods and
-BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) -- every ``interval`` (50 ms) on its own thread,
-from descriptors it keeps open (one ``pread`` each); every second interval while the load it estimates
-stays away from the trigger level below (a thread wake-up was most of what the fast path cost), at the
-interval again as soon as a sample moves it half the way there (the window then spans only the rise, so
-a burst is seen whole one interval later; see :mod:`qosmanager._native.sampler`).  The sampling stays in C, without the GIL
+BestEffort: ``cpuacct.usage`` on v1, ``cpu.stat`` on v2) on its own thread, from descriptors it keeps
+open (one ``pread`` each): every ``interval`` (50 ms) while the load it estimates moves towards the trigger
+level below, every second interval (100 ms) while it stays away (a thread wake-up was most of what the fast
+path cost; a sample that covers half the way to the level brings the interval back, and its successor's
+window spans only the rise, so a burst a quiet sample saw in part is seen whole one interval later: see
+:mod:`qosmanager._native.sampler`).  The sampling stays in C, without the GIL
 (:class:`qosmanager._native.CounterSampler`): the thread returns to Python only when the non-BE load it
 estimates reaches the *trigger level*, the lowest load at which the decision below could write
 (:meth:`FastPath.trigger_levels`, set again after every decision and after the jobs that move its inputs):
-a Python wake-up per sample cost more CPU than the rest of the agent together.  From the last two samples
-(100 ms) it recomputes BE's budget with cpuSuppress's own formula
+a Python wake-up per sample cost more CPU than the rest of the agent together.  From the sampler's window
+(the last two intervals, 100 ms) it recomputes BE's budget with cpuSuppress's own formula
 (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`: capacity x threshold - non-BE
 pods - host applications - system) and, when that is lower than the BE quota in force by more than the
 hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores; for half a second after a write only
