@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import select
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -240,6 +241,32 @@ def test_no_psi_on_the_kernel_is_a_note_not_a_fault(tmp_path: Path) -> None:
         assert watch.fds == {}
         assert "no PSI on this kernel" in agent.store.conditions.notes()[NOTE].message
         assert agent.store.conditions.get(NOTE) is None
+    finally:
+        agent.close()
+
+
+def test_a_v2_kernel_without_psi_is_asked_once_not_after_every_collect(tmp_path: Path) -> None:
+    """A v2 kernel booted with psi=0 (some distributions' default) has no pressure files at all: no
+    /proc/pressure, no memory.pressure.  That is the kernel's answer, not a cgroup still to come: the
+    collector's runs must not make the watch register again (a pass over the pods) at every tick."""
+    host, agent, clock = make(tmp_path, 2)
+    try:
+        for f in ls_files(host):
+            os.unlink(f)
+        node = host.roots.proc_path("pressure/memory")
+        shutil.rmtree(os.path.dirname(node))
+        watch = watch_of(agent)
+        started(agent, clock)
+        assert watch.fds == {} and watch.missing == 0
+        assert "no PSI on this kernel" in agent.store.conditions.notes()[NOTE].message
+        watch.wait(0)  # the start's own poke (the pods first seen)
+        syncs = watch.syncs
+        collect = next(j for j in agent.scheduler.jobs if j.name == "collect")
+        for _ in range(3):
+            clock.t += 1.0
+            agent.scheduler.run_job(collect)
+            watch.wait(0)
+        assert watch.syncs == syncs
     finally:
         agent.close()
 

@@ -195,7 +195,8 @@ class PressureWatch:
             elif res.status == DRY_RUN:
                 self.dry_run = True
                 break
-            elif os.path.exists(os.path.dirname(path)):  # a pod's dir gone meanwhile is no refusal
+            elif path == self.layout.roots.proc_path(NODE_FILE) or os.path.exists(os.path.dirname(path)):
+                # a pod's dir not made yet (or gone) is no refusal; no /proc/pressure is the kernel's answer
                 self.refused[path] = res.errno
         return n
 
