@@ -27,20 +27,13 @@ from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from qosmanager.states.store import StateStore
+from simclock import Clock
 
 GiB = 1 << 30
 CAP = 16 * GiB
 T0 = 1000.0
 SLO = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}  # L 68: engage at 63 %
 FAMILY = "qosmanager_memory_protection_reaction_seconds"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def be_pod(i: int) -> FakePod:
@@ -55,7 +48,7 @@ def make(tmp_path: Path, *, react_mode: str = "fast", version: int = 2) -> tuple
     (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p, memory=GiB, priority=5500) for p in pods)))
     (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
     (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
-    clock = Clock()
+    clock = Clock(T0)
     agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=str(tmp_path / "pods.json"),
                               node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
                               strategies=["memoryHigh"], feature_gates={"BEMemoryHigh": True},
@@ -187,7 +180,7 @@ def tracker(tmp_path: Path) -> tuple[MemoryReactions, list[tuple[int, float]], C
     store.set_node(node_object(host))
     store.set_nodeslo(nodeslo_object(SLO))
     seen: list[tuple[int, float]] = []
-    clock = Clock()
+    clock = Clock(T0)
     prot = MemoryProtection()
     r = MemoryReactions(store, prot, clock, lambda level, s: seen.append((level, s)))
     return r, seen, clock, prot

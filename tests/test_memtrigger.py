@@ -25,19 +25,12 @@ from qosmanager.framework.memtrigger import MemoryTrigger, parse_used
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+from simclock import Clock
 
 GiB = 1 << 30
 CAP = 16 * GiB
 T0 = 1000.0
 SLO = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}  # L 68: engage at 63 %
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def be_pod(i: int) -> FakePod:
@@ -53,7 +46,7 @@ def make(tmp_path: Path, version: int, *, strategies: list[str], gates: dict[str
     (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p, memory=GiB, priority=5500) for p in fake)))
     (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
     (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
-    clock = Clock()
+    clock = Clock(T0)
     agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=str(tmp_path / "pods.json"),
                               node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
                               strategies=strategies, feature_gates=gates, metrics_addr="", react_mode=react_mode,

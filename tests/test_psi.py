@@ -25,6 +25,7 @@ from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
 from qosmanager.sim.fakepsi import parse_trigger
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+from simclock import Clock
 
 GiB = 1 << 30
 CAP = 16 * GiB
@@ -32,14 +33,6 @@ T0 = 1000.0
 SLO = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}
 MEMORY = ["memoryHigh", "memoryEvict"]
 GATES = {"BEMemoryHigh": True, "BEMemoryEvict": True}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def pod(i: int, qos: KubeQoS) -> FakePod:
@@ -60,7 +53,7 @@ def make(tmp_path: Path, version: int, *, strategies: list[str] = MEMORY, gates:
     (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
     qos = QoSConfig()
     qos.memory_evict_interval = memory_evict_interval
-    clock = Clock()
+    clock = Clock(T0)
     agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=str(tmp_path / "pods.json"),
                               node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
                               strategies=strategies, feature_gates=gates, metrics_addr="", react_mode=react_mode,

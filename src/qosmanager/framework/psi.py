@@ -68,12 +68,12 @@ from qosmanager.executor.psi import DRY_RUN, REGISTERED, PressureTrigger, Trigge
 from qosmanager.framework.fastpath import REACT_FAST
 from qosmanager.framework.memtrigger import COLLECT, EVICT, HIGH, AgentParts, MemoryTrigger
 from qosmanager.host.cgroups import KubeQoS
+from qosmanager.host.procfs import cap_sys_resource
 
 log = logging.getLogger(__name__)
 
 WINDOW_US = 500_000
 UNPRIVILEGED_WINDOW_US = 2_000_000
-CAP_SYS_RESOURCE = 24
 MAX_TRIGGERS = 64  # the Burstable dir and up to 63 Guaranteed pods
 NOTE = "psi/memory"
 NAME = "psi"  # the audit's strategy
@@ -84,18 +84,6 @@ def _close_fds(*fds: int) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def cap_sys_resource(status: str = "/proc/self/status") -> bool:
-    """Whether this process holds ``CAP_SYS_RESOURCE`` (the kernel's test for PSI windows under 2 s)."""
-    try:
-        with open(status) as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
 
 
 def trigger_line(privileged: bool) -> str:

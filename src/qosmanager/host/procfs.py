@@ -280,3 +280,18 @@ class ProcFS:
                 return None
             raise
         return parse_psi(text)
+
+
+CAP_SYS_RESOURCE = 24  # capability(7)'s number
+
+
+def cap_sys_resource(status: str = "/proc/self/status") -> bool:
+    """Whether this process holds ``CAP_SYS_RESOURCE`` (the kernel's test for PSI trigger windows under 2 s)."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

@@ -31,25 +31,13 @@ import select
 import socket
 import threading
 
+from qosmanager.host.procfs import cap_sys_resource
 from qosmanager.host.roots import HostRoots
 
 WINDOW_MAX_US = 10_000_000
 UNPRIVILEGED_WINDOW_US = 2_000_000
-CAP_SYS_RESOURCE = 24
 _LINE = re.compile(rb"(some|full) ([0-9]+) ([0-9]+)")
 _RESOURCES = ("cpu", "memory", "io")
-
-
-def privileged() -> bool:
-    """Whether this process holds CAP_SYS_RESOURCE (what the kernel checks for windows under 2 s)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
 
 
 def parse_trigger(data: bytes, privileged: bool) -> tuple[str, int, int]:
@@ -98,7 +86,7 @@ class PressureRules:
         err = self.refuse.get(path)
         if err:
             raise OSError(err, os.strerror(err), path)
-        line = parse_trigger(data, privileged())
+        line = parse_trigger(data, cap_sys_resource())
         mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with self._lock:
             self._triggers.setdefault(path, []).append((peer, line))
@@ -169,4 +157,4 @@ def consume(fd: int, revents: int) -> int:
     return revents
 
 
-__all__ = ["PressureRules", "consume", "parse_trigger", "privileged"]
+__all__ = ["PressureRules", "consume", "parse_trigger"]
