@@ -8,62 +8,34 @@ slow to take the cap is a write that lets the clock run on before it returns."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import memnode
+from memnode import CAP, SLO, T0, GiB, be_pod, node_at
 from promtext import buckets, parse
-from qosmanager.agent import Agent, AgentConfig
+from qosmanager.agent import Agent
 from qosmanager.api.pod import pod_meta
 from qosmanager.eviction.types import EvictDecision
 from qosmanager.executor.executor import Write, WriteResult
 from qosmanager.framework.fastpath import INTERVAL
 from qosmanager.framework.memlevel import MemoryProtection
 from qosmanager.framework.memreaction import MemoryReactions
-from qosmanager.host.cgroups import KubeQoS
-from qosmanager.sim.fakehost import FakeContainer, FakeHost, FakePod
-from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
+from qosmanager.sim.fakehost import FakeHost
+from qosmanager.sim.objects import node_object, nodeslo_object, pod_object
 from qosmanager.states.store import StateStore
 from simclock import Clock
 
-GiB = 1 << 30
-CAP = 16 * GiB
-T0 = 1000.0
-SLO = {"resourceUsedThresholdWithBE": {"enable": True, "memoryEvictThresholdPercent": 70}}  # L 68: engage at 63 %
 FAMILY = "qosmanager_memory_protection_reaction_seconds"
 
 
-def be_pod(i: int) -> FakePod:
-    return FakePod(f"{i:08d}-0000-4000-8000-00000000be00", "default", f"be-{i}", KubeQoS.BESTEFFORT,
-                   [FakeContainer("c", f"containerd://{i:064x}")])
-
-
 def make(tmp_path: Path, *, react_mode: str = "fast", version: int = 2) -> tuple[FakeHost, Agent, Clock]:
-    host = FakeHost(str(tmp_path / "host"), version=version, memory_bytes=CAP)
-    pods = [be_pod(1)]
-    host.add_pods(pods)
-    (tmp_path / "pods.json").write_text(json.dumps(pod_list(pod_object(p, memory=GiB, priority=5500) for p in pods)))
-    (tmp_path / "node.json").write_text(json.dumps(node_object(host)))
-    (tmp_path / "slo.json").write_text(json.dumps(nodeslo_object(SLO)))
-    clock = Clock(T0)
-    agent = Agent(AgentConfig(roots=host.roots, node_name="n1", pods_file=str(tmp_path / "pods.json"),
-                              node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
-                              strategies=["memoryHigh"], feature_gates={"BEMemoryHigh": True},
-                              metrics_addr="127.0.0.1:0", react_mode=react_mode, cgroup_version=str(version),
-                              cgroup_driver="cgroupfs"),
-                  clock=clock, monotonic=clock, seed=1)
-    return host, agent, clock
-
-
-def node_at(host: FakeHost, percent: float) -> None:
-    """/proc/meminfo with MemTotal - MemAvailable at ``percent`` of the node; BE holds 1 GiB of anon."""
-    total_kb = CAP // 1024
-    avail = int(total_kb * (100 - percent) / 100)
-    host.set_meminfo(total_kb, avail // 2, avail)
-    host.set_memory(host.layout.qos_dir(KubeQoS.BESTEFFORT), 0, GiB, 0, 0, 0)
+    """memoryHigh alone, with its exporter (never bound)."""
+    return memnode.make(tmp_path, version, strategies=["memoryHigh"], gates={"BEMemoryHigh": True},
+                        react_mode=react_mode, metrics_addr="127.0.0.1:0")
 
 
 def reactions(agent: Agent, level: str = "1") -> tuple[list[tuple[float, float]], float]:
