@@ -373,3 +373,67 @@ def test_the_executor_audits_each_registration_and_a_failure_once(tmp_path: Path
         assert len(failed) == 1 and failed[0]["executed"] is False, "the same refusal is audited once"
     finally:
         agent.close()
+
+
+# ---------------------------------------------------------------------- /metrics
+def psi_series(agent: Agent) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """(events, triggers) by (resource, scope), as /metrics shows them."""
+    from promtext import parse
+    from qosmanager.exporter import Exporter
+
+    fams = parse(Exporter.for_agent(agent, "127.0.0.1:0").metrics.registry.render())
+    out: list[dict[tuple[str, str], float]] = []
+    for name, sample in (("qosmanager_psi_events_total", "qosmanager_psi_events_total"),
+                         ("qosmanager_psi_triggers", "qosmanager_psi_triggers")):
+        got = {}
+        for (n, labels), v in fams[name].samples.items():
+            assert n == sample
+            d = dict(labels)
+            got[(d["resource"], d["scope"])] = v
+        out.append(got)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_metrics_count_events_and_triggers_by_resource_and_scope(tmp_path: Path, version: int) -> None:
+    host, agent, clock = make(tmp_path, version)
+    try:
+        watch = watch_of(agent)
+        zero = {("memory", s): 0.0 for s in ("node", "qos", "pod")}
+        assert psi_series(agent) == (zero, zero), "every scope shown from the start, at 0"
+        started(agent, clock)
+        assert host.kernel is not None
+        if version == 2:
+            burstable, guaranteed = ls_files(host)
+            assert psi_series(agent)[1] == {**zero, ("memory", "qos"): 1.0, ("memory", "pod"): 1.0}
+            host.kernel.psi.fire(guaranteed)
+            watch.wait(0)
+            host.kernel.psi.fire(guaranteed)
+            watch.wait(0)
+            host.kernel.psi.fire(burstable)
+            watch.wait(0)
+            assert psi_series(agent)[0] == {**zero, ("memory", "qos"): 1.0, ("memory", "pod"): 2.0}
+        else:
+            node = host.roots.proc_path("pressure/memory")
+            assert psi_series(agent)[1] == {**zero, ("memory", "node"): 1.0}
+            host.kernel.psi.fire(node)
+            watch.wait(0)
+            assert psi_series(agent)[0] == {**zero, ("memory", "node"): 1.0}
+        assert watch.events == (3 if version == 2 else 1)
+    finally:
+        agent.close()
+
+
+def test_metrics_show_no_trigger_under_dry_run_and_no_series_without_a_watch(tmp_path: Path) -> None:
+    _, agent, clock = make(tmp_path / "dry", 2, dry_run=True)
+    try:
+        started(agent, clock)
+        events, triggers = psi_series(agent)
+        assert set(triggers.values()) == {0.0} and set(events.values()) == {0.0} and len(triggers) == 3
+    finally:
+        agent.close()
+    _, agent, _ = make(tmp_path / "tick", 2, react_mode="tick")
+    try:
+        assert psi_series(agent) == ({}, {})
+    finally:
+        agent.close()

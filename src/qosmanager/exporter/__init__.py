@@ -55,6 +55,7 @@ class Exporter:
                                scheduler=agent.scheduler, file_source=agent.source, kube_source=kube_source)
         if {"memoryHigh", "memoryEvict"} & set(agent.strategy_names):  # memory protection's reaction times
             metrics.memory_reactions = MemoryReactions.for_agent(agent, metrics.on_memory_reaction)
+        metrics.psi = getattr(agent, "psi", None)  # the PSI watch's events and triggers (None: no watch)
         files = [(kind, path) for kind, path in (("node", cfg.node_file), ("pods", cfg.pods_file),
                                                  ("nodeslo", cfg.node_slo_file)) if path]
         # a plugin strategy that keeps failing is stopped and named in its plugin/<gate> condition

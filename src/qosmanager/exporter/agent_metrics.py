@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from qosmanager.api.nodeslo import CPU_SUPPRESS_POLICY_CFS_QUOTA, CPU_SUPPRESS_POLICY_CPUSET
 from qosmanager.exporter.promlib import GCCollector, PlatformCollector
@@ -80,6 +80,13 @@ EXECUTED = ("written", "failed")
 KubeSourceGetter = Callable[[], object]
 
 
+class PressureCounts(Protocol):
+    """What ``/metrics`` reads of the PSI watch (:class:`qosmanager.framework.psi.PressureWatch`)."""
+
+    def event_counts(self) -> Mapping[tuple[str, str], int]: ...
+    def trigger_counts(self) -> Mapping[tuple[str, str], int]: ...
+
+
 class AgentMetrics:
     """Every family of ``/metrics``, bound to the agent's parts (any of them may be left out)."""
 
@@ -117,6 +124,7 @@ class AgentMetrics:
         self._hook_failed: set[str] = set()
         self._want_process = process
         self.memory_reactions: MemoryReactions | None = None  # set by Exporter.for_agent
+        self.psi: PressureCounts | None = None  # the PSI watch (framework/psi), set by Exporter.for_agent
         self._define()
         if scheduler is not None:
             scheduler.on_run.append(self.on_job_run)
@@ -248,6 +256,15 @@ class AgentMetrics:
               "(memory.high on the BestEffort QoS dir; v1: its soft limit), 2 capped and reclaiming "
               "(memory.reclaim); only while memoryHigh runs (gate BEMemoryHigh)",
               registry=r).pull(self._memory_level)
+        Counter("qosmanager_psi_events_total",
+                "PSI trigger events (an LS class stalled past the trigger's threshold within its window), by "
+                "resource (memory) and scope of the pressure file: node (/proc/pressure), qos (the Burstable "
+                "QoS dir), pod (a Guaranteed pod); only while the PSI watch runs", ("resource", "scope"),
+                r).pull(lambda: self._psi(events=True))
+        Gauge("qosmanager_psi_triggers",
+              "PSI triggers registered now, by resource and scope (as qosmanager_psi_events_total); all 0: "
+              "none could be registered (no PSI, --dry-run, refused: /healthz info says why)",
+              ("resource", "scope"), r).pull(lambda: self._psi(events=False))
         Gauge("qosmanager_metric_cache_bytes", "Bytes held by the metric cache's ring buffers",
               registry=r).pull(lambda: self.cache.nbytes() if self.cache is not None else None)
         if self._want_process:
@@ -429,6 +446,12 @@ class AgentMetrics:
         if self.manager is None or "memoryHigh" not in self._strategies:
             return None
         return float(self.manager.shared.memory_protection.level)
+
+    def _psi(self, *, events: bool) -> Mapping[LabelValues, float] | None:
+        w = self.psi
+        if w is None:
+            return None
+        return {key: float(n) for key, n in (w.event_counts() if events else w.trigger_counts()).items()}
 
     def _collector_stat(self, name: str) -> float | None:
         return None if self.collector is None else float(getattr(self.collector.stats, name))

@@ -78,6 +78,9 @@ MAX_TRIGGERS = 64  # the Burstable dir and up to 63 Guaranteed pods
 NOTE = "psi/memory"
 NAME = "psi"  # the audit's strategy
 NODE_FILE = "pressure/memory"
+MEMORY = "memory"
+NODE, QOS, POD = "node", "qos", "pod"  # the scopes of a pressure file: /proc/pressure, the Burstable dir, a pod
+SCOPES = (NODE, QOS, POD)
 
 
 def _close_fds(*fds: int) -> None:
@@ -113,6 +116,8 @@ class PressureWatch:
         self.missing = 0  # wanted files whose cgroup does not exist yet (tried again after each collect)
         self.dry_run = False
         self.events = self.wakes = self.syncs = 0
+        self.resources: tuple[str, ...] = (MEMORY,)  # what is watched (the /metrics series)
+        self.counts: dict[tuple[str, str], int] = {}  # (resource, scope) -> events (triggers that fired)
         self.synced_generation = -1
         self._lock = threading.Lock()  # fds: the thread's syncs and stop()
         self._stop = threading.Event()
@@ -221,6 +226,35 @@ class PressureWatch:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def where(self, path: str) -> tuple[str, str]:
+        """(resource, scope) of a pressure file: ``memory`` or ``cpu``; ``node`` (``/proc/pressure``),
+        ``qos`` (the Burstable QoS dir) or ``pod`` (a Guaranteed pod)."""
+        d, name = os.path.split(path)
+        if d == os.path.dirname(self.layout.roots.proc_path(NODE_FILE)):
+            return name, NODE
+        resource = name.partition(".")[0]
+        qos = os.path.dirname(self.layout.file("", self.layout.qos_dir(KubeQoS.BURSTABLE), name))
+        return resource, QOS if d == qos else POD
+
+    def event_counts(self) -> dict[tuple[str, str], int]:
+        """Events by (resource, scope), every scope of each watched resource (0 before its first), safe on
+        any thread (``qosmanager_psi_events_total``)."""
+        out = {(r, scope): 0 for r in self.resources for scope in SCOPES}
+        with self._lock:
+            out.update(self.counts)
+        return out
+
+    def trigger_counts(self) -> dict[tuple[str, str], int]:
+        """Triggers registered now by (resource, scope), every scope of each watched resource, safe on any
+        thread (``qosmanager_psi_triggers``)."""
+        out = {(r, scope): 0 for r in self.resources for scope in SCOPES}
+        with self._lock:
+            paths = list(self.fds)
+        for path in paths:
+            key = self.where(path)
+            out[key] = out.get(key, 0) + 1
+        return out
+
     # ------------------------------------------------------------------ the thread
     def poke(self) -> None:
         """From the scheduler's thread after the collector ran: register again if the pod set changed or a
@@ -276,7 +310,10 @@ class PressureWatch:
                     self._close(by_fd[fd])
             elif revents & select.POLLPRI:
                 fired = True
-                self.events += 1
+                key = self.where(by_fd[fd])
+                with self._lock:
+                    self.events += 1
+                    self.counts[key] = self.counts.get(key, 0) + 1
         if (poked or gone) and not self._stop.is_set():
             self.sync()
         if not fired:
@@ -291,5 +328,5 @@ def memory_watchers(agent: WatchParts) -> tuple[MemoryTrigger | None, PressureWa
     return MemoryTrigger.for_agent(agent), PressureWatch.for_agent(agent)
 
 
-__all__ = ["NOTE", "UNPRIVILEGED_WINDOW_US", "WINDOW_US", "PressureWatch", "cap_sys_resource", "memory_watchers",
-           "trigger_line"]
+__all__ = ["NODE", "NOTE", "POD", "QOS", "SCOPES", "UNPRIVILEGED_WINDOW_US", "WINDOW_US", "PressureWatch",
+           "cap_sys_resource", "memory_watchers", "trigger_line"]
