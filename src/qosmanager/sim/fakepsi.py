@@ -16,9 +16,16 @@ files (``<proc>/pressure/{cpu,memory,io}``, and on cgroup v2 each cgroup's ``{cp
   over the threshold (the test says when); :meth:`PressureRules.gone` is the cgroup removed (the
   agent's ``poll`` then sees ``POLLERR | POLLPRI``, as the kernel answers for a trigger whose file is gone).
   The interposed ``psi_poll`` consumes the event as the kernel's poll does (one ``POLLPRI`` per event).
+* **the stall**, where a model gives it (:mod:`~qosmanager.sim.fakestall`: ``simulate``'s and ``replay``'s
+  nodes): :meth:`PressureRules.update` is the kernel's ``update_triggers`` on the file's cumulative
+  ``some`` and ``full`` totals (µs).  Each trigger keeps a window (``window_update``: the growth since
+  the window began, plus the previous window's growth pro rata for the part of the window before it);
+  a growth of at least the threshold makes an event pending, and a pending event is sent at most once
+  per window (``last_event_time + window``).  A privileged trigger is updated every tenth of its window
+  (the kernel's polling rate), an unprivileged one every 2 s (the averaging worker).  The window starts
+  at the trigger's first update (the kernel starts it at the registration; updates come every 50 ms).
 
-Not modelled: the stall itself (no task stalls on a fake host: :meth:`~PressureRules.fire` stands for
-it), the once-per-window rate limit, and the files' averages (they stay what the load model writes).
+Not modelled: the files' averages (they are what the model writes).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import re
 import select
 import socket
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from qosmanager.host.procfs import cap_sys_resource
 from qosmanager.host.roots import HostRoots
@@ -38,6 +47,8 @@ WINDOW_MAX_US = 10_000_000
 UNPRIVILEGED_WINDOW_US = 2_000_000
 _LINE = re.compile(rb"(some|full) ([0-9]+) ([0-9]+)")
 _RESOURCES = ("cpu", "memory", "io")
+UPDATES_PER_WINDOW = 10  # a privileged trigger's polling period: a tenth of its window
+PSI_FREQ_US = 2_000_000  # the averaging worker's period (unprivileged triggers)
 
 
 def parse_trigger(data: bytes, privileged: bool) -> tuple[str, int, int]:
@@ -61,6 +72,32 @@ def parse_trigger(data: bytes, privileged: bool) -> tuple[str, int, int]:
     return m.group(1).decode(), threshold, window
 
 
+@dataclass(eq=False)
+class _Trigger:
+    """One registered trigger and its window (``struct psi_trigger``)."""
+
+    peer: socket.socket
+    line: tuple[str, int, int]  # (state, threshold µs, window µs)
+    period: int  # µs between its updates
+    start_time: int = -1  # the window's start (µs; -1: not yet updated)
+    start_value: int = 0
+    prev_growth: int = 0
+    last_event: int = -(1 << 62)
+    next_update: int = -1
+    last_total: int = -1  # the total at its last update (no new stall: no update, as the kernel)
+    pending: bool = False
+
+    def window_growth(self, now: int, value: int) -> int:
+        """``window_update``: the stall within the window ending now."""
+        window = self.line[2]
+        elapsed, growth = now - self.start_time, value - self.start_value
+        if elapsed > window:
+            self.start_time, self.start_value, self.prev_growth = now, value, growth
+        else:
+            growth += self.prev_growth * (window - elapsed) // window
+        return growth
+
+
 class PressureRules:
     """The triggers on one fake host's pressure files (see the module docstring)."""
 
@@ -70,7 +107,9 @@ class PressureRules:
         self.version = version
         self.refuse: dict[str, int] = {}  # pressure file -> errno its registration fails with
         self._lock = threading.Lock()
-        self._triggers: dict[str, list[tuple[socket.socket, tuple[str, int, int]]]] = {}  # file -> (peer, line)
+        self._triggers: dict[str, list[_Trigger]] = {}  # pressure file -> its triggers
+        # called with (file, line, growth µs) at each event :meth:`update` sends
+        self.on_event: list[Callable[[str, tuple[str, int, int], int], None]] = []
 
     def owns(self, path: str) -> bool:
         d, name = os.path.split(path)
@@ -86,46 +125,89 @@ class PressureRules:
         err = self.refuse.get(path)
         if err:
             raise OSError(err, os.strerror(err), path)
-        line = parse_trigger(data, cap_sys_resource())
+        privileged = cap_sys_resource()
+        line = parse_trigger(data, privileged)
         mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        period = max(1, line[2] // UPDATES_PER_WINDOW) if privileged else PSI_FREQ_US
         with self._lock:
-            self._triggers.setdefault(path, []).append((peer, line))
+            self._triggers.setdefault(path, []).append(_Trigger(peer, line, period))
         return mine.detach()
 
     def triggers(self, path: str) -> list[tuple[str, int, int]]:
         """The lines registered on ``path`` whose descriptor is still open."""
         self._prune(path)
         with self._lock:
-            return [line for _, line in self._triggers.get(path, [])]
+            return [t.line for t in self._triggers.get(path, [])]
 
     def fire(self, path: str) -> int:
         """The tasks behind ``path`` stalled past every trigger's threshold: an event on each; how many."""
         self._prune(path)
         n = 0
         with self._lock:
-            for peer, _ in self._triggers.get(path, []):
+            for t in self._triggers.get(path, []):
                 with contextlib.suppress(OSError):
-                    peer.send(b"!", socket.MSG_OOB)
+                    t.peer.send(b"!", socket.MSG_OOB)
                     n += 1
         return n
+
+    def watched(self) -> list[str]:
+        """The files holding a trigger now (the model updates only those)."""
+        with self._lock:
+            return list(self._triggers)
+
+    def update(self, path: str, now_us: int, some_us: int, full_us: int) -> int:
+        """The kernel's ``update_triggers`` for ``path`` at ``now_us`` with its cumulative stall totals
+        (see the module docstring); the events sent."""
+        if path not in self._triggers:
+            return 0
+        self._prune(path)
+        sent: list[tuple[tuple[str, int, int], int]] = []
+        with self._lock:
+            for t in self._triggers.get(path, []):
+                total = some_us if t.line[0] == "some" else full_us
+                if t.start_time < 0:  # the window begins
+                    t.start_time, t.start_value, t.last_total = now_us, total, total
+                    t.next_update = now_us + t.period
+                    continue
+                if now_us < t.next_update:
+                    continue
+                t.next_update = now_us + t.period
+                new_stall, t.last_total = total != t.last_total, total
+                if not new_stall and not t.pending:
+                    continue
+                growth = t.window_growth(now_us, total) if new_stall else 0
+                if not t.pending:
+                    if growth < t.line[1]:
+                        continue
+                    t.pending = True
+                if now_us < t.last_event + t.line[2]:  # at most one event per window
+                    continue
+                with contextlib.suppress(OSError):
+                    t.peer.send(b"!", socket.MSG_OOB)
+                t.last_event, t.pending = now_us, False
+                sent.append((t.line, growth))
+        for line, growth in sent:
+            for cb in self.on_event:
+                cb(path, line, growth)
+        return len(sent)
 
     def gone(self, path: str) -> None:
         """The cgroup of ``path`` was removed: its triggers end (``POLLERR`` on their descriptors)."""
         with self._lock:
-            for peer, _ in self._triggers.pop(path, []):
-                peer.close()
+            for t in self._triggers.pop(path, []):
+                t.peer.close()
 
     def _prune(self, path: str) -> None:
         """Forget the triggers whose descriptor the agent closed (the kernel frees them on close)."""
         with self._lock:
             live = []
-            for peer, line in self._triggers.get(path, []):
+            for t in self._triggers.get(path, []):
                 p = select.poll()
-                p.register(peer.fileno(), select.POLLIN)
+                p.register(t.peer.fileno(), select.POLLIN)
                 if any(ev & (select.POLLHUP | select.POLLERR) for _, ev in p.poll(0)):
-                    peer.close()
+                    t.peer.close()
                 else:
-                    live.append((peer, line))
+                    live.append(t)
             if live:
                 self._triggers[path] = live
             else:
@@ -134,8 +216,8 @@ class PressureRules:
     def close(self) -> None:
         with self._lock:
             for triggers in self._triggers.values():
-                for peer, _ in triggers:
-                    peer.close()
+                for t in triggers:
+                    t.peer.close()
             self._triggers.clear()
 
 

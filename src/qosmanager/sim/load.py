@@ -17,17 +17,19 @@ LS demand follows a day compressed into the run (``trough + (peak - trough) * (1
 for ``x`` = the fraction of the run elapsed), times a little noise, plus one spike.  BE demand is a
 constant share of the node.  Memory: LS and most BE pods hold a steady working set (``be_growth``
 lets every BE pod grow slowly, ``ls_growth`` every LS pod); a few BE pods (the lowest-priority ones:
-leaking batch jobs) grow linearly, which drives node memory over the NodeSLO's eviction threshold.  On
-cgroup v2 the model also honours the BE QoS dir's ``memory.high`` as the kernel would (asking the fake kernel what is in
-force): BE's page cache is reclaimed down to the cap first, then BE's anonymous growth stalls at it
-(throttled, not killed), and each step that held BE counts one ``high`` event in ``memory.events``; page
-cache that ``memory.reclaim`` or a lowered ``memory.high`` took is gone and comes back slowly
-(``be_cache_refill``).  Memory moves continuously, as CPU time does: each sub-step (:meth:`LoadModel.substep`,
-the fast path's and the memory trigger's 50 ms) advances it too and writes what the trigger and memoryHigh
-read -- ``/proc/meminfo`` and the BE QoS dir's memory files -- so the node crosses a line between two steps
-and the trigger sees it at its next sample (pods' own files follow at the next step).  An evicted pod stops using
-CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the caller takes it
-out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
+leaking batch jobs) grow linearly, which drives node memory over the NodeSLO's eviction threshold.  On cgroup v2
+the model also honours the BE QoS dir's ``memory.high`` as the kernel would (asking the fake kernel what is in
+force): BE's page cache is reclaimed down to the cap first, then BE's anonymous growth stalls at it (throttled,
+not killed), and each step that held BE counts one ``high`` event in ``memory.events``; page cache that
+``memory.reclaim`` or a lowered ``memory.high`` took is gone and comes back slowly (``be_cache_refill``).  The
+node's memory stalls follow (:mod:`~qosmanager.sim.fakestall`: the pressure files and the fake kernel's PSI
+triggers): every class stalls when ``MemAvailable`` falls below the page cache in use, BE alone when its
+memory.high denies it growth or cuts its page cache.  Memory moves continuously, as CPU time does: each sub-step
+(:meth:`LoadModel.substep`, the fast path's and the memory trigger's 50 ms) advances it too and writes what the
+trigger and memoryHigh read -- ``/proc/meminfo`` and the BE QoS dir's memory files -- so the node crosses a line
+between two steps and the trigger sees it at its next sample (pods' own files follow at the next step).  An
+evicted pod stops using CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the
+caller takes it out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
 
 Per-container values are numpy vectors, pod and QoS-dir values are ``bincount`` sums of them; file
 bodies are formatted from precomputed templates and written in one native batch per step (open,
@@ -56,6 +58,7 @@ from qosmanager.sim.fakehost import (
     FakeHost,
     FakePod,
 )
+from qosmanager.sim.fakestall import NodePressure, memory_stall
 
 PERIODS_PER_SECOND = 1_000_000 // CFS_PERIOD_US  # CFS periods of 100 ms
 _QOS_INDEX = {KubeQoS.GUARANTEED: 0, KubeQoS.BURSTABLE: 1, KubeQoS.BESTEFFORT: 2}
@@ -123,6 +126,10 @@ class StepRecord:
     be_memory_high: int = -1  # the memory.high in force on the BE QoS dir (-1: max, or v1)
     be_high_events: int = 0  # steps and sub-steps so far in which the kernel held BE at memory.high
     memory_level: int = 0  # the memory protection level memoryHigh had in force (set by simulate)
+    ls_stall_ms: float = 0.0  # LS's memory stall so far (its classes' memory.pressure "some", ms)
+    be_stall_ms: float = 0.0  # BE's (at memory.high, or the node short of memory)
+    psi_events: int = 0  # PSI trigger events the fake kernel sent the agent so far (set by simulate)
+    be_soft_limit: int = -1  # v1: memory.soft_limit_in_bytes of the BE QoS dir (-1: unlimited, or v2)
 
 
 class LoadModel:
@@ -179,6 +186,13 @@ class LoadModel:
         self.anon_held: np.ndarray | None = None  # per container, the step before
         self.be_cache_cut = 0.0  # BE page cache reclaimed and not yet refilled (bytes)
         self.be_high_events = 0
+        self.be_denied = 0.0  # the share of BE's wanted growth (page cache) its memory.high denied ...
+        self.be_cache_kept = 1.0  # ... left it, at the last (sub-)step
+        guaranteed = [host.pod_dir(p.uid) for p in self.pods if p.qos is KubeQoS.GUARANTEED]
+        self.pressure = NodePressure(host.layout, host.kernel.psi if host.kernel is not None else None,
+                                     guaranteed if host.version == 2 else ())
+        self._soft_limit = (host.layout.file("memory", host.layout.qos_dir(KubeQoS.BESTEFFORT),
+                                             "memory.soft_limit_in_bytes") if host.version == 1 else "")
         self._rebuild_targets()
 
     def _leak_rates(self, priorities: Mapping[str, int]) -> np.ndarray:
@@ -217,13 +231,16 @@ class LoadModel:
         anon, cache, mem_used, be_high = self._advance_memory(t, cpu.alive_ctr)
         self._write(anon, cache, mem_used)
         be_memory = int(anon[self.ctr_be].sum() + cache[self.ctr_be].sum()) if len(anon) else 0
+        soft = _int(_read(self._soft_limit), -1) if self._soft_limit else -1
         return StepRecord(t=t, ls_demand=cpu.ls_demand, ls_used=cpu.ls_used, be_demand=cpu.be_demand,
                           be_used=cpu.be_used, be_limit=cpu.be_limit, be_quota_us=cpu.quota, be_cpus=cpu.be_cpus,
                           system=cpu.system, memory_used=mem_used, memory_total=self.memory_total,
                           pods_alive=int(self.pod_alive.sum()),
                           be_pods_alive=int((self.pod_alive & self.pod_be).sum()),
                           evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
-                          be_high_events=self.be_high_events)
+                          be_high_events=self.be_high_events, ls_stall_ms=self.pressure.ls_stall_us / 1000.0,
+                          be_stall_ms=self.pressure.be_stall_us / 1000.0,
+                          be_soft_limit=soft if 0 <= soft < V1_MEMORY_UNLIMITED else -1)
 
     def _advance_memory(self, t: float, alive_ctr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
         """Memory at ``t``: steady working sets, the growers grown, evicted pods holding nothing, BE under its
@@ -235,6 +252,11 @@ class LoadModel:
         be_high = self._hold_be(anon, cache, mem_dt)
         self.anon_held = anon
         mem_used = min(int(self.shape.system_memory * self.memory_total + anon.sum()), self.memory_total)
+        if len(anon):
+            self.pressure.advance(t, memory_stall(
+                self.memory_total - mem_used, float(cache.sum()), ls_alive=bool((alive_ctr & ~self.ctr_be).any()),
+                be_alive=bool((alive_ctr & self.ctr_be).any()), be_denied=self.be_denied,
+                be_cache_kept=self.be_cache_kept))
         return anon, cache, mem_used, be_high
 
     def _advance_cpu(self, t: float, dt: float, w: np.ndarray) -> _CPUStep:
@@ -302,6 +324,7 @@ class LoadModel:
         """The kernel's memory.high on the BE QoS dir, applied in place to BE's containers: page cache
         reclaimed first, then anonymous growth stalled (what BE held the step before stays).  Returns the
         cap in force (-1: none)."""
+        self.be_denied, self.be_cache_kept = 0.0, 1.0
         if self.kernel is None or not len(anon):
             return -1
         be = self.ctr_be
@@ -318,11 +341,13 @@ class LoadModel:
         growth = anon[be] - prev
         room = max(0.0, high - float(prev.sum()))
         if growth.sum() > room:
+            self.be_denied = 1.0 - room / float(growth.sum())
             anon[be] = prev + growth * (room / float(growth.sum()))
             held = True
         room_cache = max(0.0, high - float(anon[be].sum()))
         have_cache = float(cache[be].sum())
         if have_cache > room_cache:
+            self.be_cache_kept = room_cache / have_cache
             cache[be] *= room_cache / have_cache
             held = True
         if held:

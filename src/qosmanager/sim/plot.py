@@ -7,6 +7,7 @@ commands never pay for it; without it the command says how to install it before 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,8 @@ def check_available() -> None:
 
 def draw(res: SimResult, path: str) -> None:
     """LS usage, BE usage, the BE limit, the CPU threshold and node memory over time (with memoryHigh: BE's
-    memory, its memory.high and the spans a level was in force); evictions as marks."""
+    memory, its memory.high and the spans a level was in force; with memory stalls: LS's and BE's share of time
+    stalled and the PSI trigger events); evictions as marks."""
     check_available()
     import matplotlib
 
@@ -60,10 +62,25 @@ def draw(res: SimResult, path: str) -> None:
                      for r in res.records], where="pre", color="tab:red", linestyle="--", label="BE memory.high %")
         axm.fill_between(t, 0, 100, where=[r.memory_level >= 1 for r in res.records], step="pre",
                          color="tab:red", alpha=0.08, label="level >= 1 (BE capped)")
+    elif any(r.memory_level >= 1 for r in res.records):  # v1: a soft limit, which holds nothing
+        axm.fill_between(t, 0, 100, where=[r.memory_level >= 1 for r in res.records], step="pre",
+                         color="tab:grey", alpha=0.08, label="level >= 1: v1 soft limit set (holds nothing)")
+    if res.records and (res.records[-1].ls_stall_ms or res.records[-1].be_stall_ms):  # the pressure files
+        for attr, label, color in (("ls_stall_ms", "LS memory stall %", "tab:blue"),
+                                   ("be_stall_ms", "BE memory stall %", "tab:brown")):
+            share = [0.0] + [(getattr(b, attr) - getattr(a, attr)) / 10.0 / max(b.t - a.t, 1e-9)
+                             for a, b in itertools.pairwise(res.records)]
+            axm.step(t, share, where="pre", color=color, linewidth=0.9, alpha=0.8, label=label)
+    for i, (te, _, _) in enumerate(res.psi_events):
+        axm.axvline(te, color="tab:cyan", alpha=0.6, linewidth=0.8, linestyle="-.",
+                    label="PSI trigger event" if i == 0 else None)
+    if any(r.memory_level >= 1 for r in res.records) or res.psi_events or (
+            res.records and res.records[-1].ls_stall_ms):
         axm.legend(loc="lower left", fontsize="x-small")
     for e in res.evictions:
         axm.axvline(e.t, color="tab:purple", alpha=0.5, linewidth=0.8)
     axm.set_ylabel("memory %")
+    axm.set_ylim(0, 105)
     axm.set_xlabel(f"simulated seconds (evictions marked: {len(res.evictions)})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -116,6 +116,13 @@ class SimResult:
     # memory protection's reactions (level, when, seconds): from the start of the sample window that showed the
     # node crossing the level's line to the level's action (qosmanager.framework.memreaction)
     memory_reactions: list[tuple[int, float, float]] = field(default_factory=list)
+    # PSI: the events the fake kernel's triggers sent (when, pressure file, stall µs within the window), the
+    # triggers the agent held at the end (file, line) and LS's largest stall share in one (sub-)step
+    psi_events: list[tuple[float, str, int]] = field(default_factory=list)
+    psi_triggers: list[tuple[str, str]] = field(default_factory=list)
+    ls_stall_peak: float = 0.0
+    ls_stall_first: float | None = None  # when LS first stalled on memory (simulated seconds)
+    psi_wakes: int = 0  # times a PSI event woke the memory levels
 
     @property
     def ticks(self) -> int:

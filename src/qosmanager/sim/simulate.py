@@ -29,7 +29,11 @@ gives its reaction times; ``--react-mode tick`` leaves it off (koordlet's pace).
 moves at each sub-step too: memoryHigh caps BE (level 1) within a sample of the node crossing L - 5 %,
 the kernel (the fake one, honoured by the load model) holds BE at the cap, and memoryEvict evicts only
 if the node still reaches T.  The summary gives the levels in force, BE's cap and the reaction times of
-each level (:mod:`~qosmanager.framework.memreaction`).
+each level (:mod:`~qosmanager.framework.memreaction`).  The node's memory stalls are modelled too
+(:mod:`~qosmanager.sim.fakestall`: the pressure files, and the fake kernel's PSI triggers judging them as the
+kernel does): the agent's PSI watch (:mod:`~qosmanager.framework.psi`) registers its triggers on the
+simulated node and is polled at the same 50 ms, and a trigger that fires wakes the memory levels at once;
+the summary's ``PSI`` line and ``--json``'s ``psi`` give the stalls, the triggers and their events.
 
 Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
 stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
@@ -265,7 +269,21 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     agent.audit.add_sink(on_audit)
     # the fast path and the memory trigger run here between the jobs, on the simulated clock (run() would
     # start their threads); memory protection's reactions are timed as /metrics times them
-    fast, trigger = agent.fastpath, agent.memtrigger
+    fast, trigger, watch = agent.fastpath, agent.memtrigger, agent.psi
+    psi_events: list[tuple[float, str, int]] = []  # (when, pressure file, stall µs in the window)
+    rules = node.host.kernel.psi if node.host.kernel is not None else None
+    if rules is not None:
+        rules.on_event.append(lambda path, line, growth: psi_events.append(
+            (clock.elapsed, display_path(node.host, path), growth)))
+    if watch is not None:
+        watch.sync()  # its thread's first act in run()
+
+    def poll_psi() -> None:
+        """The watch's thread, at once: an event wakes the memory levels (due now: the loop runs them next),
+        a poke (the pod set changed) registers again."""
+        if watch is not None and watch.wait(0.0):
+            agent.scheduler.take_wakes()
+
     reactions: list[float] = []
     if fast is not None:
         fast.observe = reactions.append
@@ -277,7 +295,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     next_fast = sub
     build_seconds = time.monotonic() - t_build
     jobs: dict[str, JobStats] = {j.name: JobStats() for j in agent.scheduler.jobs}
-    jobs.update({name: JobStats() for name, part in (("fastpath", fast), ("memtrigger", trigger)) if part})
+    jobs.update({name: JobStats() for name, part in (("fastpath", fast), ("memtrigger", trigger), ("psi", watch))
+                 if part})
     records: list[StepRecord] = []
     tick_cpu: list[float] = []
     peak_rss = baseline_rss
@@ -300,7 +319,9 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                     left = (o for u, o in node.objects.items() if u not in removed)
                     _atomic_json(node.pods_file, pod_list(left))
                 rec = model.step(t)
+                poll_psi()
                 rec.memory_level = agent.shared.memory_protection.level
+                rec.psi_events = len(psi_events)
                 records.append(rec)
                 next_step = round(next_step + cfg.step, 9)
                 if progress is not None:
@@ -309,6 +330,9 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
             if next_fast <= job.next_at:
                 model.substep(t)  # the counters the fast path and the memory trigger sample, as of now
                 c0 = time.process_time()
+                if watch is not None:
+                    poll_psi()
+                    jobs["psi"].add(time.process_time() - c0)
                 if fast is not None:
                     fast.step()
                     jobs["fastpath"].add(time.process_time() - c0)
@@ -330,6 +354,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                 peak_rss = max(peak_rss, proc.memory_info().rss)
             if tick_cpu:
                 tick_cpu[-1] += spent
+            if job.name == "collect":
+                poll_psi()  # the collector poked the watch: the pods' triggers registered
     finally:
         if progress is not None:
             progress.done()
@@ -337,6 +363,10 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
         for name, s in agent.manager.stats.items():
             if name in jobs:
                 jobs[name].errors = s.errors
+        psi_triggers = _psi_triggers(node.host, rules)
+        psi_wakes = watch.wakes if watch is not None else 0
+        if watch is not None:
+            watch.stop()
         agent.close()
     n_be = sum(1 for p in node.pods if p.qos is KubeQoS.BESTEFFORT)
     return SimResult(config=cfg, pods=len(node.pods), ls_pods=len(node.pods) - n_be, be_pods=n_be,
@@ -346,7 +376,27 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                      be_uids=frozenset(p.uid for p in node.pods if p.qos is KubeQoS.BESTEFFORT),
                      build_seconds=build_seconds,
                      run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors, reactions=reactions,
-                     memory_reactions=memory_reactions)
+                     memory_reactions=memory_reactions, psi_events=psi_events,
+                     psi_triggers=psi_triggers, ls_stall_peak=model.pressure.ls_peak,
+                     ls_stall_first=model.pressure.ls_first, psi_wakes=psi_wakes)
+
+
+def display_path(host: FakeHost, path: str) -> str:
+    """A file of the fake host as it is on a node: ``/proc/pressure/memory``, ``kubepods/.../memory.pressure``
+    (relative to the cgroup root, as the audit names cgroup files)."""
+    for root, prefix in ((host.roots.cgroup, ""), (host.roots.proc, "/proc/")):
+        root = os.path.normpath(root)
+        if path.startswith(root + "/"):
+            return prefix + path[len(root) + 1:]
+    return path
+
+
+def _psi_triggers(host: FakeHost, rules: Any) -> list[tuple[str, str]]:
+    """(pressure file, line) of every trigger the agent holds at the end."""
+    if rules is None:
+        return []
+    return [(display_path(host, path), " ".join(map(str, line))) for path in sorted(rules.watched())
+            for line in rules.triggers(path)]
 
 
 def _be_limit_files(agent: Agent) -> set[str]:

@@ -7,6 +7,7 @@ Everything here reads a finished :class:`~qosmanager.sim.result.SimResult`; the 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -155,6 +156,7 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
                      f"{recs[-1].be_high_events} (sub-)step(s)")
     if "memoryHigh" in res.strategies:
         lines.extend(_memory_levels(res))
+    lines.extend(_psi_lines(res))
     lines.append("")
     lines.extend(_timeline(res, unicode=unicode, width=width))
     if res.evictions:
@@ -170,17 +172,31 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
 
 
 LEVEL_NAMES = {0: "none", 1: "BE capped", 2: "capped and reclaiming", 3: "evict"}
+V1_LEVEL_NAMES = {**LEVEL_NAMES, 1: "BE soft limit set, holds nothing on v1"}
+
+
+def _v1_soft_limit(res: SimResult) -> list[str]:
+    """cgroup v1 has no memory.high: what memoryHigh's level 1 writes there, and that it holds nothing."""
+    recs, step = res.records, res.config.step
+    soft = [r for r in recs if r.be_soft_limit >= 0]
+    where = (f" ({_gib(min(r.be_soft_limit for r in soft))} .. {_gib(max(r.be_soft_limit for r in soft))}, "
+             f"set for {len(soft) * step:g} s)" if soft else "")
+    return [f"BE memory  not capped: cgroup v1 has no memory.high; level 1 writes memory.soft_limit_in_bytes{where},",
+            "           which holds nothing: BE's growth is neither throttled nor reclaimed until the whole node runs",
+            "           short of memory; only level 3 (eviction) stops BE here"]
 
 
 def _memory_levels(res: SimResult) -> list[str]:
     """The memory protection levels in force over the run and how soon each acted (memoryHigh runs)."""
     recs, step = res.records, res.config.step
+    v1 = res.config.cgroup_version == 1
+    names = V1_LEVEL_NAMES if v1 else LEVEL_NAMES
     spans = []
     for level in (0, 1, 2):
         n = sum(1 for r in recs if r.memory_level == level)
         if n:
             first = next(r.t for r in recs if r.memory_level == level)
-            spans.append(f"{level} ({LEVEL_NAMES[level]}) {n * step:g} s" + (f" from {first:g} s" if level else ""))
+            spans.append(f"{level} ({names[level]}) {n * step:g} s" + (f" from {first:g} s" if level else ""))
     first_ev = f"first eviction at {min(e.t for e in res.evictions):.1f} s" if res.evictions else "no eviction"
     out = [f"mem levels {'; '.join(spans)}; {first_ev}"]
     times = []
@@ -193,6 +209,42 @@ def _memory_levels(res: SimResult) -> list[str]:
                else "no memory trigger (--react-mode tick)")
     out.append(f"           reaction from the node crossing a level's line to its action: "
                f"{'; '.join(times) or 'none'} ({trigger}; simulated time)")
+    if v1:
+        out.extend(_v1_soft_limit(res))
+    return out
+
+
+def _psi_lines(res: SimResult) -> list[str]:
+    """The node's memory stalls (the model's pressure files) and what the agent's PSI triggers made of them."""
+    recs = res.records
+    ls_ms, be_ms = recs[-1].ls_stall_ms, recs[-1].be_stall_ms
+    if not res.psi_triggers and not ls_ms and not be_ms:
+        return []
+    if not ls_ms and not be_ms:
+        stall = "no memory stall on the node (MemAvailable covered the page cache in use, BE never held at a cap)"
+    else:
+        stall = f"LS stalled on memory {ls_ms / 1000:.2f} s in total"
+        if ls_ms and res.ls_stall_first is not None:
+            stall += f" (from {res.ls_stall_first:.2f} s; at most {100 * res.ls_stall_peak:.0f} % of the time)"
+        stall += f", BE {be_ms / 1000:.2f} s (the pressure files' some; BE's own: at memory.high, or the node short)"
+    out = [f"PSI        {stall}"]
+    if not res.psi_triggers:
+        why = ("--react-mode tick" if res.config.react_mode != "fast" else
+               "neither memoryHigh nor memoryEvict runs, or the kernel refused them")
+        out.append(f"           no PSI trigger registered ({why})")
+        return out
+    lines = sorted({line for _, line in res.psi_triggers})
+    files = [f for f, _ in res.psi_triggers]
+    where = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    ev = res.psi_events
+    fired = "never fired"
+    if ev:
+        fired = f"fired {len(ev)} time(s) on {len({f for _, f, _ in ev})} file(s), first at {ev[0][0]:.2f} s"
+        if res.ls_stall_first is not None and ev[0][0] >= res.ls_stall_first:
+            fired += f" ({ev[0][0] - res.ls_stall_first:.2f} s after LS began to stall)"
+        fired += f"; the memory levels woken {res.psi_wakes} time(s)"
+    out.append(f"           {len(files)} trigger(s) ({', '.join(lines)}; threshold and window in us) on {where}; "
+               f"{fired}")
     return out
 
 
@@ -233,8 +285,13 @@ def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
             ("memory", mem, 50.0, 100.0, f"{min(mem):.1f} .. {max(mem):.1f} % used (scaled 50 .. 100 %)"))
     if "memoryHigh" in res.strategies:
         lv = [max(r.memory_level for r in b) for b in buckets]
+        one = "1 BE soft limit (holds nothing on v1)" if cfg.cgroup_version == 1 else "1 BE capped"
         rows += (("mem level", [float(v) for v in lv], 0.0, 3.0,
-                  f"{min(lv)} .. {max(lv)} (memory protection level in force: 0 none, 1 BE capped, 2 reclaiming)"),)
+                  f"{min(lv)} .. {max(lv)} (memory protection level in force: 0 none, {one}, 2 reclaiming)"),)
+    for label, attr in (("LS stall", "ls_stall_ms"), ("BE stall", "be_stall_ms")):
+        if getattr(res.records[-1], attr):
+            st = _bucket_shares(res.records, buckets, attr)
+            rows += ((label, st, 0.0, 100.0, f"{min(st):.1f} .. {max(st):.1f} % of the time stalled on memory"),)
     for label, vals, lo, hi, note in rows:
         out.append(f"  {label:<9} {sparkline(vals, lo, hi, unicode=unicode)}  {note}")
     out.append(f"  {'evictions':<9} {''.join(ev_marks)}  {_pods(len(res.evictions))} in total")
@@ -256,6 +313,14 @@ def _timeline(res: SimResult, *, unicode: bool, width: int) -> list[str]:
     return out
 
 
+def _bucket_shares(records: Sequence[StepRecord], buckets: list[list[StepRecord]], attr: str) -> list[float]:
+    """The largest share of time (%) stalled in one step of each bucket, from a cumulative stall (ms)."""
+    share = {id(records[0]): 0.0}
+    for a, b in itertools.pairwise(records):
+        share[id(b)] = (getattr(b, attr) - getattr(a, attr)) / 10.0 / max(b.t - a.t, 1e-9)
+    return [max(share[id(r)] for r in b) for b in buckets]
+
+
 def result_json(res: SimResult) -> dict[str, Any]:
     """The run as plain data (``--json``)."""
     def clean(v: Any) -> Any:
@@ -272,4 +337,7 @@ def result_json(res: SimResult) -> dict[str, Any]:
         "evictions": [asdict(e) for e in res.evictions],
         "fast_path": {"react_mode": res.config.react_mode, "reactions": res.reactions},
         "memory_reactions": [{"level": lv, "t": t, "seconds": sec} for lv, t, sec in res.memory_reactions],
+        "psi": {"triggers": [{"file": f, "line": line} for f, line in res.psi_triggers],
+                "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in res.psi_events],
+                "wakes": res.psi_wakes, "ls_stall_first": res.ls_stall_first, "ls_stall_peak": res.ls_stall_peak},
     }
