@@ -13,6 +13,11 @@ model applies the kernel's rules for the BE QoS dir as the fake kernel has them 
   the cap), and its page cache is cut to what the cap leaves; each update that held BE counts one ``high``
   event in ``memory.events``.  cgroup v1 has no ``memory.high``: nothing holds BE there.
 
+The node's memory stalls follow (:func:`~qosmanager.sim.fakestall.memory_stall`, kept in :attr:`MemoryLoad.stall`
+for the pressure files): every class stalls when MemAvailable falls below the page cache in use (BE's, and
+``nonBECache``: the page cache outside BE the workloads keep touching, counted as available, 0 when the
+scenario has none), BE alone for the share of its growth the cap denied and the page cache it cut.
+
 It writes what the agent reads: the BE QoS dir's ``memory.stat`` and usage file, ``/proc/meminfo`` (node
 used = ``nonBE`` + BE's anonymous memory: page cache is available memory) and returns the node's used
 bytes (replay stores it as the ``node_memory_usage`` sample of that moment).  Pods' own files are the
@@ -26,6 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost
+from qosmanager.sim.fakestall import Stall, memory_stall
 
 
 def hold(prev_anon: float | None, want_anon: float, want_cache: float,
@@ -55,6 +61,7 @@ class MemoryLoad:
         self.cut = 0.0  # BE's page cache reclaimed so far (gone for good)
         self.high_events = 0
         self.used = 0
+        self.stall = Stall()  # how the classes stalled up to the last update
 
     def want(self, key: str, t: float) -> float:
         """The series ``key`` at ``t`` (0 when the scenario has none)."""
@@ -76,7 +83,9 @@ class MemoryLoad:
         if kernel is not None:
             self.cut += kernel.take_reclaimed(self.be_dir)
         want_cache = max(0.0, self.want("beCache", t) - self.cut)
-        anon, cache, held = hold(self.anon, self.want("beAnon", t), want_cache, high)
+        want_anon = self.want("beAnon", t)
+        prev = want_anon if self.anon is None else min(self.anon, want_anon)
+        anon, cache, held = hold(self.anon, want_anon, want_cache, high)
         self.anon = anon
         if held and kernel is not None:
             self.high_events += 1
@@ -88,6 +97,11 @@ class MemoryLoad:
         total_kb = total // 1024
         avail_kb = max(0, total_kb - self.used // 1024)
         self.host.set_meminfo(total_kb, avail_kb - avail_kb // 20, avail_kb)
+        growth = want_anon - prev
+        self.stall = memory_stall(total - self.used, cache + self.want("nonBECache", t),
+                                  be_alive=want_anon + want_cache > 0,
+                                  be_denied=(want_anon - anon) / growth if growth > 0 else 0.0,
+                                  be_cache_kept=cache / want_cache if want_cache > 0 else 1.0)
         return self.used
 
 

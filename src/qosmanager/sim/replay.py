@@ -216,8 +216,12 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
     h.manager.on_tick.append(on_tick)
     memory, reactions = _memory_load(h, sc)
     steps = [f for f in (_fast_path(h, sc), memory.sample if memory is not None else None) if f is not None]
-    h.run(sc.strategies, ticks=sc.ticks, start=sc.now,
-          between=_between(h, steps, memory.sample if memory is not None else None))
+    try:
+        h.run(sc.strategies, ticks=sc.ticks, start=sc.now,
+              between=_between(h, steps, memory.sample if memory is not None else None))
+    finally:
+        if memory is not None:
+            memory.close()
     writes = [{"strategy": r["strategy"], "file": r["target"], "value": r["value"], "old": r["old"],
                "reason": r["reason"], "ts": r["ts"]}
               for r in audit if r["action"] == "write" and r["executed"]]
@@ -230,6 +234,7 @@ def _replay(h: Any, sc: Scenario) -> dict[str, Any]:
         out["memoryProtection"] = levels
     if memory is not None:
         out["memoryReactions"] = reactions
+        out["psi"] = memory.psi_report()
     out["audit"] = audit
     return out
 
@@ -274,7 +279,11 @@ class MemoryModel:
     update stored as the ``node_memory_usage`` sample of its moment), the memory trigger sampling it there
     (``reactMode: fast`` with memoryHigh among the strategies run; the strategies it wakes run at once, extra
     runs beside their scheduled ticks), and the levels' reactions timed as ``/metrics`` times them (an
-    eviction decided counts: replay decides, it does not evict)."""
+    eviction decided counts: replay decides, it does not evict).  The node's memory stalls move with it
+    (:mod:`~qosmanager.sim.fakestall`: the pressure files, the fake kernel's PSI triggers judging them), and
+    with ``reactMode: fast`` and memoryHigh or memoryEvict run, the agent's PSI watch
+    (:class:`~qosmanager.framework.psi.PressureWatch`) registers its triggers and is polled at the same
+    samples: a trigger that fires wakes memoryHigh and memoryEvict at once (``psi`` in the output)."""
 
     def __init__(self, h: Any, sc: Scenario, reactions: list[dict[str, Any]]) -> None:
         from qosmanager.framework.memreaction import MemoryReactions
@@ -299,21 +308,70 @@ class MemoryModel:
             self.trigger = MemoryTrigger(h.layout, h.store, lambda *names: self.woken.extend(names),
                                          evict="memoryEvict" in self.chosen)
             self.trigger.on_sample.append(lambda used: self.tracker.sample(used, "trigger"))
+        # the node's memory stalls, and the agent's PSI watch on them
+        from qosmanager.api.pod import KUBE_QOS_GUARANTEED
+        from qosmanager.framework.psi import PressureWatch
+        from qosmanager.sim.fakestall import NodePressure
+
+        rules = h.host.kernel.psi if h.host.kernel is not None else None
+        guaranteed = [h.layout.pod_dir(p.kube_qos, p.uid) for p in h.store.pods.values()
+                      if p.kube_qos == KUBE_QOS_GUARANTEED] if h.layout.version == 2 else []
+        self.pressure = NodePressure(h.layout, rules, guaranteed, sc.now)
+        self.psi_events: list[dict[str, Any]] = []
+        self.watch: PressureWatch | None = None
+        if rules is not None and sc.react_mode == "fast" and {HIGH, "memoryEvict"} & set(self.chosen):
+            rules.on_event.append(lambda path, line, growth: self.psi_events.append(
+                {"ts": h.now, "file": self.display(path), "line": " ".join(map(str, line)), "stallUs": growth}))
+            self.watch = PressureWatch(h, h.executor, lambda *names: self.woken.extend(names))
+            self.watch.sync()
+        self.rules = rules
+        self.report: dict[str, Any] | None = None
+
+    def display(self, path: str) -> str:
+        """A pressure file as replay names files: relative to the cgroup root, ``proc/...``."""
+        roots = self.h.layout.roots
+        for root, prefix in ((roots.cgroup, ""), (roots.proc, "proc/")):
+            root = os.path.normpath(root)
+            if path.startswith(root + "/"):
+                return prefix + path[len(root) + 1:]
+        return path
 
     def update(self, t: float) -> None:
-        """The node's memory at ``t``, its ``node_memory_usage`` sample stored."""
+        """The node's memory at ``t``, its ``node_memory_usage`` sample stored; its stalls up to ``t``."""
         self.h.add_samples("node_memory_usage", [(t, self.load.update(t))])
+        self.pressure.advance(t, self.load.stall)
 
     def sample(self) -> None:
-        """One 50 ms sample: the memory moved, the trigger's look, the strategies it woke run."""
+        """One 50 ms sample: the memory moved, the trigger's look and the PSI watch's poll, the strategies
+        they woke run."""
         self.update(self.h.now)
-        if self.trigger is None:
-            return
-        self.trigger.check()
+        if self.trigger is not None:
+            self.trigger.check()
+        if self.watch is not None:
+            self.watch.wait(0.0)
         woken, self.woken[:] = list(self.woken), []
         for name in dict.fromkeys(woken):
             if name in self.chosen:
                 self.h.tick(name, self.h.now)
+
+
+    def psi_report(self) -> dict[str, Any]:
+        """The output's ``psi``: the triggers the watch holds (at the close), the events they sent, the stalls."""
+        if self.report is not None:
+            return self.report
+        rules = self.rules
+        triggers = [] if rules is None else [
+            {"file": self.display(p), "line": " ".join(map(str, line))}
+            for p in sorted(rules.watched()) for line in rules.triggers(p)]
+        return {"triggers": triggers, "events": self.psi_events,
+                "lsStallMs": round(self.pressure.ls_stall_us / 1000.0, 3),
+                "beStallMs": round(self.pressure.be_stall_us / 1000.0, 3)}
+
+    def close(self) -> None:
+        """The report kept, the watch's triggers closed."""
+        self.report = self.psi_report()
+        if self.watch is not None:
+            self.watch.stop()
 
 
 def _fast_path(h: Any, sc: Scenario) -> Callable[[], object] | None:

@@ -33,7 +33,7 @@ TOP_KEYS = (
 )
 CPU_KEYS = ("id", "core", "socket", "node", "l3")
 METRIC_KEYS = ("name", "samples", "pod", "container", "app")
-MEMORY_LOAD_KEYS = ("nonBE", "beAnon", "beCache")  # memoryLoad's series: [[ts, bytes], ...]
+MEMORY_LOAD_KEYS = ("nonBE", "beAnon", "beCache", "nonBECache")  # memoryLoad's series: [[ts, bytes], ...]
 # scenario ``config`` key -> QoSConfig field (koordlet's flag names, camel-cased)
 CONFIG_KEYS = {
     "collectIntervalSeconds": "collect_interval",
@@ -228,8 +228,8 @@ def _samples(value: Any, path: str) -> list[tuple[float, float]]:
 
 
 def _memory_load(value: Any, samples_before: int) -> dict[str, list[tuple[float, float]]]:
-    """``memoryLoad``: ``nonBE`` (required), ``beAnon``, ``beCache``: each ``[[ts, bytes], ...]``, bytes >= 0,
-    at least one sample, timestamps distinct."""
+    """``memoryLoad``: ``nonBE`` (required), ``beAnon``, ``beCache``, ``nonBECache``: each ``[[ts, bytes], ...]``,
+    bytes >= 0, at least one sample, timestamps distinct."""
     value = _mapping(value, "memoryLoad")
     _no_unknown_keys(value, MEMORY_LOAD_KEYS, "memoryLoad")
     if "nonBE" not in value:
