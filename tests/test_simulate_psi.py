@@ -119,6 +119,7 @@ def test_ls_stall_fires_the_agents_triggers_and_level_3_evicts_for_it(v2_ls_stal
     text = summarize(res)
     assert "PSI        LS stalled on memory" in text and "fired" in text and "the memory levels woken" in text
     assert "LS stall" in text  # the timeline's row
+    assert "for LS's stall" in text
     doc = json.loads(json.dumps(result_json(res)))
     assert doc["psi"]["events"] and doc["psi"]["triggers"] and doc["psi"]["wakes"] == res.psi_wakes
     assert doc["timeline"][-1]["ls_stall_ms"] > 0 and doc["timeline"][-1]["psi_events"] == len(res.psi_events)

@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the agent's --collect-mode (all: the read-everything collector, for comparison)")
     sim.add_argument("--ls-memory-growth", type=float, default=0.0, metavar="FRACTION",
                      help="every LS pod's memory grows by this fraction of itself over the run (e.g. 0.4: with "
-                          "BEMemoryHigh the cap holds BE, then the node reaches memoryEvict's threshold anyway)")
+                          "BEMemoryHigh the cap holds BE, then the node reaches memoryEvict's threshold anyway; 3: "
+                          "LS outgrows the node and stalls on memory, the agent's PSI triggers fire)")
     sim.add_argument("--feature-gates", type=feature_gates, default={},
                      help=gates_help(" on top of the simulation's (BEMemoryEvict=true)"))
     sim.add_argument("--plot", default=None, metavar="FILE.png",

@@ -245,6 +245,12 @@ def _psi_lines(res: SimResult) -> list[str]:
         fired += f"; the memory levels woken {res.psi_wakes} time(s)"
     out.append(f"           {len(files)} trigger(s) ({', '.join(lines)}; threshold and window in us) on {where}; "
                f"{fired}")
+    for_stall = sorted(e.t for e in res.evictions if "LS stalled on memory" in e.reason)
+    if for_stall:
+        after = (f", {for_stall[0] - res.ls_stall_first:.2f} s after LS began to stall"
+                 if res.ls_stall_first is not None else "")
+        out.append(f"           level 3 evicted {_pods(len(for_stall))} for LS's stall (first at {for_stall[0]:.2f} s"
+                   f"{after}), not waiting for the node to stay over the threshold")
     return out
 
 
