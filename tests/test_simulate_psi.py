@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from qosmanager.host.cgroups import KubeQoS
 from qosmanager.host.procfs import parse_psi
 from qosmanager.host.roots import HostRoots
 from qosmanager.sim import fakepsi
@@ -144,3 +145,29 @@ def test_v1_says_the_soft_limit_holds_nothing() -> None:
     assert "1 (BE capped)" not in text
     assert "not capped: cgroup v1 has no memory.high" in text and "holds nothing" in text
     assert "/proc/pressure/memory" in text, "v1: the node-wide trigger"
+
+
+def test_cpu_waits_while_ls_and_what_bes_limit_allows_exceed_the_cpus(tmp_path: Path) -> None:
+    from qosmanager.sim.fakehost import FakeHost
+    from qosmanager.sim.fakestall import NodePressure, cpu_stall
+
+    assert cpu_stall(16, 0.5, 6.0, 5.0, 5.0).ls == 0.0, "room for all: nobody waits"
+    unlimited = cpu_stall(16, 0.5, 6.0, 13.0, 9.5)
+    assert unlimited.ls == pytest.approx(3.5 / 19.0) and unlimited.be == pytest.approx(3.5 / 13.0)
+    assert cpu_stall(16, 0.5, 6.0, 9.5, 9.5).ls == 0.0, "a BE limit at LS's room ends LS's wait"
+    host = FakeHost(str(tmp_path / "host"), version=2, n_cpus=16)
+    p = NodePressure(host.layout, host.kernel.psi if host.kernel else None, resource="cpu")
+    p.advance(0.0, unlimited)
+    p.advance(2.0, unlimited)
+    node = parse_psi(Path(host.roots.proc_path("pressure/cpu")).read_text())
+    assert node.full.total == 0 and node.some.avg10 > 0, "the node's CPU full is 0, as the kernel shows it"
+    ls = parse_psi(Path(host.layout.file("", host.layout.qos_dir(KubeQoS.BURSTABLE), "cpu.pressure")).read_text())
+    assert ls.some.total == pytest.approx(2e6 * 3.5 / 19.0, rel=1e-3)
+    assert p.ls_stall_us == pytest.approx(ls.some.total, rel=1e-3)
+
+
+def test_simulate_counts_ls_cpu_waits(v2_be_held: SimResult) -> None:
+    recs = v2_be_held.records
+    assert recs[-1].ls_cpu_stall_ms > 0, "BE unlimited at the start: LS waits until cpuSuppress limits BE"
+    assert recs[-1].ls_cpu_stall_ms == recs[-5].ls_cpu_stall_ms, "BE's limit in force leaves LS its room"
+    assert "LS waited for a CPU" in summarize(v2_be_held)

@@ -25,6 +25,11 @@ containers' own files stay as built.  A file is rewritten only when its figures 
 (sub-)step while a class stalls, then every 2 s while its averages decay), so a node that never stalls costs
 nothing.  The averages follow the kernel's: every 2 s, ``avg = avg x e + pct x (1 - e)`` with its fixed-point
 ``e`` (1677, 1981, 2034 / 2048 for 10, 60, 300 s).
+
+CPU pressure (``/proc/pressure/cpu``, v2 ``cpu.pressure`` of the same groups) is kept the same way from the
+load model's CPU split (:func:`cpu_stall`): runnable tasks wait while LS's demand, what BE's limit lets it
+run and the system's share exceed the CPUs, so a BE limit lowered to the room LS leaves ends LS's wait.  The
+node's CPU ``full`` stays 0, as the kernel shows it.
 """
 
 from __future__ import annotations
@@ -78,6 +83,20 @@ class Stall:
         if not self.ls_alive:
             return self.be * self.be
         return (self.ls * self.be) ** 2
+
+
+def cpu_stall(cpus: float, system: float, ls_demand: float, be_allowed: float, be_used: float, *,
+              ls_alive: bool = True, be_alive: bool = True) -> Stall:
+    """Waits for a CPU (``cpu.pressure``) in one (sub-)step: while LS's demand, what BE's limit lets it run
+    (``be_allowed``: min(demand, limit)) and the system's share exceed the ``cpus``, runnable tasks wait -- LS
+    for the excess's share of what is runnable (the scheduler favours LS by weight, yet a BE task it finds on
+    a CPU runs until preempted), BE for what its limit allows but it does not get.  Time BE spends throttled
+    at its quota is not a wait for a CPU (its tasks are off the runqueue)."""
+    runnable = ls_demand + be_allowed
+    over = ls_demand + be_allowed + system - cpus
+    ls = min(1.0, over / runnable) if over > 0 and runnable > 0 and ls_demand > 0 else 0.0
+    be = min(1.0, max(0.0, be_allowed - be_used) / be_allowed) if be_allowed > 0 else 0.0
+    return Stall(ls if ls_alive else 0.0, be if be_alive else 0.0, ls_alive, be_alive)
 
 
 def memory_stall(available: float, page_cache: float, *, ls_alive: bool = True, be_alive: bool = True,
@@ -152,13 +171,14 @@ class NodePressure:
     are the LS classes' and BE's ``some`` stall so far (µs), for a summary."""
 
     def __init__(self, layout: CgroupLayout, rules: PressureRules | None, guaranteed: Iterable[str] = (),
-                 t: float = 0.0) -> None:
+                 t: float = 0.0, resource: str = "memory") -> None:
         self.rules = rules
+        self.resource = resource
         self.files: list[tuple[PressureFile, str]] = [  # (figures, "node" | "all" | "ls" | "be")
-            (PressureFile([layout.roots.proc_path(NODE_FILE)], t), "node")]
+            (PressureFile([layout.roots.proc_path(f"pressure/{resource}")], t), "node")]
         if layout.version == 2:
             def f(dirs: Iterable[str]) -> PressureFile:
-                return PressureFile([layout.file("", d, "memory.pressure") for d in dirs], t)
+                return PressureFile([layout.file("", d, f"{resource}.pressure") for d in dirs], t)
 
             self.files += [(f([layout.qos_dir(KubeQoS.GUARANTEED)]), "all"),  # kubepods
                            (f([layout.qos_dir(KubeQoS.BURSTABLE), *guaranteed]), "ls"),
@@ -192,6 +212,8 @@ class NodePressure:
                 some, full = stall.be, stall.be * stall.be
             else:
                 some, full = stall.some, stall.full
+                if who == "node" and self.resource == "cpu":
+                    full = 0.0  # the kernel's: CPU full is undefined system-wide, shown as 0
             pf.advance(t, some, full)
             pf.write()
             for path in pf.paths:
@@ -200,4 +222,4 @@ class NodePressure:
                     self.rules.update(path, now_us, int(pf.total[0]), int(pf.total[1]))
 
 
-__all__ = ["THRASH_MAX", "NodePressure", "PressureFile", "Stall", "memory_stall", "thrash_share"]
+__all__ = ["THRASH_MAX", "NodePressure", "PressureFile", "Stall", "cpu_stall", "memory_stall", "thrash_share"]

@@ -22,14 +22,16 @@ the model also honours the BE QoS dir's ``memory.high`` as the kernel would (ask
 force): BE's page cache is reclaimed down to the cap first, then BE's anonymous growth stalls at it (throttled,
 not killed), and each step that held BE counts one ``high`` event in ``memory.events``; page cache that
 ``memory.reclaim`` or a lowered ``memory.high`` took is gone and comes back slowly (``be_cache_refill``).  The
-node's memory stalls follow (:mod:`~qosmanager.sim.fakestall`: the pressure files and the fake kernel's PSI
-triggers): every class stalls when ``MemAvailable`` falls below the page cache in use, BE alone when its
-memory.high denies it growth or cuts its page cache.  Memory moves continuously, as CPU time does: each sub-step
-(:meth:`LoadModel.substep`, the fast path's and the memory trigger's 50 ms) advances it too and writes what the
-trigger and memoryHigh read -- ``/proc/meminfo`` and the BE QoS dir's memory files -- so the node crosses a line
-between two steps and the trigger sees it at its next sample (pods' own files follow at the next step).  An
-evicted pod stops using CPU and memory at once and its cgroups disappear ``termination_seconds`` later (the
-caller takes it out of the pods file then); like the kernel, the parents keep the CPU time it consumed.
+node's memory stalls and waits for a CPU follow (:mod:`~qosmanager.sim.fakestall`: the pressure files and the
+fake kernel's PSI triggers): every class stalls on memory when ``MemAvailable`` falls below the page cache in
+use, BE alone when its memory.high denies it growth or cuts its page cache; runnable tasks wait for a CPU while
+LS's demand, what BE's limit lets it run and the system's share exceed the CPUs.  Memory moves continuously, as
+CPU time does: each sub-step (:meth:`LoadModel.substep`, the fast path's and the memory trigger's 50 ms)
+advances it too and writes what the trigger and memoryHigh read -- ``/proc/meminfo`` and the BE QoS dir's memory
+files -- so the node crosses a line between two steps and the trigger sees it at its next sample (pods' own
+files follow at the next step).  An evicted pod stops using CPU and memory at once and its cgroups disappear
+``termination_seconds`` later (the caller takes it out of the pods file then); like the kernel, the parents keep
+the CPU time it consumed.
 
 Per-container values are numpy vectors, pod and QoS-dir values are ``bincount`` sums of them; file
 bodies are formatted from precomputed templates and written in one native batch per step (open,
@@ -58,7 +60,7 @@ from qosmanager.sim.fakehost import (
     FakeHost,
     FakePod,
 )
-from qosmanager.sim.fakestall import NodePressure, memory_stall
+from qosmanager.sim.fakestall import NodePressure, cpu_stall, memory_stall
 
 PERIODS_PER_SECOND = 1_000_000 // CFS_PERIOD_US  # CFS periods of 100 ms
 _QOS_INDEX = {KubeQoS.GUARANTEED: 0, KubeQoS.BURSTABLE: 1, KubeQoS.BESTEFFORT: 2}
@@ -128,6 +130,7 @@ class StepRecord:
     memory_level: int = 0  # the memory protection level memoryHigh had in force (set by simulate)
     ls_stall_ms: float = 0.0  # LS's memory stall so far (its classes' memory.pressure "some", ms)
     be_stall_ms: float = 0.0  # BE's (at memory.high, or the node short of memory)
+    ls_cpu_stall_ms: float = 0.0  # LS's waits for a CPU so far (its classes' cpu.pressure "some", ms)
     psi_events: int = 0  # PSI trigger events the fake kernel sent the agent so far (set by simulate)
     be_soft_limit: int = -1  # v1: memory.soft_limit_in_bytes of the BE QoS dir (-1: unlimited, or v2)
 
@@ -189,8 +192,10 @@ class LoadModel:
         self.be_denied = 0.0  # the share of BE's wanted growth (page cache) its memory.high denied ...
         self.be_cache_kept = 1.0  # ... left it, at the last (sub-)step
         guaranteed = [host.pod_dir(p.uid) for p in self.pods if p.qos is KubeQoS.GUARANTEED]
-        self.pressure = NodePressure(host.layout, host.kernel.psi if host.kernel is not None else None,
-                                     guaranteed if host.version == 2 else ())
+        rules = host.kernel.psi if host.kernel is not None else None
+        self.pressure = NodePressure(host.layout, rules, guaranteed if host.version == 2 else ())
+        self.cpu_pressure = NodePressure(host.layout, rules, guaranteed if host.version == 2 else (),
+                                         resource="cpu")
         self._soft_limit = (host.layout.file("memory", host.layout.qos_dir(KubeQoS.BESTEFFORT),
                                              "memory.soft_limit_in_bytes") if host.version == 1 else "")
         self._rebuild_targets()
@@ -240,6 +245,7 @@ class LoadModel:
                           evicted_total=self.evicted_total, be_memory=be_memory, be_memory_high=be_high,
                           be_high_events=self.be_high_events, ls_stall_ms=self.pressure.ls_stall_us / 1000.0,
                           be_stall_ms=self.pressure.be_stall_us / 1000.0,
+                          ls_cpu_stall_ms=self.cpu_pressure.ls_stall_us / 1000.0,
                           be_soft_limit=soft if 0 <= soft < V1_MEMORY_UNLIMITED else -1)
 
     def _advance_memory(self, t: float, alive_ctr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
@@ -289,6 +295,8 @@ class LoadModel:
             ratio = 1.0 - be_used / be_demand
             self.throttled[be_sel] += periods * ratio
             self.throttled_ns[be_sel] += periods * ratio * CFS_PERIOD_US * 1000 / 2
+        self.cpu_pressure.advance(t, cpu_stall(cap, system, ls_demand, min(be_demand, be_limit), be_used,
+                                               ls_alive=bool(ls_sel.any()), be_alive=bool(be_sel.any())))
         busy = ls_used + be_used + system
         self.node_busy_ticks += busy * dt * USER_HZ
         self.node_idle_ticks += max(0.0, cap - busy) * dt * USER_HZ

@@ -218,7 +218,7 @@ def _psi_lines(res: SimResult) -> list[str]:
     """The node's memory stalls (the model's pressure files) and what the agent's PSI triggers made of them."""
     recs = res.records
     ls_ms, be_ms = recs[-1].ls_stall_ms, recs[-1].be_stall_ms
-    if not res.psi_triggers and not ls_ms and not be_ms:
+    if not res.psi_triggers and not ls_ms and not be_ms and not recs[-1].ls_cpu_stall_ms:
         return []
     if not ls_ms and not be_ms:
         stall = "no memory stall on the node (MemAvailable covered the page cache in use, BE never held at a cap)"
@@ -228,6 +228,10 @@ def _psi_lines(res: SimResult) -> list[str]:
             stall += f" (from {res.ls_stall_first:.2f} s; at most {100 * res.ls_stall_peak:.0f} % of the time)"
         stall += f", BE {be_ms / 1000:.2f} s (the pressure files' some; BE's own: at memory.high, or the node short)"
     out = [f"PSI        {stall}"]
+    cpu_ms = recs[-1].ls_cpu_stall_ms
+    if cpu_ms:
+        out.append(f"           LS waited for a CPU {cpu_ms / 1000:.2f} s in total (cpu.pressure some: while LS's "
+                   "demand, what BE's limit let it run and the system's share exceeded the CPUs)")
     if not res.psi_triggers:
         why = ("--react-mode tick" if res.config.react_mode != "fast" else
                "neither memoryHigh nor memoryEvict runs, or the kernel refused them")
