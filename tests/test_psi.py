@@ -201,6 +201,16 @@ def test_dry_run_registers_nothing_audits_it_and_says_so(tmp_path: Path) -> None
         note = agent.store.conditions.notes()[NOTE]
         assert "--dry-run" in note.message
         assert not agent.store.conditions.get(NOTE), "informational, not a degraded condition"
+        # nothing will ever be registered: the collector's runs do not poke the thread into a sync
+        assert watch.missing == 0
+        collect = next(j for j in agent.scheduler.jobs if j.name == "collect")
+        syncs = []
+        for _ in range(4):
+            clock.t += 1.0
+            agent.scheduler.run_job(collect)
+            watch.wait(0)
+            syncs.append(watch.syncs)
+        assert len(set(syncs[1:])) == 1, f"syncs after each collector run: {syncs}"  # (the first: the pods in)
     finally:
         agent.close()
 
