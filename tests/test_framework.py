@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -93,6 +94,81 @@ def test_jobs_that_share_an_interval_run_in_one_wake_up_within_their_jitter() ->
         assert len(times) >= 28
         assert all(0.95 - 1e-9 <= b - a <= 1.05 + 1e-9 for a, b in itertools.pairwise(times))
     assert len(wakes) <= len(runs["a"]) + 1
+
+
+def test_a_job_without_jitter_and_jittered_jobs_share_one_wake_up_per_interval() -> None:
+    """The agent's jobs: the collector without jitter, the strategies at +-5 %, each run taking a little
+    time.  A strategy whose random period came out short must not wake the loop on its own a few
+    milliseconds before the collector: one wake-up per interval, every period within its bounds."""
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=6)
+    runs: dict[str, list[float]] = {}
+
+    def job(name: str) -> Callable[[float], None]:
+        def run(now: float) -> None:
+            runs[name].append(mono.t)
+            mono.t += 0.002  # each run takes 2 ms
+
+        return run
+
+    for name, jitter in (("collect", 0.0), ("a", 0.05), ("b", 0.05), ("c", 0.05), ("d", 0.05)):
+        runs[name] = []
+        sched.add(name, 1.0, job(name), jitter=jitter, first_delay=0.0 if name == "collect" else 1.0)
+    stop = threading.Event()
+    wakes = []
+
+    def fake_wait(timeout: float | None = None) -> bool:
+        wakes.append(mono.t)
+        mono.t += timeout or 0.0
+        return False
+
+    stop.wait = fake_wait  # type: ignore[method-assign]
+    sched.run(stop, duration=60.0)
+    for name, times in runs.items():
+        assert len(times) >= 55, name
+        # from the end of the run before; the collector first in its wake-up, a strategy after at most
+        # the other four jobs' runs
+        bounds = (1.0, 1.0) if name == "collect" else (0.95, 1.05 + 4 * 0.002)
+        gaps = [b - a - 0.002 for a, b in itertools.pairwise(times)][1:]  # (the first: start-up)
+        assert all(bounds[0] - 1e-9 <= g <= bounds[1] + 1e-9 for g in gaps), (name, gaps)
+    assert len(wakes) <= len(runs["collect"]) + 2, f"{len(wakes)} wake-ups for {len(runs['collect'])} intervals"
+    assert all(runs["collect"][k] < runs["a"][k] for k in range(50)), "the collector first in each wake-up"
+
+
+def test_a_strategy_that_ran_long_once_comes_back_to_the_collectors_wake_up_within_a_few_intervals() -> None:
+    """A slow run (300 ms, a first tick at start-up) leaves a strategy's window past the collector's next
+    run: its next due time is moved towards the collector's (its jitter per interval), so the loop wakes
+    once per interval again after five or six intervals, not after a random walk of its jitter."""
+    mono = FakeTime()
+    sched = Scheduler(monotonic=mono, wall=mono, seed=7)
+    runs: dict[str, list[float]] = {"collect": [], "a": [], "b": []}
+
+    def job(name: str) -> Callable[[float], None]:
+        def run(now: float) -> None:
+            runs[name].append(mono.t)
+            mono.t += 0.3 if name == "b" and len(runs["b"]) == 10 else 0.001
+
+        return run
+
+    for name in runs:
+        sched.add(name, 1.0, job(name), jitter=0.0 if name == "collect" else 0.05)
+    stop = threading.Event()
+    wakes = []
+
+    def fake_wait(timeout: float | None = None) -> bool:
+        wakes.append(mono.t)
+        mono.t += timeout or 0.0
+        return False
+
+    stop.wait = fake_wait  # type: ignore[method-assign]
+    sched.run(stop, duration=40.0)
+    slow_end = runs["b"][9] + 0.3
+    late = [t for t in wakes if t > slow_end + 7.0]
+    collects = [t for t in runs["collect"] if t > slow_end + 7.0]
+    assert len(late) <= len(collects) + 1, f"{len(late)} wake-ups for {len(collects)} intervals"
+    for name in ("a", "b"):
+        gaps = [b - a for a, b in itertools.pairwise(runs[name])]
+        assert all(0.95 - 1e-9 <= g <= 1.05 + 0.3 + 0.003 + 1e-9 for g in gaps), (name, gaps)
 
 
 def test_a_stop_event_wakes_the_scheduler_at_once() -> None:

@@ -9,9 +9,15 @@ interval and never takes the loop or the other jobs down.
 One wake-up, many jobs: each wake-up of the loop costs the process CPU (about 70 µs on a small VM
 through ``threading.Event.wait``, half that through one ``poll``), as much as a small job.  So when
 the loop wakes for a job, every other job whose jitter window has opened (``interval x (1 - jitter)``
-after it finished) runs in the same wake-up, in the order they are due: the jobs that share an
-interval stay together and the agent wakes about once per interval instead of once per job, each
-job's period still within its jitter bounds.  With a :class:`StopEvent` the loop sleeps in one
+after it finished) runs in the same wake-up: the jobs that share an interval stay together and the
+agent wakes about once per interval instead of once per job, each job's period still within its jitter
+bounds.  The loop also waits past the first due time for a later job while every job ripe by then stays
+within its window (:meth:`Scheduler.wake_at`), runs the job whose window closes first first, and moves a
+jittered job's next due time towards its *anchor* (a job without jitter at its interval) by at most its
+jitter: the collector (no jitter) and the strategies (5 %) share one wake-up a second, the collector first,
+where a strategy whose random period came out short woke the loop alone a few milliseconds before it, and
+one that ran late stayed apart for a random walk (2.3-2.7 wake-ups a second on the outcome CPU benchmark's
+node, not 1).  With a :class:`StopEvent` the loop sleeps in one
 ``poll`` on a descriptor that :meth:`StopEvent.set` makes readable.
 
 Everything runs on the caller's thread, so strategies see a consistent context and
@@ -60,6 +66,7 @@ class Job:
     jitter: float = 0.05
     next_at: float = 0.0  # monotonic
     earliest: float = 0.0  # monotonic: from here it may run in another job's wake-up (its jitter window)
+    latest: float = 0.0  # monotonic: the end of its jitter window (a wake-up may wait for another job until here)
     runs: int = 0
     errors: int = 0
     last_duration: float = 0.0
@@ -134,7 +141,7 @@ class Scheduler:
         if interval <= 0:
             raise ValueError(f"job {name}: interval must be positive, got {interval}")
         due = self.monotonic() + first_delay
-        job = Job(name, interval, fn, jitter, due, due)
+        job = Job(name, interval, fn, jitter, due, due, due)
         self.jobs.append(job)
         return job
 
@@ -167,6 +174,7 @@ class Scheduler:
             if job.name in names:
                 job.next_at = min(job.next_at, now)
                 job.earliest = min(job.earliest, now)
+                job.latest = min(job.latest, now)
                 n += 1
         self.wakes += n
         return n
@@ -190,13 +198,48 @@ class Scheduler:
             end = self.monotonic()
             job.runs += 1
             job.last_duration = end - t0
-            job.next_at = end + self._next_interval(job)
+            job.next_at = self._steer(job, end, end + self._next_interval(job))
             job.earliest = end + job.interval * (1.0 - min(max(job.jitter, 0.0), 1.0))
+            job.latest = max(job.next_at, end + job.interval * (1.0 + max(job.jitter, 0.0)))
             for run_cb in self.on_run:
                 run_cb(job, job.last_duration)
 
+    def _steer(self, job: Job, end: float, due: float) -> float:
+        """A jittered job's next due time, moved towards its anchor (a job without jitter at the same
+        interval: the collector), so that they share a wake-up: the anchor's next run where it falls within
+        the job's jitter window, else the window's edge nearest it (a job that ran late, behind a slow run,
+        comes back within a few intervals, not by a random walk).  Without an anchor: ``due``."""
+        if job.jitter <= 0:
+            return due
+        anchor = next((k.next_at for k in self.jobs if k.jitter <= 0 and k.interval == job.interval), None)
+        if anchor is None:
+            return due
+        lo = end + job.interval * (1.0 - min(job.jitter, 1.0))
+        hi = end + job.interval * (1.0 + job.jitter)
+        # the anchor's run nearest the middle of the window (it may not have run yet in this wake-up)
+        anchor += round((end + job.interval - anchor) / job.interval) * job.interval
+        return min(max(anchor, lo), hi)
+
+    def wake_at(self) -> float:
+        """When the loop wakes next (monotonic; jobs exist): the first job's due time, or a later job's where
+        every job ripe by then is still within its jitter window (``latest``), so that one wake-up runs them
+        all.  Without this, a job whose random period came out short woke the loop apart from a job without
+        jitter (the collector) a few milliseconds later: two or three wake-ups per interval, not one."""
+        jobs = sorted(self.jobs, key=lambda j: j.next_at)
+        at = jobs[0].next_at
+        latest = min(j.latest for j in jobs if j.earliest <= at)
+        for j in jobs[1:]:
+            if j.earliest <= at:
+                continue  # ripe by then: runs in that wake-up anyway
+            if j.next_at > latest:
+                break
+            at = j.next_at
+            latest = min(latest, min(k.latest for k in jobs if k.earliest <= at))
+        return at
+
     def run_ripe(self, stop: threading.Event | None = None) -> int:
-        """Run every job whose jitter window has opened, soonest due first (see the module docstring);
+        """Run every job whose jitter window has opened, the one whose window closes first first (a job
+        without jitter, the collector, before the strategies that share its wake-up: they see its data);
         the number run."""
         ran = 0
         while stop is None or not stop.is_set():
@@ -205,7 +248,7 @@ class Scheduler:
             ripe = [j for j in self.jobs if j.earliest <= now]
             if not ripe:
                 break
-            self.run_job(min(ripe, key=lambda j: j.next_at))
+            self.run_job(min(ripe, key=lambda j: (j.latest, j.next_at)))
             ran += 1
         return ran
 
@@ -236,15 +279,16 @@ class Scheduler:
             else:
                 job = min(self.jobs, key=lambda j: j.next_at)
                 now = self.monotonic()
-                wait = job.next_at - now
+                wait = self.wake_at() - now
                 if deadline is not None:
                     wait = min(wait, deadline - now)
                 if wait > 0 and sleep(wait):
                     break
                 if deadline is not None and self.monotonic() >= deadline:
                     break
-                if job.next_at <= self.monotonic():
-                    self.run_job(job)
+                now = self.monotonic()
+                if job.next_at <= now:
+                    self.run_job(min((j for j in self.jobs if j.earliest <= now), key=lambda j: (j.latest, j.next_at)))
                     self.run_ripe(stop)  # the jobs whose window has opened, in this wake-up
             if deadline is not None and self.monotonic() >= deadline:
                 break
