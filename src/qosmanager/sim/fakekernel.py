@@ -40,7 +40,8 @@ What it models (each rule is the kernel's, the errno too):
   at the cap), counts ``high`` in ``memory.events`` (:meth:`FakeKernel.memory_event`) and learns
   what was reclaimed (:meth:`FakeKernel.take_reclaimed`).
 * **PSI triggers** on the pressure files (``/proc/pressure/*``, v2 ``*.pressure``) are registered as the
-  kernel registers them and fire when a test says (:mod:`~qosmanager.sim.fakepsi`, :attr:`FakeKernel.psi`).
+  kernel registers them and fire when a test says, or as the kernel's ``update_triggers`` judges the stall a
+  load model writes (:mod:`~qosmanager.sim.fakepsi`, :attr:`FakeKernel.psi`; :mod:`~qosmanager.sim.fakestall`).
 * **reads** come back in the kernel's format: ``cpu.max`` "max 100000", ``memory.high`` "max",
   page-rounded byte counts, canonical CPU lists, schemata with every resource and every cache id,
   ``tasks`` with the threads moved in (and moved out of their previous group).
@@ -173,7 +174,7 @@ class FakeKernel:
         self._reclaimed: dict[str, int] = {}  # cgroup dir -> page cache bytes reclaimed (take_reclaimed)
         self.resctrl = ResctrlRules(self.resctrl_root, n_cpus, mb_max, self.pids, self._move)
         self.block = BlockRules(self.sys_root)
-        self.psi = PressureRules(roots, version)  # PSI triggers on the pressure files (fired by the test)
+        self.psi = PressureRules(roots, version)  # PSI triggers on the pressure files (a test or a model fires them)
         self._files: dict[str, Callable[[str, str, str, str], str]] = self._rules()
 
     # ---------------------------------------------------------------- processes
