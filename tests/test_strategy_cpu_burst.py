@@ -317,6 +317,35 @@ def test_quotas_are_read_once_per_force_window_and_after_their_own_writes() -> N
     assert get_quota(h, a) == 600000  # 500000 x 1.2 = 600000, the ceiling (3 x 200000)
 
 
+def test_a_reset_only_policy_decides_again_only_when_a_quota_was_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """koordinator's default policy bursts no quota: every quota goes back to its limit, a decision from the
+    quotas alone.  After a decision that changed nothing, a tick that read no quota (none written, none
+    unreadable, no full read due) decides nothing again; a change made outside the agent is found at the
+    next full read and reset."""
+    from qosmanager.strategies import cpu_burst
+
+    p = pod("ls-1", [("a", "a", 2000), ("b", "b", 1000)])
+    h = make(burst={"policy": "cpuBurstOnly"}, pods=[p])
+    kubelet_quotas(h, "ls-1", {"a": 450000, "b": 100000})
+    a = cdir(h, "ls-1", "a")
+    decided = []
+    real = cpu_burst.change_operation_by_node
+    monkeypatch.setattr(cpu_burst, "change_operation_by_node", lambda *args: decided.append(1) or real(*args))
+    h.tick("cpuBurst", NOW)
+    assert get_quota(h, a) == 200000  # reset to its limit
+    h.tick("cpuBurst", NOW + 1)  # the written quota read again: decided, nothing to change
+    assert len(decided) == 2
+    set_quota(h, h.host.pod_dir("ls-1"), 800000)  # the pod's first: v1 refuses a child above its parent
+    set_quota(h, a, 500000)
+    writes = len(h.recorded.writes)
+    for k in range(2, 10):
+        h.tick("cpuBurst", NOW + k)
+    assert len(decided) == 2 and len(h.recorded.writes) == writes and get_quota(h, a) == 500000
+    t = NOW + h.cfg.force_update_seconds + 0.5  # the next full read
+    h.tick("cpuBurst", t)
+    assert len(decided) == 3 and get_quota(h, a) == 200000
+
+
 def test_unreadable_pod_quota_leaves_the_container_alone() -> None:
     p = pod("ls-1", [("a", "a", 2000)])
     h = make(burst={"policy": "auto"}, pods=[p])

@@ -34,7 +34,10 @@ at once with numpy.  The candidates' quotas are read in one batch when the plan 
 per ``force_update_seconds`` (the executor's own re-check window); in between a tick reads only the
 quotas it wrote on its last tick and the ones it could not read.  Nothing else writes a container's
 quota between two pod changes: the kubelet writes it when it creates or resizes the container, which
-changes the pods and so the plan; an outside change is found at the next full read.
+changes the pods and so the plan; an outside change is found at the next full read.  Under a policy
+that bursts no quota and keeps no token bucket (koordinator's default, ``none``, and ``cpuBurstOnly``)
+every quota goes back to its limit, a decision from the quotas alone: after one that changed nothing, a
+tick that read no quota decides nothing (it would change nothing again).
 """
 
 from __future__ import annotations
@@ -172,6 +175,9 @@ class _Plan:
     # is taken out of the node's
     share_pool_requests: list[float]
     share_pool_excluded: list[str]
+    # no candidate's policy bursts its quota and none has a token bucket: every quota goes back to its
+    # limit, a decision from the quotas alone (nothing of the tick's metrics, no bucket to consult)
+    reset_only: bool = False
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -186,6 +192,7 @@ class _Quotas:
     valid: np.ndarray  # bool
     read_at: float  # the last full read
     written: np.ndarray = field(default_factory=lambda: _NONE)  # indices written on the last tick
+    settled: bool = False  # the last decision from these quotas changed none of them
 
 
 class BurstLimiters:
@@ -402,7 +409,13 @@ class CPUBurst(Strategy):
         """``applyCFSQuotaBurst`` for all candidate containers at once."""
         if not plan.ids:
             return []
-        cur, valid = self._current_quotas(ctx, plan)
+        cur, valid, fresh = self._current_quotas(ctx, plan)
+        q = self._quotas
+        assert q is not None
+        if plan.reset_only and q.settled and not fresh:
+            # the same quotas as the last decision, which changed none of them, and a decision from the
+            # quotas alone: it would change none again (koordinator's default policy, every tick)
+            return []
         allowed = np.ones(len(plan.ids), dtype=bool)
         allowed[plan.mode == NEVER] = False
         # the bucket is consulted first, for every readable container, whatever the policy
@@ -428,21 +441,21 @@ class CPUBurst(Strategy):
         )
         target = np.maximum(plan.base, np.minimum(target, plan.ceil))
         changed = np.flatnonzero(valid & (target != cur))
+        q.settled = not changed.size
         if not changed.size:
             return []
-        assert self._quotas is not None
-        self._quotas.written = changed  # what the executor made of them is read next tick
+        q.written = changed  # what the executor made of them is read next tick
         return self._apply_quota_changes(ctx, plan, changed, cur, target, ops)
 
-    def _current_quotas(self, ctx: Context, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+    def _current_quotas(self, ctx: Context, plan: _Plan) -> tuple[np.ndarray, np.ndarray, bool]:
         """The candidates' quotas: all of them read when the plan is new or the last full read is
         ``force_update_seconds`` old, else the kept ones with those written last tick and those
-        unreadable last time read again."""
+        unreadable last time read again; and whether any was read now."""
         q = self._quotas
         if (q is None or q.plan is not plan or not 0 <= ctx.now - q.read_at < self.cfg.force_update_seconds):
             cur, valid = _parse_quotas(ctx.read_many(QUOTA, plan.dirs))
             self._quotas = _Quotas(plan, cur, valid, ctx.now)
-            return cur, valid
+            return cur, valid, True
         # written or unreadable, in order: a mask, not np.union1d (whose np.unique imports numpy.ma,
         # some 1 MiB of the agent's resident memory, for this one line)
         again_mask = ~q.valid
@@ -453,7 +466,7 @@ class CPUBurst(Strategy):
             cur, valid = _parse_quotas(ctx.read_many(QUOTA, [plan.dirs[k] for k in again.tolist()]))
             q.cur[again] = cur
             q.valid[again] = valid
-        return q.cur, q.valid
+        return q.cur, q.valid, bool(again.size)
 
     def _consult_buckets(self, ctx: Context, plan: _Plan, idx: np.ndarray) -> np.ndarray:
         usage_by_id = ctx.container_metrics("container_cpu_usage")
@@ -592,6 +605,7 @@ def build_plan(ctx: Context, nodeslo: NodeSLOSpec, skipped: list[PodMeta] | None
         if pod_sum is not None:
             static.append((pod_dir, min(pod_sum, CFS_BURST_US_MAX)))
     return _Plan(
+        reset_only=not any(cfs_burst) and BUCKET not in mode,
         generation=ctx.pods_generation, nodeslo=nodeslo, static=static, ids=ids, dirs=dirs, names=names,
         pod_of=np.array(pod_of, dtype=np.int64), base=np.array(base, dtype=np.int64),
         ceil=np.array(ceil, dtype=np.int64), limit_cores=np.array(limit, dtype=np.float64),
