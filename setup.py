@@ -8,6 +8,7 @@ Three extensions are built from ``ext/``:
 * ``qosmanager._native.sampler`` (Cython): the fast path's counter sampler. Its thread samples
   three counters every 50 ms in C, without the GIL, and returns to Python only when LS demand
   reaches the level at which BE's limit may have to fall.
+* ``qosmanager._native.jsonl`` (Cython): the audit's write records of a batch as JSON lines.
 * ``qosmanager._native._sysio`` (cffi, out-of-line API mode): small syscall helpers
   (statfs magic, batch pread/pwrite with per-file errno).
 """
@@ -21,6 +22,12 @@ reader = Extension(
     extra_compile_args=["-O2"],
 )
 
+jsonl = Extension(
+    "qosmanager._native.jsonl",
+    sources=["ext/jsonl.pyx"],
+    extra_compile_args=["-O2"],
+)
+
 sampler = Extension(
     "qosmanager._native.sampler",
     sources=["ext/sampler.pyx"],
@@ -29,7 +36,7 @@ sampler = Extension(
 
 setup(
     ext_modules=cythonize(
-        [reader, sampler],
+        [reader, sampler, jsonl],
         compiler_directives={
             "language_level": "3",
             "boundscheck": False,

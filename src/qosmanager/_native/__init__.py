@@ -2,6 +2,7 @@
 
 ``StatReader`` / ``NodeReader`` (collector reads) come from the Cython module
 ``reader``; ``CounterSampler`` (the fast path's counters) from the Cython module ``sampler``;
+``write_lines`` (the audit's write records of a batch as JSON lines) from the Cython module ``jsonl``;
 ``sysio`` (statfs, batch pread/pwrite) wraps the cffi module ``_sysio``.  All are built from
 ``ext/`` by ``pip install .``.
 
@@ -21,17 +22,20 @@ PURE = os.environ.get("QOSMANAGER_PURE", "") == "1"
 
 _reader: ModuleType
 _sampler: ModuleType
+_jsonl: ModuleType
 sysio: ModuleType
 
 if PURE:
     _reader = importlib.import_module("qosmanager._native.pure_reader")
     sysio = importlib.import_module("qosmanager._native.pure_sysio")
     _sampler = importlib.import_module("qosmanager._native.pure_sampler")
+    _jsonl = importlib.import_module("qosmanager._native.pure_jsonl")
 else:
     try:
         sysio = importlib.import_module("qosmanager._native.sysio")
         _reader = importlib.import_module("qosmanager._native.reader")
         _sampler = importlib.import_module("qosmanager._native.sampler")
+        _jsonl = importlib.import_module("qosmanager._native.jsonl")
     except ImportError as exc:  # pragma: no cover - exercised only on broken installs
         raise ImportError(
             "qosmanager's native extensions are not built (" + str(exc) + "). Install the package "
@@ -42,6 +46,7 @@ else:
 StatReader: Any = _reader.StatReader
 NodeReader: Any = _reader.NodeReader
 monotonic_ns: Any = _reader.monotonic_ns
+write_lines: Any = _jsonl.write_lines  # the audit's write records as JSON lines (qosmanager.executor.audit)
 CounterSampler: Any = _sampler.CounterSampler  # the fast path's counters (qosmanager.framework.fastpath)
 SAMPLER_KIND_USAGE_USEC: int = _sampler.KIND_USAGE_USEC
 SAMPLER_KIND_NS: int = _sampler.KIND_NS
@@ -86,4 +91,5 @@ __all__ = [
     "StatReader",
     "monotonic_ns",
     "sysio",
+    "write_lines",
 ]

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from qosmanager._native import write_lines
 from qosmanager.logfmt import RepeatLimiter
 
 if TYPE_CHECKING:
@@ -68,6 +69,12 @@ def _encode(rec: dict[str, Any]) -> str:
     return "{" + ", ".join([(_KEYS.get(k) or _str(k) + ": ")
                             + (f(v) if (f := get(type(v))) is not None else _ENCODER.encode(v))
                             for k, v in rec.items()]) + "}\n"
+
+
+def _encode_value(v: Any) -> str:
+    """One value's JSON text, as :func:`_encode` writes it."""
+    f = _BY_TYPE.get(type(v))
+    return f(v) if f is not None else _ENCODER.encode(v)
 
 
 class AuditLog:
@@ -157,6 +164,29 @@ class AuditLog:
             except Exception:  # a broken sink must not lose the audit
                 log.exception("audit sink failed")
         return rec
+
+    def writes(self, rows: list[tuple[Any, ...]]) -> None:
+        """:meth:`record` of writes done (``executed``, no error), one per row of ``(strategy, target, value,
+        old, uid, reason)``, in one call: the same records, lines and counts (a batch's audit).  Without
+        sinks, only the records :attr:`recent` keeps are made as dicts."""
+        if not rows:
+            return
+        clock = self.clock
+        ts = [clock() for _ in rows]
+        keep = len(rows) if self._sinks else min(len(rows), self.recent.maxlen or 0)
+        recs = [{"ts": t, "strategy": s, "action": "write", "target": tg, "value": v, "old": o, "uid": u,
+                 "reason": why, "executed": True} for t, (s, tg, v, o, u, why) in zip(ts[-keep:], rows[-keep:])]
+        with self._lock:
+            self.recent.extend(recs)
+            self.counts["write:ok"] = self.counts.get("write:ok", 0) + len(rows)
+            if self.path and not self._closed:
+                self._buf.append(write_lines(ts, rows, _encode_value).decode())
+        for rec in recs if self._sinks else ():
+            for sink in self._sinks:
+                try:
+                    sink(rec)
+                except Exception:  # a broken sink must not lose the audit
+                    log.exception("audit sink failed")
 
     def flush(self) -> None:
         """Write the buffered records; a failure is counted and logged (rate-limited), never raised."""
