@@ -17,13 +17,15 @@ job is a room of its own, with its own state and tests:
 :mod:`.inforce`    whether the BE protection decided is in force; a degraded condition where not
 :mod:`.report`     failures that repeat: said in full once, then as a count
 :mod:`.dryrun`     what ``--dry-run`` pretends is on the host
+:mod:`.lane`       the fast lane: a batch the write cache knows, in a few passes (agrees with the pipeline)
 :mod:`.mkdir`      directories (resctrl groups); :mod:`.kill` signals and ``cgroup.kill``
 :mod:`.psi`        PSI triggers (registered on a pressure file, held by their descriptor)
 :mod:`.files`      the descriptor table; :mod:`.audit` the JSON-lines audit
 =================  ===========================================================================
 
 One :meth:`Executor.apply` call per scheduler round runs the batch pipeline, top to bottom in
-:meth:`Executor._apply`:
+:meth:`Executor._pipeline` (or the fast lane, :mod:`.lane`, to the same outcome, when every write of the
+batch is a plain one whose file the write cache knows):
 
 1. **expand** plans, plan groups and restores into writes (:mod:`.plans`, :mod:`.originals`);
 2. **validate**: resolve each request through the registry (``host.resources``) to the file of this
@@ -106,6 +108,7 @@ from qosmanager.executor.conflicts import CONFLICT_CONDITION, Fights
 from qosmanager.executor.dryrun import DryRun
 from qosmanager.executor.files import ONE_SHOT, FileTable
 from qosmanager.executor.inforce import BACKOFF, InForce
+from qosmanager.executor.lane import Lane
 from qosmanager.executor.locate import Locator
 from qosmanager.executor.mkdir import Dirs
 from qosmanager.executor.originals import Originals
@@ -190,6 +193,7 @@ class Executor:
         # after every apply(): its results and how long it took (seconds), for the metrics
         self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
         self._last_gc = clock()
+        self.lane: Lane | None = Lane(self)  # None: every batch through the pipeline (the reference)
 
     # ------------------------------------------------------------------
     # the door
@@ -347,6 +351,24 @@ class Executor:
         now = self.clock() if now is None else now
         # 1. expand plans, groups and restores into writes
         writes, spans, walked = self._expand(requests, now)
+        # a batch of plain writes the write cache knows: the fast lane (the same outcome, see :mod:`.lane`)
+        results = self.lane.apply(writes, now) if self.lane is not None and not spans else None
+        if results is None:
+            results = self._pipeline(writes, spans, now)
+            self.inforce.settle(results, self.inforce.be_dir())
+        self.plans.landed(spans, walked, results)
+        self.reporter.sweep(now)
+        self.audit.flush()
+        if now - self._last_gc > self.force_seconds:
+            self._gc(now)
+        if self.on_batch:
+            dt = time.perf_counter() - t0
+            for cb in self.on_batch:
+                cb(results, dt)
+        return results
+
+    def _pipeline(self, writes: list[Write], spans: list[Span], now: float) -> list[WriteResult]:
+        """Steps 2. to 7. of the module docstring: the reference the fast lane (:mod:`.lane`) agrees with."""
         results: list[WriteResult] = []
         items: dict[Key, Item] = {}
         cache, force, claims = self.cache.entries, self.force_seconds, self.claims.claims
@@ -397,16 +419,6 @@ class Executor:
             if spans and not self.dry_run:  # a plan's files just written: what they show, for the re-check
                 self.verifier.read_back(pending, {id(w) for _, a, b in spans for w in writes[a:b]},
                                         self._read_paths, now)
-        self.plans.landed(spans, walked, results)
-        self.inforce.settle(results, self.inforce.be_dir())
-        self.reporter.sweep(now)
-        self.audit.flush()
-        if now - self._last_gc > self.force_seconds:
-            self._gc(now)
-        if self.on_batch:
-            dt = time.perf_counter() - t0
-            for cb in self.on_batch:
-                cb(results, dt)
         return results
 
     def _expand(self, requests: Iterable[Request], now: float

@@ -48,6 +48,16 @@ class Originals:
         if not table:
             del self.table[base]
 
+    def first(self, k: Key, w: Write, old: str | None) -> None:
+        """:meth:`remember` of a plain write (no entry, not raw, no restore) to the file ``k`` that held ``old``."""
+        if old is None:
+            return
+        table = self.table.get(k)
+        if table is None:
+            table = self.table[k] = {}
+        if "" not in table:
+            table[""] = Original(w.strategy, old, w, False)
+
     def put_back(self, it: Item) -> None:
         """A restore was written (or its file is gone): forget the original."""
         e = it.write.entry
