@@ -59,6 +59,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 _KOORDINATOR_DEFAULT = FakeHost.koordinator_default
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Dead test runs' cgroups slow every v1 quota write (the kernel walks them all): swept first, as tests/
+    does (tests/leftovers.py)."""
+    import leftovers
+
+    leftovers.at_session_start(session)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     FakeHost.koordinator_default = False  # before the benchmark's fixtures build their hosts

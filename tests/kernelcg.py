@@ -106,7 +106,7 @@ def unavailable(version: int = 1, controllers: tuple[str, ...] = ()) -> str | No
         if key not in own:
             return f"this process has no {h} cgroup in /proc/self/cgroup"
         base = os.path.join(d, own[key].lstrip("/"))
-        probe = os.path.join(base, f"qosm-probe-{uuid.uuid4().hex[:8]}")
+        probe = os.path.join(base, f"qosm-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             os.mkdir(probe)
             os.rmdir(probe)
@@ -160,7 +160,7 @@ class KernelTree:
         self.version = version
         self.extra = _v1_extra(controllers) if version == 1 else ()
         self.name = f"qosm-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.root = tempfile.mkdtemp(prefix="qosm-cgroot-")
+        self.root = tempfile.mkdtemp(prefix=f"qosm-cgroot-{os.getpid()}-")  # its owner: tests/leftovers.py
         own = own_cgroups()
         self.bases: dict[str, str] = {}
         self._created: list[str] = []
