@@ -63,6 +63,7 @@ GUESTS = (
         "tests/test_kernel_memory.py",
         "tests/test_kernel_memory_high.py",  # memory.high holds a BE allocator: no eviction, no OOM kill
         "tests/test_kernel_memtrigger.py",  # the usage trigger and a memory.pressure PSI trigger wake memoryHigh
+        "tests/test_kernel_psicpu.py",  # a cpu.pressure PSI trigger samples the fast path (about 40 s)
         "tests/test_kernel_files.py",
         "tests/test_kernel_evict.py::test_memory_eviction_under_real_pressure",
         "tests/test_kernel_evict.py::test_be_cpu_eviction_kills_a_starved_be_pod",

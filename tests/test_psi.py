@@ -288,15 +288,23 @@ def test_healthz_lists_notes_under_info_and_stays_ok() -> None:
     assert "degraded" not in body and body["status"] == "ok"
 
 
-@pytest.mark.parametrize("strategies,gates,mode", [
-    (["memoryHigh", "memoryEvict"], GATES, "tick"),  # koordlet's pace
-    (["cpuSuppress"], {}, "fast"),  # no memory level runs
+@pytest.mark.parametrize("strategies,gates", [
+    (["memoryHigh", "memoryEvict", "cpuSuppress"], GATES),
+    (["cpuSuppress"], {}),
 ])
-def test_no_watch_in_tick_mode_or_without_a_memory_level(tmp_path: Path, strategies: list[str],
-                                                         gates: dict[str, bool], mode: str) -> None:
-    _, agent, _ = make(tmp_path, 2, strategies=strategies, gates=gates, react_mode=mode)
+def test_no_watch_in_tick_mode(tmp_path: Path, strategies: list[str], gates: dict[str, bool]) -> None:
+    """koordlet's pace: neither the memory levels nor the fast path are woken by PSI."""
+    _, agent, _ = make(tmp_path, 2, strategies=strategies, gates=gates, react_mode="tick")
     try:
         assert agent.psi is None and not any(isinstance(w, PressureWatch) for w in agent.scheduler.watchers)
+    finally:
+        agent.close()
+
+
+def test_no_watch_without_a_memory_level_or_the_fast_path(tmp_path: Path) -> None:
+    _, agent, _ = make(tmp_path, 2, strategies=["cpuBurst"], gates={"CPUBurst": True})
+    try:
+        assert agent.fastpath is None and agent.psi is None
     finally:
         agent.close()
 

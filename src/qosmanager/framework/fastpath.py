@@ -149,6 +149,8 @@ class FastPath:
         self.writes = 0
         self.step_errors = 0
         self.wakes = 0  # returns from the sampler to Python (the load reached the trigger level)
+        self.pressures = 0  # samples taken at once on a CPU stall of LS (pressure(): a PSI trigger)
+        self._decide_lock = threading.Lock()  # decide(): the sampler's thread and the PSI watch's
         self._stop = threading.Event()
         self._trigger_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -231,10 +233,15 @@ class FastPath:
         return None if milli is None else max(go_div(milli * CFS_PERIOD_US, 1000), BE_MIN_QUOTA)
 
     def sample(self) -> Sample | None:
-        """Read the counters now (the thread's sampler does this on its own)."""
+        """Read the counters now (the thread's sampler does this on its own); a clock that has not moved
+        since the last sample (a simulated one, stepped again after a PSI event's sample) reads nothing."""
+        now = self.monotonic()
+        kept = self._sampler.samples()
+        if kept and kept[-1][0] >= now:
+            return Sample(*kept[-1])
         if self.counters is not None:
-            self._sampler.push(self.monotonic(), *self.counters())
-        elif not self._sampler.record(self.monotonic()):
+            self._sampler.push(now, *self.counters())
+        elif not self._sampler.record(now):
             log.debug("fast path: counters unreadable")
             return None
         return Sample(*self._sampler.samples()[-1])
@@ -258,8 +265,29 @@ class FastPath:
         system = (now.node - oldest.node - (now.kubepods - oldest.kubepods)) / span
         return self.budget_milli(system, (now.kubepods - first.kubepods) / dt, (now.be - first.be) / dt), now, first
 
+    def pressure(self, follow: bool = True) -> Write | Plan | None:
+        """LS stalled on CPU (a PSI trigger, :mod:`qosmanager.framework.psi`, on its thread): sample now and
+        decide at once, not at the sampler's next sample (a fresh one, under half an interval old, is
+        decided on again instead: a shorter window would be noise).  ``follow`` (the LS cgroups' own stall):
+        the rise is followed as after a write, every interval at the 1 % bypass for :data:`FOLLOW`."""
+        if self._stop.is_set():
+            return None
+        self.pressures += 1
+        now = self.monotonic()
+        if follow:
+            self._follow_until = max(self._follow_until, now + FOLLOW)
+        samples = self._sampler.samples()
+        fresh = samples and self.counters is None and now - samples[-1][0] < self.interval / 2
+        w = self.decide() if fresh else self.step()
+        self.retrigger()
+        return w
+
     def decide(self) -> Write | Plan | None:
         """Lower BE's limit when the latest samples show a rise in LS demand.  Returns the write, if any."""
+        with self._decide_lock:
+            return self._decide()
+
+    def _decide(self) -> Write | Plan | None:
         samples, first_index = self._sampler.window()
         if len(samples) < 3:
             return None

@@ -274,7 +274,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     rules = node.host.kernel.psi if node.host.kernel is not None else None
     if rules is not None:
         rules.on_event.append(lambda path, line, growth: psi_events.append(
-            (clock.elapsed, display_path(node.host, path), growth)))
+            (clock.elapsed, display_path(node.host, path), growth)) if _memory_file(path) else None)
     if watch is not None:
         watch.sync()  # its thread's first act in run()
 
@@ -364,7 +364,7 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
             if name in jobs:
                 jobs[name].errors = s.errors
         psi_triggers = _psi_triggers(node.host, rules)
-        psi_wakes = watch.wakes if watch is not None else 0
+        psi_wakes = watch.memory_wakes if watch is not None else 0
         if watch is not None:
             watch.stop()
         agent.close()
@@ -391,12 +391,17 @@ def display_path(host: FakeHost, path: str) -> str:
     return path
 
 
+def _memory_file(path: str) -> bool:
+    """A memory pressure file (the PSI report's; the fast path's CPU triggers are not in it)."""
+    return os.path.basename(path) in ("memory.pressure", "memory")
+
+
 def _psi_triggers(host: FakeHost, rules: Any) -> list[tuple[str, str]]:
-    """(pressure file, line) of every trigger the agent holds at the end."""
+    """(pressure file, line) of every memory trigger the agent holds at the end."""
     if rules is None:
         return []
     return [(display_path(host, path), " ".join(map(str, line))) for path in sorted(rules.watched())
-            for line in rules.triggers(path)]
+            if _memory_file(path) for line in rules.triggers(path)]
 
 
 def _be_limit_files(agent: Agent) -> set[str]:
