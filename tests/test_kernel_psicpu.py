@@ -32,6 +32,7 @@ pytestmark = pytest.mark.kernel
 
 ROUNDS = int(os.environ.get("QOSM_PSICPU_ROUNDS", "4"))  # alternating: with the trigger's sample, without
 THRESHOLD = 65
+STEADY = 5.0  # seconds of steady contention measured after the rounds
 
 
 @contextmanager
@@ -163,6 +164,19 @@ def test_v2_an_ls_cpu_stall_samples_the_fast_path_at_once(tmp_path) -> None:
                 if lowered:
                     print(f"BE lowered {'with' if mode else 'without'} the trigger's sample: median "
                           f"{statistics.median(lowered) * 1e3:.0f} ms, {[round(x * 1e3) for x in lowered]} ms")
+            # steady contention: LS busy beside BE for a few seconds, what the trigger costs there
+            proc = node.start(ls)
+            try:
+                time.sleep(2.0)
+                n0, w0, t0, s0 = sum(watch.counts.values()), fp.writes, fp.samples, time.monotonic()
+                time.sleep(STEADY)
+                n1, w1, t1, s1 = sum(watch.counts.values()), fp.writes, fp.samples, time.monotonic()
+            finally:
+                proc.kill()
+                proc.wait()
+            span = s1 - s0
+            print(f"steady LS beside BE over {span:.1f} s: {(n1 - n0) / span:.2f} cpu.pressure events/s, "
+                  f"{(w1 - w0) / span:.2f} fast-path writes/s, {(t1 - t0) / span:.1f} samples/s")
             assert watch.counts.get(("cpu", "qos"), 0) >= 1, "LS stalled beside busy BE: the trigger fired"
             assert fp.pressures >= 1 and any(name == "psi" for _, name, _ in events), \
                 "the fast path sampled from the watch's thread"
