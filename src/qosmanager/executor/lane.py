@@ -146,7 +146,11 @@ class Lane:
             elif d[2]:
                 unchanged += 1
                 add(WriteResult(w, loc[2], "unchanged", d[0], d[1]))
-                entries[k] = CacheEntry(w.value, now, entries[k].content, False)
+                e = entries[k]
+                if e.exact:  # a plan's compare may hold it (verify.Prepared): a new one
+                    entries[k] = CacheEntry(w.value, now, e.content, False)
+                else:  # one object fewer per write (and for the garbage collector to walk)
+                    e.value, e.ts = w.value, now
             else:
                 add(WriteResult(w, loc[2], "planned", d[0], d[1]))
         stats = ex.stats
@@ -254,7 +258,11 @@ class Lane:
             done.append(r)
             if reporter is not None and k in reporter:
                 reporter.recovered(k, w.strategy, r.target, now)
-            entries[k] = CacheEntry(w.value, now, r.value, False)
+            e = entries[k]
+            if e.exact:
+                entries[k] = CacheEntry(w.value, now, r.value, False)
+            else:
+                e.value, e.ts, e.content = w.value, now, r.value
             if fights is not None:
                 f = fights.get(k)
                 if f is not None:
