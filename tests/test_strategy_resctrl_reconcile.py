@@ -264,3 +264,26 @@ def test_a_garbled_tasks_line_is_never_written() -> None:
     h.tick(NAME, 1000.0)
     assert task_writes(h, "BE") == ["400"]
     assert not [r for r in h.audit.recent if r.get("error")]
+
+
+def test_unchanged_tasks_files_give_the_last_decision_and_a_changed_group_file_is_seen() -> None:
+    """The tasks decision is kept while every tasks file reads the same: the same files give the same
+    writes again, and a change in a group's file (not only in a container's) is seen."""
+    h = harness()
+    h.set_pods(_pods(h))
+    h.set_nodeslo(SLO)
+    h.write_file("sys/fs/resctrl/LS/tasks", "50\n101\n300\n301\n")
+    h.write_file("sys/fs/resctrl/BE/tasks", "400\n401\n")
+    h.tick(NAME, 1000.0)
+    h.tick(NAME, 1001.0)  # nothing changed: still nothing to move
+    assert task_writes(h, "BE") == []
+    # a thread leaves the BE group (another writer moved it): seen although no container's file changed
+    h.write_file("sys/fs/resctrl/BE/tasks", "400\n")
+    h.tick(NAME, 1002.0)
+    assert task_writes(h, "BE") == ["401"]
+    # the group file reads as before that write (the thread left again): the same writes again
+    h.write_file("sys/fs/resctrl/BE/tasks", "400\n")
+    h.tick(NAME, 1003.0)
+    assert task_writes(h, "BE") == ["401", "401"]
+    h.tick(NAME, 1004.0)  # the thread is in the group now
+    assert task_writes(h, "BE") == ["401", "401"]

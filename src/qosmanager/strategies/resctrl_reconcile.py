@@ -131,6 +131,10 @@ class ResctrlReconcile(Strategy):
         self._members_key: tuple[object, ...] | None = None
         self._members: list[tuple[str, str, str]] = []  # (group, cgroup dir, pod uid)
         self._member_groups = np.empty(0, np.int64)  # index into resctrl.GROUPS, per member
+        self._member_dirs: list[str] = []  # the members' cgroup dirs, the same list every tick
+        # the last tasks decision and what it was made from: (members, ready groups, the groups' tasks
+        # files, the members' tasks files) -> its writes; the same files give the same writes
+        self._last_tasks: tuple[object, tuple[str, ...], list[str | None], list[str | None], list[Write]] | None = None
         self._warned: set[str] = set()
 
     def tick(self, ctx: Context) -> list[Write]:
@@ -233,8 +237,20 @@ class ResctrlReconcile(Strategy):
         members = self._group_members(ctx, strategy)
         if not members:
             return []
-        have = {g: thread_ids([c]) for g, c in zip(resctrl.GROUPS, ctx.read_many(TASKS, list(resctrl.GROUPS)))}
-        contents = ctx.read_many(CGROUP_TASKS, [d for _, d, _ in members])  # None: container gone or not yet
+        groups = ctx.read_many(TASKS, list(resctrl.GROUPS))
+        contents = ctx.read_many(CGROUP_TASKS, self._member_dirs)  # None: container gone or not yet
+        last, key = self._last_tasks, tuple(ready)
+        if last is not None and last[0] is members and last[1] == key and last[2] == groups and last[3] == contents:
+            return list(last[4])  # every file reads as at the last tick: its decision again
+        writes = self._new_tasks(members, ready, groups, contents)
+        self._last_tasks = (members, key, groups, contents, writes)
+        return list(writes)
+
+    def _new_tasks(self, members: list[tuple[str, str, str]], ready: Sequence[str], groups: list[str | None],
+                   contents: list[str | None]) -> list[Write]:
+        """The writes of the threads in ``contents`` (the members' tasks files) that ``groups`` (the
+        groups' tasks files) do not list yet."""
+        have = {g: thread_ids([c]) for g, c in zip(resctrl.GROUPS, groups)}
         tokens = [c.split() if c else [] for c in contents]
         tids = thread_ids(contents, tokens)
         owner = np.repeat(np.arange(len(members)), np.fromiter(map(len, tokens), np.int64, len(tokens)))
@@ -276,6 +292,7 @@ class ResctrlReconcile(Strategy):
                     continue
                 members.extend((group, d, pod.uid) for d in children.get(pod_dir, ()))
         self._members_key, self._members = key, members
+        self._member_dirs = [d for _, d, _ in members]
         self._member_groups = np.fromiter((resctrl.GROUPS.index(g) for g, _, _ in members), np.int64,
                                           len(members))
         return members
