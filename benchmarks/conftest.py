@@ -168,13 +168,33 @@ def slowed(fn: Callable[[], Any], factor: float = 2.0) -> Callable[[], Any]:
     return run
 
 
-def check_regression_fails(scenario: str, bound: tuple[str, str, str, float], factor: float = 2.0) -> None:
-    """The bound fails when its fast variant is made ``factor`` times slower: it can catch a real
-    regression (call before :func:`check_bounds`, which lets the functions go)."""
+def regression_factor(scenario: str, bound: tuple[str, str, str, float]) -> float:
+    """How many times slower the measured variant is made to prove ``bound`` live: 2, or more where the
+    benchmark's best times leave a wider margin -- 1.5 times what it takes to reach the bound.  A cost at a
+    third of its bound cannot miss it by doubling; the check then proves that the measurement sees a rise
+    that eats the margin (a bound that holds whatever the code costs would pass it)."""
+    a, b, op, limit = bound
+    got = RESULTS.get(scenario, {})
+    if a not in got or b not in got or not got[b]["median"] or not got[a]["median"]:
+        return 2.0
+    ratio = got[a]["median"] / got[b]["median"]  # the measured variant over the other
+    if op == ">=":  # b is the measured (fast) one: slowing it by f divides b/a by f
+        need = (1 / ratio) / limit
+    else:
+        need = limit / ratio
+    return max(2.0, 1.5 * need)
+
+
+def check_regression_fails(scenario: str, bound: tuple[str, str, str, float], factor: float | None = None) -> None:
+    """The bound fails when its fast variant is made ``factor`` times slower (default
+    :func:`regression_factor`): it can catch a real regression (call before :func:`check_bounds`, which
+    lets the functions go)."""
     a, b = bound[0], bound[1]
     fns = FNS.get(scenario, {})
     if a not in fns or b not in fns:
         pytest.fail(f"{scenario}: no functions of {a} and {b} to slow down")
+    if factor is None:
+        factor = regression_factor(scenario, bound)
     name = f"{scenario} ({a} {factor:g}x slower, injected)"
     setup, fn = fns[a]
     FNS[name] = {a: (setup, slowed(fn, factor)), b: fns[b]}

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from conftest import check_bounds, check_regression_fails, median_interval
+from conftest import check_bounds, check_regression_fails, median_interval, slowed
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.fastpath import INTERVAL
 from qosmanager.sim.load import LoadModel
@@ -178,36 +178,42 @@ MINUTES = 2
 MINUTE_BOUND = 0.3
 
 
+def _minute(agent: Any, advance: Any, tick: Any) -> float:
+    """One minute of ticks: the mean tick's CPU time over the floor measured in the same minute."""
+    col = agent.collector
+    ex = agent.executor
+    windows = {pk: st.expires for pk, st in ex.plans.plans.items()}
+    spent = 0.0
+    floors = []
+    for k in range(MINUTE):
+        advance()
+        t0 = time.thread_time()
+        tick()
+        spent += time.thread_time() - t0
+        if k % 10 == 5:  # the floor over the same files, a few times a minute
+            t0 = time.thread_time()
+            col.pod_reader.pread_only()
+            col.ctr_reader.pread_only()
+            col.qos_reader.pread_only()
+            floors.append(time.thread_time() - t0)
+    # the minute held every plan's re-check (each plan's window is one minute)
+    assert windows and all(ex.plans.plans[pk].expires != t for pk, t in windows.items())
+    return spent / MINUTE / statistics.median(floors)
+
+
 def test_minute_average(steady: Any) -> None:
     """The mean tick over whole minutes, each holding its re-checks, against the floor of the same minute."""
     agent, advance, tick = steady
-    col = agent.collector
-    ex = agent.executor
-    ratios = []
-    for _ in range(MINUTES):
-        windows = {pk: st.expires for pk, st in ex.plans.plans.items()}
-        spent = 0.0
-        floors = []
-        for k in range(MINUTE):
-            advance()
-            t0 = time.thread_time()
-            tick()
-            spent += time.thread_time() - t0
-            if k % 10 == 5:  # the floor over the same files, a few times a minute
-                t0 = time.thread_time()
-                col.pod_reader.pread_only()
-                col.ctr_reader.pread_only()
-                col.qos_reader.pread_only()
-                floors.append(time.thread_time() - t0)
-        # the minute held every plan's re-check (each plan's window is one minute)
-        assert windows and all(ex.plans.plans[pk].expires != t for pk, t in windows.items())
-        ratios.append(spent / MINUTE / statistics.median(floors))
+    ratios = [_minute(agent, advance, tick) for _ in range(MINUTES)]
     ratio, lo, hi = median_interval(ratios)
     print(f"\nminute: mean tick {ratio:.3f} x the floor (minutes {', '.join(f'{r:.3f}' for r in ratios)}), "
-          f"{len(ex.plans.plans)} plans")
+          f"{len(agent.executor.plans.plans)} plans")
     assert ratio <= MINUTE_BOUND, (f"a minute of ticks cost {ratio:.2f} x the floor per tick (range "
                                    f"{lo:.2f}-{hi:.2f}), bound {MINUTE_BOUND} (load {os.getloadavg()[0]:.1f})")
-    assert 2 * ratio > MINUTE_BOUND  # a minute twice as costly misses the bound
+    # the measurement is live: ticks made as much costlier as eats the margin (at least twice) miss the bound
+    factor = max(2.0, 1.5 * MINUTE_BOUND / ratio)
+    slow = _minute(agent, advance, slowed(tick, factor))
+    assert slow > MINUTE_BOUND, f"ticks {factor:.1f}x as costly: {slow:.2f} x the floor, still within {MINUTE_BOUND}"
 
 
 STEADY = ("agent tick, steady", "floor (read-everything pass)", "<=", 0.3)
@@ -216,6 +222,6 @@ PRESSURE = ("agent tick, pressure", "floor (read-everything pass)", "<=", 3.0)
 
 
 def test_bounds(steady: Any, pressure: Any, fast_second: Any) -> None:
-    check_regression_fails(SCENARIO, STEADY)  # a steady tick twice as costly misses the bound
+    check_regression_fails(SCENARIO, STEADY)  # a steady tick that eats the margin misses the bound
     check_regression_fails(SCENARIO, SECOND)  # so does a second of the agent with its fast path
     check_bounds(SCENARIO, [STEADY, SECOND, PRESSURE])

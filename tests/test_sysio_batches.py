@@ -77,3 +77,26 @@ def test_the_batch_compare_agrees_with_the_twin_and_matches_only_exact_contents(
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_a_few_descriptors_read_as_the_batch_does(tmp_path, monkeypatch) -> None:
+    # below FEW_FDS the native face reads in Python: the same bytes and errnos as its C batch
+    fds = []
+    try:
+        for i in range(native.FEW_FDS):
+            p = tmp_path / f"f{i}"
+            p.write_bytes(b"max 100000\n"[: 3 + i] if i else b"")
+            fds.append(os.open(p, os.O_RDONLY))
+        closed = os.open(tmp_path / "f0", os.O_RDONLY)
+        os.close(closed)
+        cases = [fds[:1], fds[:2], [fds[1], closed], [-1], fds]
+        for case in cases:
+            arr = np.array(case, dtype=np.int32)
+            for maxlen in (2, 64, 4096):
+                few = native.pread_batch(arr, maxlen)
+                monkeypatch.setattr(native, "FEW_FDS", 0)
+                assert few == native.pread_batch(arr, maxlen) == pure_sysio.pread_batch(arr, maxlen)
+                monkeypatch.setattr(native, "FEW_FDS", len(fds))
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -68,6 +68,21 @@ def pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarra
     return err
 
 
+FEW_FDS = 4
+"""Up to this many descriptors are read one ``pread`` each from Python: the same syscalls, without the
+batch's buffer, length array and cffi views (a tick's one or two quota files: ~2 us instead of ~8)."""
+
+
+def _pread_few(fds: np.ndarray | Sequence[int], maxlen: int) -> list[bytes | int]:
+    out: list[bytes | int] = []
+    for fd in fds:
+        try:
+            out.append(os.pread(int(fd), maxlen, 0))
+        except OSError as e:
+            out.append(-(e.errno or 5))
+    return out
+
+
 PREAD_BATCH_BYTES = 1 << 16  # the most one native call's buffer holds (a transient of its own size each tick)
 
 
@@ -80,6 +95,8 @@ def pread_batch(fds: np.ndarray, maxlen: int = 4096) -> list[bytes | int]:
     n = len(fds)
     if n == 0:
         return []
+    if n <= FEW_FDS:
+        return _pread_few(fds, maxlen)
     fds32 = np.ascontiguousarray(fds, dtype=np.int32)
     step = max(1, PREAD_BATCH_BYTES // max(1, maxlen))
     out: list[bytes | int] = []

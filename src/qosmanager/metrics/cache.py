@@ -59,22 +59,20 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-AGG_AVG = "avg"
-AGG_P50 = "p50"
-AGG_P90 = "p90"
-AGG_P95 = "p95"
-AGG_P99 = "p99"
-AGG_LAST = "last"
-AGG_COUNT = "count"
-
-AGGREGATIONS = (AGG_AVG, AGG_P50, AGG_P90, AGG_P95, AGG_P99, AGG_LAST, AGG_COUNT)
-
-_PERCENTILES: dict[str, np.float32] = {
-    AGG_P50: np.float32(0.5),
-    AGG_P90: np.float32(0.9),
-    AGG_P95: np.float32(0.95),
-    AGG_P99: np.float32(0.99),
-}
+from qosmanager.metrics.aggregate import (
+    AGG_AVG,
+    AGG_COUNT,
+    AGG_LAST,
+    AGG_P50,
+    AGG_P90,
+    AGG_P95,
+    AGG_P99,
+    AGGREGATIONS,
+    FEW_ROWS,
+    normalize_agg,
+    reduce_columns,
+    reduce_few,
+)
 
 NODE_KEY = "node"
 """The single column of the node group."""
@@ -91,61 +89,11 @@ def container_key(pod_uid: str, name: str) -> str:
     return f"{pod_uid}/{name}"
 
 
-def normalize_agg(agg: str) -> str:
-    """Return the canonical (lower-case) aggregation name, or raise ``ValueError``.
-
-    koordlet spells two constants in upper case (``"P90"``, ``"P95"``) and silently treats an unknown
-    aggregation as AVG.  We accept any case but reject unknown names: a typo in a strategy must not turn a
-    percentile into a mean without anyone noticing (deliberate fix of koordlet's fallback).
-    """
-    if not isinstance(agg, str):
-        raise ValueError(f"aggregation must be a string, got {agg!r}")
-    name = agg.lower()
-    if name not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {agg!r}; expected one of {', '.join(AGGREGATIONS)}")
-    return name
-
-
 def _check_time(what: str, value: float) -> float:
     t = float(value)
     if not math.isfinite(t):
         raise ValueError(f"{what} must be a finite unix time in seconds, got {value!r}")
     return t
-
-
-def _reduce(sub: np.ndarray, agg: str) -> np.ndarray:
-    """Aggregate every column of ``sub`` (window rows in time order x columns) at once.
-
-    Returns a float64 vector with one entry per column; NaN where the column has no sample (except for
-    ``count``, which is 0 there).  No Python loop over columns.
-    """
-    cols = sub.shape[1]
-    valid = ~np.isnan(sub)
-    n = valid.sum(axis=0)
-    if agg == AGG_COUNT:
-        return n.astype(np.float64)
-    out: np.ndarray
-    if agg == AGG_AVG:
-        total = np.where(valid, sub, 0.0).sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = total / n
-    elif agg == AGG_LAST:
-        k = sub.shape[0]
-        if k == 0:
-            return np.full(cols, np.nan)
-        # Index of the last valid row per column: first True of the reversed mask.
-        last_row = (k - 1) - np.argmax(valid[::-1], axis=0)
-        out = sub[last_row, np.arange(cols)]
-    else:
-        p = _PERCENTILES[agg]
-        if sub.shape[0] == 0:
-            return np.full(cols, np.nan)
-        ordered = np.sort(sub, axis=0)  # NaN sorts last, so the first n rows are a column's samples
-        # Go: int(float32(n) * p) - 1 in float32 arithmetic, truncated, clamped to >= 0.
-        rank = (n.astype(np.float32) * p).astype(np.int64) - 1
-        rank = np.clip(rank, 0, np.maximum(n - 1, 0))
-        out = np.take_along_axis(ordered, rank[np.newaxis, :], axis=0)[0]
-    return np.where(n > 0, out, np.nan)
 
 
 class SeriesGroup:
@@ -364,6 +312,24 @@ class SeriesGroup:
                 else:
                     row[idx[keep]] = arr[keep]
 
+    def append_values(self, ts: float, key: str, values: Mapping[str, float]) -> None:
+        """:meth:`append_row` for one series from plain floats (the node's dozen values a tick: no vector
+        to build per value).  The key gets a column if it has none; non-finite values are no sample."""
+        t = _check_time("row timestamp", ts)
+        with self._lock:
+            for metric in values:  # validate everything before touching the ring
+                if metric not in self.values:
+                    raise self._unknown(metric)
+            col = self.column(key)  # first: growing replaces the matrices
+            phys, _ = self._row_for(t)
+            if phys is None:
+                self.dropped += 1
+                return
+            for metric, value in values.items():
+                v = float(value)
+                if math.isfinite(v):
+                    self.values[metric][phys, col] = v
+
     def append_sample(self, metric: str, key: str, ts: float, value: float) -> None:
         """Store one sample of one series (replay, host apps): into the row with exactly ``ts`` if the
         ring has one, else into a new row at its sorted position.  A NaN value is "no sample" (no-op)."""
@@ -394,6 +360,15 @@ class SeriesGroup:
         hi_t = _check_time("window end", end)
         with self._lock:
             s, n, rows = self._start, self._n, self.rows
+            if n:  # the usual query: the last few seconds, up to now -- walk back from the newest row
+                ts = self._ts
+                last = (s + n - 1) % rows
+                if hi_t >= ts[last]:
+                    k = 0
+                    while k < n and k < FEW_ROWS and ts[last - k] >= lo_t:  # [-1]: the ring's end
+                        k += 1
+                    if (k < FEW_ROWS or k == n) and last - k + 1 >= 0:
+                        return slice(last - k + 1, last + 1)
             first_end = min(s + n, rows)
             seg1 = self._ts[s:first_end]
             a0 = s + int(np.searchsorted(seg1, lo_t, side="left"))
@@ -427,8 +402,11 @@ class SeriesGroup:
             col = self._keys.get(key)
             if col is None:
                 return 0.0 if name == AGG_COUNT else None
-            sub = mat[self.window(start, end), col : col + 1]
-            value = float(_reduce(sub, name)[0])
+            rows = self.window(start, end)
+            if isinstance(rows, slice) and rows.stop - rows.start < FEW_ROWS:
+                value = reduce_few(mat[rows, col].tolist(), name)
+            else:
+                value = float(reduce_columns(mat[rows, col : col + 1], name)[0])
         return None if math.isnan(value) else value
 
     def aggregate_all(self, metric: str, start: float, end: float, agg: str) -> np.ndarray:
@@ -438,14 +416,14 @@ class SeriesGroup:
         with self._lock:
             mat = self._matrix(metric)
             sub = mat[self.window(start, end), : self._used]
-            return _reduce(sub, name)
+            return reduce_columns(sub, name)
 
     def aggregate_cols(self, metric: str, cols: np.ndarray, start: float, end: float, agg: str) -> np.ndarray:
         """:meth:`aggregate_all` over the given columns only (in their order)."""
         name = normalize_agg(agg)
         with self._lock:
             mat = self._matrix(metric)
-            return _reduce(mat[self.window(start, end)][:, cols], name)
+            return reduce_columns(mat[self.window(start, end)][:, cols], name)
 
     def count_all(self, metric: str, start: float, end: float) -> np.ndarray:
         """Samples per column in ``[start, end]`` (int64, length :attr:`used`)."""

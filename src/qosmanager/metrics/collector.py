@@ -572,10 +572,10 @@ class Collector:
     def _store_node(self, now: float, plan: CollectPlan | None = None) -> None:
         """The node-level series.  ``plan`` (demand mode): only what it asks for, and the pods' sums
         from the kube QoS cgroups (the kernel's own sums) instead of every pod's files."""
-        row: dict[str, np.ndarray] = {}
+        row: dict[str, float] = {}
 
         def put(name: str, v: float) -> None:
-            row[name] = np.array([v])
+            row[name] = v
 
         # node CPU from /proc/stat ticks, memory from /proc/meminfo: each file (and each
         # field) feeds only its own series
@@ -622,8 +622,7 @@ class Collector:
             limit = self._be_real_limit(None if plan is None else self._ctr_cpuset_known)
             if limit is not None:
                 put("be_cpu_real_limit", limit)
-        self.cache.node.column(mc.NODE_KEY)
-        self.cache.node.append_row(now, row)
+        self.cache.node.append_values(now, mc.NODE_KEY, row)
 
     def _be_real_limit(self, known: np.ndarray | None = None) -> float | None:
         """min(CPUs of the BE QoS dir and of every BE container) * 1000, capped by the BE quota.

@@ -73,6 +73,7 @@ from qosmanager.framework.demand import NODE, POD, QOS, Need
 from qosmanager.framework.gates import FeatureGates
 from qosmanager.framework.strategy import QoSConfig, Strategy, register
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
+from qosmanager.host.kubelet_cpu import KubeletCPU
 from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sysfs import NodeCPUInfo, Processor
 from qosmanager.strategies._cpu_suppress_children import BEChildQuotas, _int_or_none, _pod_dir
@@ -161,6 +162,8 @@ class CPUSuppress(Strategy):
         self.last_suppress: SuppressQuantity | None = None
         self._quota_recovery: Write | None = None
         self._pod_cpusets: _PodCPUSets | None = None
+        # the last BE cpuset computed: (topology, annotations, kubelet CPU manager, pod CPU sets, value)
+        self._be_cpuset: tuple[NodeCPUInfo, dict[str, str], KubeletCPU, _PodCPUSets, str | None] | None = None
         self._depth_split: tuple[list[str], dict[int, list[str]]] | None = None
         # what the last decision left in force, re-asserted while node CPU usage cannot be read:
         # the BE quota (cfsQuota) and the BE cpuset with whether only containers carry it (static)
@@ -454,13 +457,19 @@ class CPUSuppress(Strategy):
             return None
         annotations = ctx.topology_annotations
         kubelet = ctx.kubelet_cpu
+        pod_sets = self._pod_sets(ctx)
+        last = self._be_cpuset
+        if (last is not None and last[0] is cpu_info and last[3] is pod_sets and last[1] == annotations
+                and last[2] == kubelet):
+            return last[4]  # every tick of the cfsQuota policy asks: the same inputs, the same set
         excluded = (system_qos_exclusive_cpus(annotations) | reserved_cpus(annotations)
-                    | self._pod_sets(ctx).lse_cpus | kubelet.exclusive_cpus | kubelet.reserved_cpus)
+                    | pod_sets.lse_cpus | kubelet.exclusive_cpus | kubelet.reserved_cpus)
         cpus = [p.cpu for p in cpu_info.processors if p.cpu not in excluded]
-        if not cpus:
+        value = format_cpu_list(cpus) if cpus else None
+        self._be_cpuset = (cpu_info, dict(annotations), kubelet, pod_sets, value)
+        if value is None:
             log.warning("cpuSuppress: no CPU left for BE pods to recover to; BE cpusets left as they are")
-            return None
-        return format_cpu_list(cpus)
+        return value
 
     def _recover_cpuset(self, ctx: Context, max_depth: int) -> list[Request]:
         """``recoverCPUSetIfNeed``: every BE dir down to ``max_depth`` gets the whole BE cpuset."""
