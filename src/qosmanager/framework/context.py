@@ -139,10 +139,10 @@ class Context:
             vals = group.aggregate_cols(metric, np.fromiter((c for _, c in pairs), dtype=np.int64,
                                                             count=len(pairs)), lo, hi, agg)
             return {pairs[i][0]: float(vals[i]) for i in np.flatnonzero(~np.isnan(vals)).tolist()}
-        values = group.aggregate_all(metric, lo, hi, agg)
         all_keys = group.keys()
         if not all_keys:
-            return {}
+            return {}  # no series (no host application configured): no reduction to run
+        values = group.aggregate_all(metric, lo, hi, agg)  # after the keys: it covers every one of them
         cols = np.fromiter(all_keys.values(), dtype=np.int64, count=len(all_keys))
         vals = values[cols]
         ok = ~np.isnan(vals)
