@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from qosmanager.metrics.aggregate import AGGREGATIONS, FEW_ROWS, reduce_columns, reduce_few
+from qosmanager.metrics.aggregate import AGGREGATIONS, FEW_ROWS, reduce_columns, reduce_few, reduce_one
 from qosmanager.metrics.cache import SeriesGroup
 
 
@@ -31,6 +31,22 @@ def test_reduce_few_is_numpys_bit_for_bit(agg: str) -> None:
         want = float(reduce_columns(mat[at : at + k, 1:2], agg)[0])
         got = reduce_few(mat[at : at + k, 1].tolist(), agg)
         assert _same(got, want), (agg, values, got, want)
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_reduce_one_is_the_one_column_reduction_bit_for_bit(agg: str) -> None:
+    rng = np.random.default_rng(5)
+    rows = 400
+    for _ in range(600):
+        mat = rng.uniform(-1e6, 1e6, size=(rows, 4)) * rng.choice([1.0, 1e-6, 1e3], size=(rows, 4))
+        mat[rng.random((rows, 4)) < rng.choice([0.0, 0.2, 0.9, 1.0])] = np.nan
+        a = int(rng.integers(0, rows))
+        k = int(rng.integers(0, rows - a + 1))
+        c = int(rng.integers(0, 4))
+        wrapped = np.concatenate((np.arange(rows - 3, rows), np.arange(0, k)))  # a window over the ring's end
+        for window in (slice(a, a + k), wrapped):
+            want = float(reduce_columns(mat[window, c : c + 1], agg)[0])
+            assert _same(reduce_one(mat[window, c], agg), want), (agg, window)
 
 
 def test_reduce_few_would_differ_from_numpy_on_long_windows() -> None:

@@ -105,3 +105,24 @@ def reduce_few(values: list[float], agg: str) -> float:
         return total / n
     rank = int(np.float32(n) * PERCENTILES[agg]) - 1  # Go's float32 arithmetic, as _reduce
     return sorted(present)[min(max(rank, 0), n - 1)]
+
+
+def reduce_one(column: np.ndarray, agg: str) -> float:
+    """:func:`reduce_columns` of one column (1-D, window rows in time order), bit for bit: a few samples
+    in plain Python (:func:`reduce_few`), more with a handful of 1-D numpy calls (a 1-D sum adds in the
+    same order as the one-column reduction; ``tests/test_metrics_aggregate.py`` holds numpy to it)."""
+    k = column.shape[0]
+    if k < FEW_ROWS:
+        return reduce_few(column.tolist(), agg)
+    missing = np.isnan(column)
+    n = k - int(np.count_nonzero(missing))
+    if agg == AGG_COUNT:
+        return float(n)
+    if not n:
+        return math.nan
+    if agg == AGG_AVG:
+        return float(np.where(missing, 0.0, column).sum()) / n
+    if agg == AGG_LAST:
+        return float(column[np.flatnonzero(~missing)[-1]])
+    rank = int(np.float32(n) * PERCENTILES[agg]) - 1
+    return float(np.sort(column[~missing])[min(max(rank, 0), n - 1)])

@@ -71,7 +71,7 @@ from qosmanager.metrics.aggregate import (
     FEW_ROWS,
     normalize_agg,
     reduce_columns,
-    reduce_few,
+    reduce_one,
 )
 
 NODE_KEY = "node"
@@ -402,11 +402,7 @@ class SeriesGroup:
             col = self._keys.get(key)
             if col is None:
                 return 0.0 if name == AGG_COUNT else None
-            rows = self.window(start, end)
-            if isinstance(rows, slice) and rows.stop - rows.start < FEW_ROWS:
-                value = reduce_few(mat[rows, col].tolist(), name)
-            else:
-                value = float(reduce_columns(mat[rows, col : col + 1], name)[0])
+            value = reduce_one(mat[self.window(start, end), col], name)
         return None if math.isnan(value) else value
 
     def aggregate_all(self, metric: str, start: float, end: float, agg: str) -> np.ndarray:
