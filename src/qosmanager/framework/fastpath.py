@@ -13,8 +13,10 @@ window spans only the rise, so a burst a quiet sample saw in part is seen whole 
 (:class:`qosmanager._native.CounterSampler`): the thread returns to Python only when the non-BE load it
 estimates reaches the *trigger level*, the lowest load at which the decision below could write
 (:meth:`FastPath.trigger_levels`, set again after every decision and after the jobs that move its inputs):
-a Python wake-up per sample cost more CPU than the rest of the agent together.  From the sampler's window
-(the last two intervals, 100 ms) it recomputes BE's budget with cpuSuppress's own formula
+a Python wake-up per sample cost more CPU than the rest of the agent together.  The thread runs in
+``SCHED_FIFO`` where the agent may (:func:`qosmanager.host.sched.realtime`): a rise in LS demand is when
+the CPUs are busiest, and an ordinary thread's samples then waited for a CPU, 40-80 ms each at load 8-11.
+From the sampler's window (the last two intervals, 100 ms) it recomputes BE's budget with cpuSuppress's own formula
 (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`: capacity x threshold - non-BE
 pods - host applications - system) and, when that is lower than the BE quota in force by more than the
 hysteresis (the larger of cpuSuppress's 1 % bypass and 0.2 cores; for half a second after a write only
@@ -82,6 +84,7 @@ from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
 from qosmanager.host.procfs import clock_ticks
 from qosmanager.host.resources import CFS_PERIOD_US
+from qosmanager.host.sched import realtime
 from qosmanager.states.store import StateStore
 from qosmanager.strategies._helpers import FilteredUsage, go_div
 from qosmanager.strategies.cpu_suppress import (
@@ -151,6 +154,7 @@ class FastPath:
         self.wakes = 0  # returns from the sampler to Python (the load reached the trigger level)
         self.pressures = 0  # samples taken at once on a CPU stall of LS (pressure(): a PSI trigger)
         self._decide_lock = threading.Lock()  # decide(): the sampler's thread and the PSI watch's
+        self.not_realtime = ""  # why the sampler's thread is an ordinary one ("": SCHED_FIFO, or not started)
         self._stop = threading.Event()
         self._trigger_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -197,6 +201,11 @@ class FastPath:
         if self.counters is not None or self.monotonic is not time.monotonic:
             self._run_stepping()
             return
+        # its samples must not wait for a CPU behind the load they react to (qosmanager.host.sched)
+        self.not_realtime = realtime()
+        if self.not_realtime:
+            log.warning("fast path: the sampler's thread stays an ordinary one (%s): on busy CPUs its samples "
+                        "come late, tens of ms each", self.not_realtime)
         self.retrigger()
         while self._sampler.wait() != SAMPLER_WOKE_STOP and not self._stop.is_set():
             self.wakes += 1
