@@ -12,10 +12,12 @@ koordlet's pace, ``--react-mode tick``), ``fast`` (the fast path) and, in the lo
 neighbours.  A round: the agent starts and settles with LS idle (BE's quota high), the probe runs, then LS
 demand starts (the burst: one busy loop) and the round measures the **reaction**: the time until BE's quota
 in the kernel is at the safe level, ``capacity x threshold - 0.9 x`` the LS pod's use in the burst's first
-half second as the kernel measured it (the level that leaves LS what it took).  The node's tree gets the
-weight of about eight busy tasks against the rest of this shared machine (``TREE_SHARES``), so that its
-pods get CPU at all; a burst that still got less than 0.4 cores has no reaction to time.  It reports
-per round the probe's p50/p99/p99.9, BE's CPU seconds (its work) and a timeline (BE quota, LS and BE usage).
+half second as the kernel measured it (the level that leaves LS what it took); the quota file is read every
+millisecond by ``outcome/quotawatch.c``, a process of its own in SCHED_FIFO, so that the time is the kernel's,
+not a busy machine's delay in looking.  The node's tree gets the weight of about eight busy tasks against
+the rest of this shared machine (``TREE_SHARES``), so that its pods get CPU at all; a burst that still got
+less than 0.4 cores has no reaction to time.  It reports per round the probe's p50/p99/p99.9, BE's CPU
+seconds (its work) and a timeline (BE quota, LS and BE usage).
 
 Nothing here judges LS latency: on this machine neighbours move LS p99 by 4x between runs of one case.
 Medians of per-round percentiles with their spread are reported; bounds are on mechanisms only.
@@ -52,6 +54,7 @@ MIN_BURST_CORES = 0.4  # a round whose burst got less (a starved machine) has no
 TAIL = 0.5  # probe seconds after the burst
 TREE_SHARES = 8192  # the node's whole tree against the machine's other work (about eight busy tasks)
 SAMPLE = 0.02  # timeline sampling interval
+WATCH_US = 1000  # BE's quota read this often (µs) by outcome/quotawatch.c to time the reaction
 MODE_FLAGS: dict[str, tuple[str, ...]] = {
     "tick": ("--react-mode", "tick"),
     "fast": ("--react-mode", "fast"),
@@ -88,9 +91,10 @@ class Round:
 
 
 def build(workdir: str) -> dict[str, str]:
-    """The probe and the streamer, compiled into ``workdir``; {} when there is no C compiler."""
+    """The probe, the streamer and the quota watcher, compiled into ``workdir``; {} when there is no C
+    compiler."""
     out = {}
-    for name in ("probe", "stream"):
+    for name in ("probe", "stream", "quotawatch"):
         exe = os.path.join(workdir, name)
         try:
             subprocess.run(["cc", "-O2", "-o", exe, os.path.join(SOURCES, f"{name}.c")], check=True,
@@ -207,9 +211,10 @@ class Outcome:
                 sampler = threading.Thread(target=self._sample, args=(t0, timeline, stop), daemon=True)
                 sampler.start()
                 time.sleep(LEAD)
+                watch = self._watch_start()
                 burst = node.start(self.ls, BUSY, 1)
                 burst_at = time.monotonic()
-                changes, ls_used = self._watch_quota(burst_at + BURST)  # (seconds since the burst, quota)
+                changes, ls_used = self._watch_quota(watch, burst_at)  # (seconds since the burst, quota)
                 burst.kill()
                 burst.wait()
                 self.ls.procs.remove(burst)
@@ -234,23 +239,49 @@ class Outcome:
                      len(values), be_seconds, probe_seconds, reaction, burst_at - t0, burst_end - t0,
                      safe, ls_used, changes, lat, timeline)
 
-    def _watch_quota(self, until: float) -> tuple[list[tuple[float, int]], float]:
-        """BE's quota in the kernel, read every 2 ms until ``until``: its changes, timed from now; and the
-        LS pod's use from 0.1 to 0.6 s into the burst, in cores: LS's demand as the kernel served it at
-        its start (on a shared machine one busy loop may get less than a core; later, with BE throttled,
-        it gets more, which would move the bar after the fact)."""
-        t0 = time.monotonic()
-        changes = [(0.0, self.node.quota(self.be_dir))]
+    def _watch_start(self) -> tuple[subprocess.Popen[bytes], bytes]:
+        """BE's quota file watched by ``outcome/quotawatch.c`` (every ms, in SCHED_FIFO: the test runs as
+        root), from its first read on.  A watcher in this process's Python thread waited for a CPU and the
+        GIL behind the very load it timed: on a loaded machine it saw the quota up to 200 ms after the
+        kernel had it (the agent's write traced at 103 ms, the quota seen at 304 ms).  Returns the watcher
+        and its first line (the quota before the burst: the watcher is reading)."""
+        path = self.node.path(self.be_dir, "cpu.cfs_quota_us" if self.node.version == 1 else "cpu.max")
+        watch = subprocess.Popen([self.exes["quotawatch"], path, str(WATCH_US), str(BURST + 5)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert watch.stdout is not None
+        watch.stdout.readline()  # "# fifo" (or "# other <errno>")
+        return watch, watch.stdout.readline()
+
+    def _quota(self, text: str) -> int:
+        """A quota file's contents in µs per period, -1 unlimited (v2's ``cpu.max``: "max 100000")."""
+        q = text.split()[0]
+        return -1 if q == "max" else int(q)
+
+    def _watch_quota(self, watch: tuple[subprocess.Popen[bytes], bytes],
+                     burst_at: float) -> tuple[list[tuple[float, int]], float]:
+        """BE's quota in the kernel (the watcher's lines) from the burst for :data:`BURST` seconds: its
+        changes, timed from ``burst_at`` (the first: the quota at the burst's start, at 0); and the LS
+        pod's use from 0.1 to 0.6 s into the burst, in cores: LS's demand as the kernel served it at its
+        start (on a shared machine one busy loop may get less than a core; later, with BE throttled, it
+        gets more, which would move the bar after the fact)."""
         ls: list[tuple[float, int]] = []
-        while (now := time.monotonic()) < until:
-            q = self.node.quota(self.be_dir)
-            if q != changes[-1][1]:
-                changes.append((now - t0, q))
-            if len(ls) < 2 and now - t0 >= (USE_FROM, USE_TO)[len(ls)]:
-                ls.append((now, self.node.usage_us(self.ls.dir)))
-            time.sleep(0.002)
-        if len(ls) < 2:
-            return changes, 0.0
+        for at in (USE_FROM, USE_TO):
+            time.sleep(max(0.0, burst_at + at - time.monotonic()))
+            ls.append((time.monotonic(), self.node.usage_us(self.ls.dir)))
+        time.sleep(max(0.0, burst_at + BURST - time.monotonic()))
+        watch[0].terminate()
+        out = watch[1] + watch[0].communicate(timeout=30)[0]
+        changes: list[tuple[float, int]] = []
+        for line in out.decode().splitlines():
+            stamp, _, text = line.partition(" ")
+            if line.startswith("#") or not text:
+                continue
+            t, q = max(int(stamp) / 1e9 - burst_at, 0.0), self._quota(text)
+            if changes and changes[-1][0] == 0.0 and t == 0.0:
+                changes[-1] = (0.0, q)  # before the burst: the latest value is the one in force at its start
+            elif not changes or q != changes[-1][1]:
+                changes.append((t, q))
+        assert changes, f"{self.exes['quotawatch']} read no quota"
         return changes, (ls[1][1] - ls[0][1]) / 1e6 / (ls[1][0] - ls[0][0])
 
     def _sample(self, t0: float, out: list[Sample], stop: threading.Event) -> None:
