@@ -167,6 +167,28 @@ def test_wait_returns_at_the_trigger_level_or_when_stopped(tmp_path: Path, impl:
         os.close(w)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_interrupt_ends_a_wait_without_a_stop_descriptor(tmp_path: Path, impl: str) -> None:
+    """The fast path stops its sampler by interrupt() (the native one sleeps on a futex word, no
+    descriptor to poll): a wait in progress returns at once, and so does every later one."""
+    files = Files(tmp_path)
+    files.write(0, 0.0, 0.0)
+    s = files.sampler(IMPLS[impl], -1, interval=0.01)
+    s.set_trigger(math.inf, math.inf, -math.inf, 0.0, math.nan)
+    done: list[int] = []
+    th = threading.Thread(target=lambda: done.append(s.wait()))
+    th.start()
+    time.sleep(0.2)
+    assert not done, "an infinite level never wakes"
+    assert s.taken >= 5, "it sampled while waiting"
+    s.interrupt()
+    th.join(5)
+    assert done == [IMPLS[impl].WOKE_STOP]
+    taken = s.taken
+    assert s.wait() == IMPLS[impl].WOKE_STOP and s.taken == taken, "interrupted for good, no sample more"
+    s.close()
+
+
 def test_both_keep_pushed_samples_alike(tmp_path: Path) -> None:
     """Counter values read elsewhere (replay's series) are kept as samples, the ring bounded alike."""
     files = Files(tmp_path)

@@ -12,6 +12,7 @@ import os
 import select
 import threading
 import time
+import weakref
 
 KIND_PROC_STAT = 0
 KIND_USAGE_USEC = 1
@@ -54,6 +55,12 @@ def parse_ns(raw: bytes) -> float:
     return _number(raw.rstrip(b"\n ")) / 1e9
 
 
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 class CounterSampler:
     """The three counters, their last ``keep`` samples and the trigger (see the native module)."""
 
@@ -79,6 +86,10 @@ class CounterSampler:
         self._follow_until = -math.inf
         self._system_floor, self._system_fixed = 0.0, math.nan
         self._lock = threading.Lock()
+        self._interrupted = threading.Event()
+        # interrupt() ends a poll by this pipe (the native sampler sleeps on a futex word instead)
+        self._int_r, self._int_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        weakref.finalize(self, _close_fds, self._int_r, self._int_w)
         self.taken = 0
         self.errors = 0
 
@@ -175,12 +186,22 @@ class CounterSampler:
             self._level, self._follow_level, self._follow_until = level, follow_level, follow_until
             self._system_floor, self._system_fixed = system_floor, system_fixed
 
+    def interrupt(self) -> None:
+        """Make :meth:`wait` return ``WOKE_STOP`` at once, and every later call too (thread-safe)."""
+        self._interrupted.set()
+        with contextlib.suppress(OSError):
+            os.write(self._int_w, b"x")
+
     def wait(self) -> int:
-        """Sample at the cadence until the load reaches the trigger level or the stop descriptor is
-        readable (see the native module)."""
+        """Sample at the cadence until the load reaches the trigger level, or :meth:`interrupt` was called
+        or the stop descriptor is readable (see the native module)."""
         poller = select.poll()
-        poller.register(self._stop_fd, select.POLLIN)
+        poller.register(self._int_r, select.POLLIN)
+        if self._stop_fd >= 0:
+            poller.register(self._stop_fd, select.POLLIN)
         while True:
+            if self._interrupted.is_set():
+                return WOKE_STOP
             now = time.monotonic_ns()
             if self._next_ns == 0:
                 self._next_ns = now

@@ -61,7 +61,6 @@ scenario's samples instead of the files).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -142,11 +141,10 @@ class FastPath:
         else:
             kubepods = layout.file("cpu", layout.kubepods_dir(), "cpu.stat")
             be = layout.file("cpu", self.be_dir, "cpu.stat")
-        # stopping writes a byte here: the sampler's wait (in C, without the GIL) returns at once
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        # the counters and their last SYSTEM_SAMPLES samples (qosmanager._native: C, or its Python twin)
+        # the counters and their last SYSTEM_SAMPLES samples (qosmanager._native: C, or its Python twin);
+        # stopping interrupts the sampler's wait (in C, without the GIL): it returns at once
         self.counter_paths = (os.path.join(layout.roots.proc, "stat"), kubepods, be)
-        self._sampler = self.new_sampler(interval, self._stop_r)
+        self._sampler = self.new_sampler(interval, -1)
         self._follow_until = float("-inf")
         self._children: tuple[int, list[str]] | None = None  # (pods generation, BE children's dirs): v1
         self.writes = 0
@@ -168,19 +166,15 @@ class FastPath:
     def stop(self) -> None:
         if not self._stop.is_set():
             self._stop.set()
-            with contextlib.suppress(OSError):
-                os.write(self._stop_w, b"x")
+            self._sampler.interrupt()
         if self._thread is not None:
             self._thread.join(5)
         if self._thread is None or not self._thread.is_alive():
             self._sampler.close()
-            for fd in (self._stop_r, self._stop_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._stop_r = self._stop_w = -1
 
     def new_sampler(self, interval: float, stop_fd: int) -> Any:
-        """A sampler of this fast path's counters (:class:`qosmanager._native.CounterSampler`)."""
+        """A sampler of this fast path's counters (:class:`qosmanager._native.CounterSampler`); its wait
+        ends when ``stop_fd`` is readable (-1: none) or at its ``interrupt()``."""
         kind = SAMPLER_KIND_NS if self.layout.version == 1 else SAMPLER_KIND_USAGE_USEC
         return CounterSampler(*self.counter_paths, kind, float(clock_ticks()), SYSTEM_SAMPLES, interval, stop_fd)
 
