@@ -208,7 +208,7 @@ def test_minute_average(steady: Any) -> None:
     assert ratio <= MINUTE_BOUND, (f"a minute of ticks cost {ratio:.2f} x the floor per tick (range "
                                    f"{lo:.2f}-{hi:.2f}), bound {MINUTE_BOUND} (load {os.getloadavg()[0]:.1f})")
     # the measurement is live: ticks made as much costlier as eats the margin (at least twice) miss the bound
-    factor = max(2.0, 1.5 * MINUTE_BOUND / ratio)
+    factor = max(2.0, 2.0 * MINUTE_BOUND / ratio)
     slow = _minute(agent, advance, slowed(tick, factor))
     assert slow > MINUTE_BOUND, f"ticks {factor:.1f}x as costly: {slow:.2f} x the floor, still within {MINUTE_BOUND}"
 
