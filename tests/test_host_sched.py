@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from qosmanager.framework.fastpath import FastPath
+from qosmanager.exporter.agent_metrics import AgentMetrics
+from qosmanager.exporter.health import Health, HealthBounds
+from qosmanager.framework.fastpath import REALTIME_NOTE, FastPath
 from qosmanager.host import sched
 from test_strategy_cpu_suppress import make, slo, with_pods
 
@@ -101,6 +103,7 @@ def test_the_fast_paths_sampler_thread_runs_in_fifo_where_allowed() -> None:
         assert sched.is_realtime(tid) == can
         assert (fp.not_realtime == "") == can
         assert not sched.is_realtime(0)
+        assert (fp.store.conditions.notes().get(REALTIME_NOTE) is None) == can
     finally:
         fp.stop()
 
@@ -123,5 +126,11 @@ def test_refused_the_sampler_thread_warns_once_and_samples_all_the_same(
         assert not sched.is_realtime(tid)
         assert "Operation not permitted" in fp.not_realtime
         assert len([r for r in caplog.records if "stays an ordinary one" in r.getMessage()]) == 1
+        # /healthz says it under info, not as a fault: the agent stays ok (a healthy start)
+        metrics = AgentMetrics()
+        ok, body = Health(metrics, HealthBounds(), store=fp.store, clock=lambda: metrics.started_at).check()
+        assert ok and body["status"] == "ok" and "degraded" not in body
+        detail = body["info"][REALTIME_NOTE]["detail"]
+        assert "ordinary thread" in detail and "Operation not permitted" in detail
     finally:
         fp.stop()

@@ -16,6 +16,8 @@ estimates reaches the *trigger level*, the lowest load at which the decision bel
 a Python wake-up per sample cost more CPU than the rest of the agent together.  The thread runs in
 ``SCHED_FIFO`` where the agent may (:func:`qosmanager.host.sched.realtime`): a rise in LS demand is when
 the CPUs are busiest, and an ordinary thread's samples then waited for a CPU, 40-80 ms each at load 8-11.
+Refused (no ``CAP_SYS_NICE``: the shipped DaemonSet grants it), the thread stays an ordinary one with a
+warning, and ``/healthz`` says so under ``info`` (:data:`REALTIME_NOTE`), not as a fault.
 From the sampler's window (the last two intervals, 100 ms) it recomputes BE's budget with cpuSuppress's own formula
 (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`: capacity x threshold - non-BE
 pods - host applications - system) and, when that is lower than the BE quota in force by more than the
@@ -110,6 +112,7 @@ INTERVAL = 0.05  # seconds between samples
 FOLLOW = 0.5  # seconds after a write in which the load's further rise is followed at the 1 % bypass
 SYSTEM_SAMPLES = 21  # the system term over the last second: /proc/stat moves in clock ticks (10 ms)
 HYSTERESIS_CORES = 0.2
+REALTIME_NOTE = "fastpath/realtime"  # the /healthz info note when the sampler's thread stays an ordinary one
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +199,15 @@ class FastPath:
             self._run_stepping()
             return
         # its samples must not wait for a CPU behind the load they react to (qosmanager.host.sched)
-        self.not_realtime = realtime()
-        if self.not_realtime:
+        why = realtime()
+        if why:
+            # the shipped DaemonSet grants CAP_SYS_NICE for this: a refusal is unexpected (a warning), and
+            # /healthz says it under info (not a fault: the tick and the fast path still protect)
+            self.store.conditions.note(REALTIME_NOTE, f"the fast path's sampler is an ordinary thread ({why}): "
+                                       "on busy CPUs its samples come late, tens of ms each")
             log.warning("fast path: the sampler's thread stays an ordinary one (%s): on busy CPUs its samples "
-                        "come late, tens of ms each", self.not_realtime)
+                        "come late, tens of ms each", why)
+        self.not_realtime = why
         self.retrigger()
         while self._sampler.wait() != SAMPLER_WOKE_STOP and not self._stop.is_set():
             self.wakes += 1
@@ -507,4 +515,4 @@ class FastPath:
         return level(max(bypass, HYSTERESIS_CORES * CFS_PERIOD_US)), level(bypass), floor, fixed
 
 
-__all__ = ["INTERVAL", "REACT_FAST", "REACT_MODES", "REACT_TICK", "FastPath", "Sample"]
+__all__ = ["INTERVAL", "REACT_FAST", "REACT_MODES", "REACT_TICK", "REALTIME_NOTE", "FastPath", "Sample"]
