@@ -261,9 +261,11 @@ def test_container_is_root_but_not_privileged(container: dict[str, Any], run_arg
     assert sc["runAsUser"] == 0  # root owns the cgroup, sysctl and resctrl files
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"]["drop"] == ["ALL"]
-    # no capability at all: the default evicts through the Eviction API; KILL is kill mode's
+    # SYS_NICE only: the fast path's sampler thread in SCHED_FIFO (qosmanager.host.sched; refused, it
+    # warns at every start).  The default evicts through the Eviction API; KILL is kill mode's
     # (deploy/overlays/kill-mode), and the agent mounts nothing (not even resctrl)
-    assert "add" not in sc["capabilities"]
+    assert sc["capabilities"]["add"] == ["SYS_NICE"]
+    assert set(sc["capabilities"]) == {"drop", "add"}
     assert run_args.evict_mode == "api"
     mounts = container["volumeMounts"]
     # Bidirectional propagation is only allowed in privileged containers
@@ -407,7 +409,8 @@ def test_kill_mode_overlay_adds_host_pid_and_cap_kill_and_nothing_else(daemonset
     assert args.evict_mode == "kill"
     # cgroup.procs lists PIDs as the reader's PID namespace sees them; the victims are other users'
     assert pod["hostPID"] is True
-    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
+    # KILL appended to the base's SYS_NICE (the sampler's SCHED_FIFO), not in its place
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE", "KILL"]}
     prefix = "/spec/template/spec"
     assert _diff(daemonset, kill) == {f"{prefix}/hostPID", f"{prefix}/containers/0/securityContext/capabilities/add",
                                       f"{prefix}/containers/0/args/{c['args'].index('--evict-mode=kill')}"}
