@@ -21,6 +21,7 @@ job is a room of its own, with its own state and tests:
 :mod:`.mkdir`      directories (resctrl groups); :mod:`.kill` signals and ``cgroup.kill``
 :mod:`.psi`        PSI triggers (registered on a pressure file, held by their descriptor)
 :mod:`.files`      the descriptor table; :mod:`.audit` the JSON-lines audit
+:mod:`.rereads`    ``read_many`` of the same many files again: from the last read's descriptors, one batch
 =================  ===========================================================================
 
 One :meth:`Executor.apply` call per scheduler round runs the batch pipeline, top to bottom in
@@ -116,6 +117,7 @@ from qosmanager.executor.ownership import Claims
 from qosmanager.executor.plans import GroupState, Plans, Span
 from qosmanager.executor.psi import PressureTrigger, TriggerResult, Triggers
 from qosmanager.executor.report import Reporter
+from qosmanager.executor.rereads import READ_CHUNK, Rereads, read_fds
 from qosmanager.executor.types import (
     IGNORABLE,
     ExecutorStats,
@@ -144,8 +146,6 @@ if TYPE_CHECKING:
 # the words every caller imports from here (kept where they always were)
 __all__ = ["CONFLICT_CONDITION", "Executor", "ExecutorStats", "MakeDir", "Plan", "PlanGroup", "Request",
            "Restore", "Write", "WriteConflict", "WriteResult"]
-
-READ_CHUNK = 4096
 
 
 class Executor:
@@ -194,6 +194,7 @@ class Executor:
         self.on_batch: list[Callable[[list[WriteResult], float], None]] = []
         self._last_gc = clock()
         self.lane: Lane | None = Lane(self)  # None: every batch through the pipeline (the reference)
+        self.rereads = Rereads(self.files, self.stats)
 
     # ------------------------------------------------------------------
     # the door
@@ -247,9 +248,12 @@ class Executor:
         with self.lock:
             r = res.get(resource)
             now = self.clock()
+            cache, force, where, canonical = self.cache.entries, self.force_seconds, self.locator.where, self.canonical
+            again = self.rereads.again(resource, cgroups, cache)  # the same files as last time (see .rereads)
+            if again is not None:
+                return [canonical(r, d.decode(errors="replace")) if isinstance(d, bytes) else None for d in again]
             out: list[str | None] = [None] * len(cgroups)
             todo: list[tuple[int, str, Key]] = []
-            cache, force, where = self.cache.entries, self.force_seconds, self.locator.where
             for i, cg in enumerate(cgroups):
                 loc = where.get((resource, cg)) or self.locator.remember(r, cg)
                 if loc is None:
@@ -260,11 +264,12 @@ class Executor:
                 else:
                     todo.append((i, self.locator.path(loc), loc[4]))
             if todo:
-                contents = self._read_paths([p for _, p, _ in todo])
+                contents = self._read_paths(paths := [p for _, p, _ in todo])
+                self.rereads.remember(resource, cgroups, paths, [k for _, _, k in todo], cache)
                 multi = r.multi_entry
                 for (i, _, k), content in zip(todo, contents):
                     if isinstance(content, str):
-                        value = out[i] = self.canonical(r, content)
+                        value = out[i] = canonical(r, content)
                         if not multi and k in cache:  # confirmed now (or found changed: the truth)
                             cache[k] = CacheEntry(value, now, content, True)
             return out
@@ -660,15 +665,7 @@ class Executor:
                 idx.append(i)
         if idx:
             arr = np.fromiter((fds[i][0] for i in idx), dtype=np.int32, count=len(idx))  # type: ignore[index]
-            data = sysio.pread_batch(arr, READ_CHUNK)
-            self.stats.read_syscalls += len(idx)
-            big = [k for k, d in enumerate(data) if isinstance(d, bytes) and len(d) == READ_CHUNK]
-            if big:
-                more = sysio.pread_batch(arr[big], 1 << 22)
-                self.stats.read_syscalls += len(big)
-                for k, d in zip(big, more):
-                    data[k] = d
-            for i, d in zip(idx, data):
+            for i, d in zip(idx, read_fds(arr, self.stats)):
                 out[i] = d.decode(errors="replace") if isinstance(d, bytes) else d
         return out
 

@@ -20,7 +20,7 @@ import errno
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class FileTable:
         self.one_shot_reads = 0
         self.one_shot_writes = 0
         self.closes = 0  # descriptors closed so far: a descriptor number kept elsewhere is valid while it holds
+        # called before the least recently used descriptors are closed: whoever reads kept descriptors
+        # without a lookup moves those files up first (see :mod:`.rereads`)
+        self.before_shed: Callable[[], None] | None = None
         if budget is not None:
             budget.add_holder(self.__len__, self.shed)
 
@@ -66,14 +69,14 @@ class FileTable:
         descriptor is kept, or ``-errno`` where the file cannot be opened."""
         out: list[Entry | int] = [0] * len(paths)
         missing: dict[str, list[int]] = {}  # a path may come twice (entries of one file)
-        hits: set[str] = set()
+        hits: dict[str, None] = {}  # in order
         for i, p in enumerate(paths):
             entry = self._fds.get(p)
             if entry is None:
                 missing.setdefault(p, []).append(i)
             else:
                 self._fds.move_to_end(p)
-                hits.add(p)
+                hits[p] = None
                 out[i] = entry
         if not missing:
             return out
@@ -82,7 +85,7 @@ class FileTable:
             limit = min(limit, len(self._fds) + self.budget.available())
         # this batch's descriptors stay; older ones are closed to make room for the new
         n_new = max(0, min(len(missing), limit - len(hits)))
-        self._close_oldest(min(len(self._fds) + n_new - limit, len(self._fds) - len(hits)))
+        self._close_oldest(min(len(self._fds) + n_new - limit, len(self._fds) - len(hits)), hits)
         mpaths = list(missing)
         held, rest = mpaths[:n_new], mpaths[n_new:]
         opened: list[int] = []
@@ -137,10 +140,22 @@ class FileTable:
         st = os.fstat(fd)
         return stat.S_ISREG(st.st_mode) and st.st_size not in (0, 4096)
 
-    def _close_oldest(self, n: int) -> int:
+    def touch(self, paths: Iterable[str]) -> None:
+        """Make the kept descriptors of ``paths`` the most recently used (in this order)."""
+        fds = self._fds
+        for p in paths:
+            if p in fds:
+                fds.move_to_end(p)
+
+    def _close_oldest(self, n: int, keep: Iterable[str] = ()) -> int:
+        """Close the ``n`` least recently used descriptors; ``keep`` (the batch being looked up) stays
+        the most recently used."""
         n = min(n, len(self._fds))
         if n <= 0:
             return 0
+        if self.before_shed is not None:
+            self.before_shed()
+            self.touch(keep)
         victims = [self._fds.popitem(last=False)[1][0] for _ in range(n)]
         self.closes += n
         sysio.close_batch(np.asarray(victims, dtype=np.int32))
