@@ -101,3 +101,20 @@ def test_append_values_stores_what_append_row_stores() -> None:
         np.testing.assert_array_equal(by_value._ts, by_row._ts)
     with pytest.raises(KeyError):
         by_value.append_values(t + 1, "node", {"nope": 1.0})
+
+
+def test_key_columns_follow_the_keys() -> None:
+    g = SeriesGroup("g", ["m"], rows=4, cols=2)
+    assert g.key_columns()[0] == []
+    for k in ("a", "b", "c"):
+        g.column(k)
+    names, cols = g.key_columns()
+    assert (names, cols.tolist()) == (["a", "b", "c"], [0, 1, 2])
+    assert g.key_columns()[1] is cols  # kept while no key comes or goes
+    g.release("b")
+    assert (g.key_columns()[0], g.key_columns()[1].tolist()) == (["a", "c"], [0, 2])
+    g.column("d")  # reuses column 1
+    names, cols = g.key_columns()
+    assert dict(zip(names, cols.tolist())) == g.keys() == {"a": 0, "c": 2, "d": 1}
+    with pytest.raises(ValueError):
+        cols[0] = 5  # shared: read-only

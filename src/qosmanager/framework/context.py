@@ -139,15 +139,16 @@ class Context:
             vals = group.aggregate_cols(metric, np.fromiter((c for _, c in pairs), dtype=np.int64,
                                                             count=len(pairs)), lo, hi, agg)
             return {pairs[i][0]: float(vals[i]) for i in np.flatnonzero(~np.isnan(vals)).tolist()}
-        all_keys = group.keys()
-        if not all_keys:
+        names, cols = group.key_columns()
+        if not names:
             return {}  # no series (no host application configured): no reduction to run
         values = group.aggregate_all(metric, lo, hi, agg)  # after the keys: it covers every one of them
-        cols = np.fromiter(all_keys.values(), dtype=np.int64, count=len(all_keys))
         vals = values[cols]
         ok = ~np.isnan(vals)
-        names = list(all_keys)
-        return {names[i]: float(vals[i]) for i in np.flatnonzero(ok).tolist()}
+        listed = vals.tolist()
+        if ok.all():
+            return dict(zip(names, listed))
+        return {names[i]: listed[i] for i in np.flatnonzero(ok).tolist()}
 
     def refresh(self, name: str) -> None:
         """Have the collector read ``name`` (a pod metric) now for every pod its last tick did not

@@ -125,6 +125,7 @@ class SeriesGroup:
         self._start = 0  # physical slot of the oldest row
         self._n = 0  # rows in use
         self._keys: dict[str, int] = {}
+        self._key_columns: tuple[list[str], np.ndarray] | None = None  # see key_columns()
         self._live = np.zeros(self.cols, dtype=bool)
         self._used = 0  # high-water mark: columns [0, used) have been handed out at least once
         self._free: list[int] = []  # heap of released columns below the high-water mark
@@ -154,6 +155,7 @@ class SeriesGroup:
                 self._used += 1
             self._keys[key] = col
             self._live[col] = True
+            self._key_columns = None
             return col
 
     def lookup(self, key: str) -> int | None:
@@ -170,6 +172,7 @@ class SeriesGroup:
             col = self._keys.pop(key, None)
             if col is None:
                 return
+            self._key_columns = None
             for mat in self.values.values():
                 mat[:, col] = np.nan
             self._live[col] = False
@@ -179,6 +182,17 @@ class SeriesGroup:
         """A snapshot of the live keys and their columns."""
         with self._lock:
             return dict(self._keys)
+
+    def key_columns(self) -> tuple[list[str], np.ndarray]:
+        """The live keys and their columns (int64), in the same order: kept until a key comes or goes
+        (a strategy's per-pod view asks every tick; the pods change far less often).  Read-only."""
+        with self._lock:
+            kc = self._key_columns
+            if kc is None:
+                cols = np.fromiter(self._keys.values(), dtype=np.int64, count=len(self._keys))
+                cols.flags.writeable = False
+                kc = self._key_columns = (list(self._keys), cols)
+            return kc
 
     def reserve(self, cols: int) -> None:
         """Grow the column capacity to at least ``cols`` (one copy), e.g. before adding 1,000 pods."""
