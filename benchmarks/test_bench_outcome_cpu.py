@@ -24,6 +24,9 @@ round's CPU over every round's time, so the once-a-minute work is counted in).  
 "agent second" scenario of ``benchmarks/test_bench_demand.py``.  Before and after a change, in the same
 rounds: ``QOSM_OUTCOME_CPU_BASE=<another checkout's src dir, extensions built>`` adds that tree's agents
 (``fast@base``, ``tick@base``) beside this one's; ``QOSM_OUTCOME_CPU_ROUNDS`` sets the rounds (7).
+Each run writes its figures (with the load average, date, commit and rounds) to
+``benchmarks/outcome/cpu_results.json`` (``QOSM_OUTCOME_CPU_OUT`` elsewhere);
+``python benchmarks/outcome/report.py --cpu-readme README.md`` makes the README's whole-process paragraph of it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -59,6 +63,8 @@ STAGGER = 100  # the LS containers are written in this many parts, one part with
 BOUND = 0.3
 BASE = os.environ.get("QOSM_OUTCOME_CPU_BASE", "")  # another tree's src dir: its agents in the same rounds
 MODES = ("fast", "tick") + (("fast@base", "tick@base") if BASE else ())
+RESULTS = os.environ.get("QOSM_OUTCOME_CPU_OUT",
+                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "outcome", "cpu_results.json"))
 
 pytestmark = pytest.mark.skipif(not FULL, reason="manual benchmark (about a minute): QOSM_OUTCOME_CPU=1")
 
@@ -230,6 +236,33 @@ def measure(node: SimNode, workdir: str) -> dict[str, Any]:
     return out
 
 
+def _commit() -> str | None:
+    """This tree's commit (short), when git answers."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True,
+                               timeout=10, cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+src changes" if dirty else "")
+
+
+def save(out: dict[str, Any], path: str) -> dict[str, Any]:
+    """The run's figures with when and where they were measured (``outcome/report.py`` makes the README's
+    whole-process paragraph of them)."""
+    data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": _commit(),
+                     "containers": N, "cpus_simulated": CPUS, "machine_cpus": os.cpu_count(), "bound": BOUND,
+                     "rounds": ROUNDS, "round_seconds": ROUND, "load": [round(x, 2) for x in os.getloadavg()]},
+            **out}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return data
+
+
 def test_whole_process_cpu(tmpfs_dir: str) -> None:
     root = os.path.join(tmpfs_dir, "outcome-cpu")
     os.makedirs(root)
@@ -245,6 +278,7 @@ def test_whole_process_cpu(tmpfs_dir: str) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("\nwhole-process CPU at 2,000 containers:\n" + json.dumps(out, indent=1))
+    save(out, RESULTS)
     ratio, (lo, hi) = out["fast"]["ratio"], out["fast"]["interval"]
     assert ratio <= BOUND, (f"the agent with the fast path used {ratio:.2f} x the floor (95 % interval "
                             f"{lo:.2f}-{hi:.2f}), bound {BOUND}: {out}")

@@ -94,3 +94,39 @@ def test_the_readme_outcome_table_is_made_from_the_outcome_results(tmp_path: Pat
     assert outcome.main(["--check", str(readme)]) == 1
     assert outcome.main(["--readme", str(readme)]) == 0  # rewritten from the results, it agrees again
     assert outcome.main(["--check", str(readme)]) == 0 and readme.read_text(encoding="utf-8") == text
+
+
+def cpu_results(fast_mean: float = 0.19, rounds: int = 32) -> dict:
+    return {"meta": {"date": "2026-12-05 09:00 UTC", "commit": "abc1234", "containers": 2000, "machine_cpus": 2,
+                     "bound": 0.3, "rounds": rounds, "round_seconds": 2.0, "load": [3.9, 3.6, 5.7]},
+            "fast": {"ratio": 0.18, "interval": [0.17, 0.2], "mean_ratio": fast_mean},
+            "tick": {"ratio": 0.12, "interval": [0.11, 0.13], "mean_ratio": 0.13}}
+
+
+def plain(text: str) -> str:
+    """The README's times sign and range dash as ASCII."""
+    return text.replace(outcome.X, "x").replace(outcome.DASH, "-")
+
+
+def test_the_whole_process_paragraph_says_the_figures_and_whether_the_bound_holds() -> None:
+    text = plain(outcome.cpu_paragraph(cpu_results()))
+    assert "**0.19x** the read-everything floor over 32 rounds of 2 s (64 s" in text
+    assert "the rounds' median 0.18x, 0.17-0.20" in text and "beside it 0.13x (median 0.12x)" in text
+    assert "bound 0.3x on the fast path's mean and median: **met**" in text
+    assert "load average 3.9 on 2 CPUs" in text and "commit abc1234" in text
+    assert "**not met**" in plain(outcome.cpu_paragraph(cpu_results(fast_mean=0.31)))
+    short = plain(outcome.cpu_paragraph(cpu_results(fast_mean=0.31, rounds=7)))  # under a minute: the median alone
+    assert "fast path's median (the mean is bound over a minute or more): **met**" in short
+
+
+def test_the_readme_whole_process_paragraph_is_made_from_its_results(tmp_path: Path) -> None:
+    """The README's whole-process CPU paragraph is what report.py makes of cpu_results.json."""
+    data = json.loads((ROOT / "benchmarks/outcome/cpu_results.json").read_text(encoding="utf-8"))
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert outcome.cpu_paragraph(data) in text
+    readme = tmp_path / "README.md"
+    edited = outcome.cpu_paragraph({**data, "fast": {**data["fast"], "mean_ratio": 0.01}})  # edited by hand
+    readme.write_text(text.replace(outcome.cpu_paragraph(data), edited), encoding="utf-8")
+    assert outcome.main(["--check", str(readme)]) == 1
+    assert outcome.main(["--readme", str(readme)]) == 0
+    assert readme.read_text(encoding="utf-8") == text

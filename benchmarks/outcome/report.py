@@ -3,11 +3,15 @@
     QOSM_OUTCOME=1 pytest benchmarks/test_bench_outcome.py -s     # writes benchmarks/outcome/results.json
     python benchmarks/outcome/report.py [--readme README.md] [--plot docs/outcome-timeline.png]
     python benchmarks/outcome/report.py --check README.md
+    QOSM_OUTCOME_CPU=1 QOSM_OUTCOME_CPU_ROUNDS=32 pytest benchmarks/test_bench_outcome_cpu.py -s
+                                                                  # writes benchmarks/outcome/cpu_results.json
 
-Without options it prints the table.  ``--readme`` replaces the text between the README's
-``<!-- outcome:begin -->`` and ``<!-- outcome:end -->`` markers; ``--check`` changes nothing and fails
-(exit 1) when that text is not the table of the results (tests/test_readme_figures.py runs it in every
-test run, so a README edited by hand or a new results.json without the README fails CI); ``--plot``
+Without options it prints the table and the whole-process paragraph.  ``--readme`` replaces the text
+between the README's ``<!-- outcome:begin -->`` and ``<!-- outcome:end -->`` markers with the table, and
+between ``<!-- whole-process-cpu:begin -->`` and ``<!-- whole-process-cpu:end -->`` with the paragraph on
+the whole-process CPU (``test_bench_outcome_cpu.py``'s figures); ``--check`` changes nothing and fails
+(exit 1) when either text is not made of its results (tests/test_readme_figures.py runs it in every
+test run, so a README edited by hand or a new results file without the README fails CI); ``--plot``
 draws one round of each agent mode around its LS burst (LS request latency, BE's quota and both classes'
 CPU use) with matplotlib, the tool ``qosmanager simulate --plot`` uses.
 """
@@ -23,7 +27,10 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results.json")
+CPU_RESULTS = os.path.join(HERE, "cpu_results.json")
 BEGIN, END = "<!-- outcome:begin -->", "<!-- outcome:end -->"
+X, DASH = "\u00d7", "\u2013"  # the README's times sign and range dash
+CPU_BEGIN, CPU_END = "<!-- whole-process-cpu:begin -->", "<!-- whole-process-cpu:end -->"
 MIN_BURST = 0.4  # outcome_common.MIN_BURST_CORES
 MODE_TEXT = {"none": "no agent (BE at cpu.shares 2)", "tick": "agent, `--react-mode tick` (koordlet's pace)",
              "fast": "agent, fast path (default)", "fast-idle": "fast path + `BECPUIdle`"}
@@ -61,6 +68,30 @@ def table(data: dict[str, Any]) -> str:
                 "Made by `benchmarks/outcome/report.py` from `benchmarks/outcome/results.json`; every test run "
                 "checks that the two agree (`report.py --check README.md`).")
     return "\n".join(rows)
+
+
+def cpu_paragraph(data: dict[str, Any]) -> str:
+    """The README's whole-process sentence of ``test_bench_outcome_cpu.py``'s results: the fast path's and
+    tick mode's mean (every round's CPU over every round's time) and median of the rounds' ratios to the
+    read-everything floor, against the bound, with the load and date of the run."""
+    meta = data["meta"]
+    fast, tick = data["fast"], data["tick"]
+    rounds, seconds, bound = meta["rounds"], meta["round_seconds"], meta["bound"]
+    minute = rounds * seconds >= 60  # the mean is bound only over a minute or more (its once-a-minute work)
+    held = fast["ratio"] <= bound and (fast["mean_ratio"] <= bound or not minute)
+    lo, hi = fast["interval"]
+    load = meta["load"]
+    commit = f", commit {meta['commit']}" if meta.get("commit") else ""
+    verdict = "**met**" if held else "**not met**"
+    scope = "mean and median" if minute else "median (the mean is bound over a minute or more)"
+    return (f"**Whole-process CPU.** At {meta['containers']:,} containers, every thread counted (`/metrics` served), "
+            f"the agent with the fast path used on average **{fast['mean_ratio']:.2f}{X}** the read-everything "
+            f"floor over {rounds} rounds of {seconds:g} s ({rounds * seconds:g} s: the once-a-minute re-checks "
+            f"counted in; the rounds' median {fast['ratio']:.2f}{X}, {lo:.2f}{DASH}{hi:.2f}), `--react-mode tick` "
+            f"beside it {tick['mean_ratio']:.2f}{X} (median {tick['ratio']:.2f}{X}); bound {bound:g}{X} on the "
+            f"fast path's {scope}: {verdict}. Measured {meta['date']}{commit}, load average {load[0]:.1f} on "
+            f"{meta['machine_cpus']} CPUs; made by `benchmarks/outcome/report.py` from "
+            "`benchmarks/outcome/cpu_results.json`.")
 
 
 def plot(data: dict[str, Any], path: str) -> None:
@@ -104,30 +135,31 @@ def plot(data: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def _block(path: str) -> tuple[str, int, int]:
+def _block(path: str, begin: str = BEGIN, end: str = END) -> tuple[str, int, int]:
     with open(path, encoding="utf-8") as f:
         readme = f.read()
-    a, b = readme.find(BEGIN), readme.find(END)
+    a, b = readme.find(begin), readme.find(end)
     if a < 0 or b < a:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    return readme, a + len(BEGIN), b
+        raise SystemExit(f"{path}: no {begin} ... {end} markers")
+    return readme, a + len(begin), b
 
 
-def write_readme(path: str, text: str) -> None:
-    readme, a, b = _block(path)
+def write_readme(path: str, text: str, begin: str = BEGIN, end: str = END) -> None:
+    readme, a, b = _block(path, begin, end)
     with open(path, "w", encoding="utf-8") as f:
         f.write(readme[:a] + "\n" + text + "\n" + readme[b:])
 
 
-def check_readme(path: str, text: str) -> bool:
-    """Whether the README's outcome block is ``text`` (the table of the results)."""
-    readme, a, b = _block(path)
+def check_readme(path: str, text: str, begin: str = BEGIN, end: str = END) -> bool:
+    """Whether the README's block between ``begin`` and ``end`` is ``text`` (made of the results)."""
+    readme, a, b = _block(path, begin, end)
     return readme[a:b].strip("\n") == text
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=RESULTS)
+    p.add_argument("--cpu-results", default=CPU_RESULTS, help="the whole-process CPU benchmark's results")
     p.add_argument("--readme", default=None, help="rewrite the outcome section of this README")
     p.add_argument("--check", default=None, metavar="README",
                    help="fail when this README's outcome section is not the table of the results")
@@ -135,20 +167,26 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with open(args.results) as f:
         data = json.load(f)
+    with open(args.cpu_results) as f:
+        cpu = cpu_paragraph(json.load(f))
     text = table(data)
+    blocks = ((text, BEGIN, END, "outcome table", args.results), (cpu, CPU_BEGIN, CPU_END, "whole-process CPU",
+                                                                  args.cpu_results))
     if args.check:
-        if not check_readme(args.check, text):
-            print(f"outcome report: {args.check}'s outcome table is not the table of {args.results}; "
+        bad = [(what, src) for t, b, e, what, src in blocks if not check_readme(args.check, t, b, e)]
+        for what, src in bad:
+            print(f"outcome report: {args.check}'s {what} is not made of {src}; "
                   f"python benchmarks/outcome/report.py --readme {args.check} rewrites it", file=sys.stderr)
-            return 1
-        print(f"outcome report: {args.check}'s outcome table is the table of {args.results}")
-        return 0
+        if not bad:
+            print(f"outcome report: {args.check}'s outcome table and whole-process CPU are made of their results")
+        return 1 if bad else 0
     if args.plot:
         plot(data, args.plot)
     if args.readme:
-        write_readme(args.readme, text)
+        for t, b, e, _, _ in blocks:
+            write_readme(args.readme, t, b, e)
     else:
-        print(text)
+        print(text + "\n\n" + cpu)
     return 0
 
 
