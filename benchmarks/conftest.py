@@ -115,7 +115,7 @@ FEW_ROUNDS = 5  # ... or this many, once the rounds have taken BUDGET seconds (r
 MAX_ROUNDS = 81
 BUDGET = 6.0  # seconds of measured time; while the bound lies inside the interval, rounds go on up to twice this
 WALL_LIMIT = 90.0  # seconds of wall time after which no round beyond MIN_ROUNDS (FEW_ROUNDS) is added
-WARM_SECONDS = 0.05  # check_bounds(warm=True): how long a variant runs untimed before its timed call
+WARM_SECONDS = 0.15  # check_bounds(warm=True): how long a variant runs untimed before its timed call
 TIMERS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
