@@ -31,6 +31,19 @@ HEADER = ("| scenario | ratio | measured (95 % interval) | bound | command |\n"
 # wide enough for the machine's load, narrow enough that a 2x change of the code's cost fails.  The
 # README says it.
 RUN_TO_RUN = 1.5
+# Rows whose median moves further between runs, for a reason outside the code, with the factor measured.
+# The real-kernel collect ratio is (Python's open + read + close) / (the extension's pread), and the
+# kernel's own cost of producing v1 memory.stat, in both, moved 15-26 ms per 2,000 cgroups between
+# clean-clone runs (the floor) with the dying memory cgroups earlier tests left for the kernel to free:
+# the ratio read 5.73-9.47 in ten CI runs of unchanged code (1.65x).  A change of the code's cost still
+# shows: its other row, native/floor, moved 1.06-1.12 in the same runs, and a 2x slower native pass
+# fails that row's bound (<= 1.3) whatever the kernel's state.
+RUN_TO_RUN_ROWS = {("collect kernel v1 2000c", "naive/native"): 2.0}
+
+
+def run_to_run(scenario: str, ratio: str) -> float:
+    """How far a row's median may move between runs of the same code, as a factor."""
+    return RUN_TO_RUN_ROWS.get((scenario, ratio), RUN_TO_RUN)
 ROW = re.compile(r"^\| (?P<scenario>[^|]+?) \| (?P<ratio>[^|]+?) \| (?P<value>[\d.]+) "
                  r"\((?P<low>[\d.]+)-(?P<high>[\d.]+)\) \| (?P<bound>[^|]+?) \| `(?P<command>[^`]*)` \|$")
 
@@ -74,7 +87,8 @@ def disagreements(shown: list[dict[str, Any]], latest: list[dict[str, Any]]) -> 
             continue
         lo, hi = r["spread"]
         glo, ghi = got["spread"]
-        if ghi < lo / RUN_TO_RUN or glo > hi * RUN_TO_RUN:
+        factor = run_to_run(r["scenario"], r["ratio"])
+        if ghi < lo / factor or glo > hi * factor:
             out.append(f"{r['scenario']}: {r['ratio']} is {r['value']:.2f} ({lo:.2f}-{hi:.2f}) in the README, "
                        f"{got['value']:.2f} ({glo:.2f}-{ghi:.2f}) in the last run")
     return out

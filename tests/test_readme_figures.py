@@ -67,6 +67,19 @@ def test_generated_figures_pass_the_check_and_a_disjoint_run_fails_it(files: tup
     assert rf.main(["--check"]) == 1
 
 
+def test_a_row_the_kernel_moves_has_its_own_measured_run_to_run_spread(files: tuple[Path, Path]) -> None:
+    _readme, latest = files
+    kernel = dict(scenario="collect kernel v1 2000c", ratio="naive/native", bound=">= 4.0")
+    write(latest, {**ratio(9.47, 9.20, 9.73), **kernel})
+    assert rf.main([]) == 0
+    write(latest, {**ratio(5.88, 5.82, 5.94), **kernel})  # the next CI run of the same code (1.6x apart)
+    assert rf.main(["--check"]) == 0
+    write(latest, {**ratio(4.2, 4.1, 4.4), **kernel})  # 2.2x: the code's cost changed
+    assert rf.main(["--check"]) == 1
+    assert rf.run_to_run("collect kernel v1 2000c", "naive/native") == 2.0
+    assert rf.run_to_run("collect tmpfs v1 2000c", "naive/native") == rf.RUN_TO_RUN
+
+
 def test_the_readme_has_the_block_and_its_rows_parse() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = rf.readme_rows(text)
