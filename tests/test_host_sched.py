@@ -16,8 +16,9 @@ import pytest
 
 from qosmanager.exporter.agent_metrics import AgentMetrics
 from qosmanager.exporter.health import Health, HealthBounds
+from qosmanager.framework import fastpath
 from qosmanager.framework.fastpath import REALTIME_NOTE, FastPath
-from qosmanager.host import sched
+from qosmanager.host import procfs, sched
 from test_strategy_cpu_suppress import make, slo, with_pods
 
 
@@ -108,15 +109,17 @@ def test_the_fast_paths_sampler_thread_runs_in_fifo_where_allowed() -> None:
         fp.stop()
 
 
+@pytest.mark.parametrize("cap_held", [False, True], ids=["no CAP_SYS_NICE", "CAP_SYS_NICE held"])
 def test_refused_the_sampler_thread_warns_once_and_samples_all_the_same(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, cap_held: bool) -> None:
     def refuse(*_: Any) -> None:
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(sched.os, "sched_setscheduler", refuse)
+    monkeypatch.setattr(fastpath, "cap_sys_nice", lambda: cap_held)
     fp = fast_path()
     try:
-        with caplog.at_level(logging.WARNING, logger="qosmanager.framework.fastpath"):
+        with caplog.at_level(logging.INFO, logger="qosmanager.framework.fastpath"):
             tid = started(fp)
             taken = fp.samples
             deadline = time.monotonic() + 30
@@ -125,7 +128,11 @@ def test_refused_the_sampler_thread_warns_once_and_samples_all_the_same(
         assert fp.samples >= taken + 2
         assert not sched.is_realtime(tid)
         assert "Operation not permitted" in fp.not_realtime
-        assert len([r for r in caplog.records if "stays an ordinary one" in r.getMessage()]) == 1
+        said = [r for r in caplog.records if "stays an ordinary one" in r.getMessage()]
+        assert len(said) == 1
+        # held, the kernel's per-cgroup real-time budget refused it: the node's configuration, not an alarm
+        assert said[0].levelno == (logging.INFO if cap_held else logging.WARNING)
+        assert ("CONFIG_RT_GROUP_SCHED" in said[0].getMessage()) == cap_held
         # /healthz says it under info, not as a fault: the agent stays ok (a healthy start)
         metrics = AgentMetrics()
         ok, body = Health(metrics, HealthBounds(), store=fp.store, clock=lambda: metrics.started_at).check()
@@ -134,3 +141,13 @@ def test_refused_the_sampler_thread_warns_once_and_samples_all_the_same(
         assert "ordinary thread" in detail and "Operation not permitted" in detail
     finally:
         fp.stop()
+
+
+def test_capabilities_are_read_from_the_effective_set(tmp_path: Any) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tx\nCapInh:\t0000000000000000\nCapPrm:\t0000000001800000\n"
+                      "CapEff:\t0000000000800000\n")  # 23 effective, 24 permitted
+    assert procfs.cap_sys_nice(str(status)) and not procfs.cap_sys_resource(str(status))
+    status.write_text("CapEff:\tzz\n")
+    assert not procfs.cap_sys_nice(str(status))
+    assert not procfs.cap_sys_nice(str(tmp_path / "missing"))

@@ -16,8 +16,9 @@ estimates reaches the *trigger level*, the lowest load at which the decision bel
 a Python wake-up per sample cost more CPU than the rest of the agent together.  The thread runs in
 ``SCHED_FIFO`` where the agent may (:func:`qosmanager.host.sched.realtime`): a rise in LS demand is when
 the CPUs are busiest, and an ordinary thread's samples then waited for a CPU, 40-80 ms each at load 8-11.
-Refused (no ``CAP_SYS_NICE``: the shipped DaemonSet grants it), the thread stays an ordinary one with a
-warning, and ``/healthz`` says so under ``info`` (:data:`REALTIME_NOTE`), not as a fault.
+Refused, the thread stays an ordinary one, and ``/healthz`` says so under ``info`` (:data:`REALTIME_NOTE`),
+not as a fault; the log warns when the process lacks ``CAP_SYS_NICE`` (the shipped DaemonSet grants it),
+and says it at info when the kernel refused all the same (``CONFIG_RT_GROUP_SCHED``: no budget for a pod).
 From the sampler's window (the last two intervals, 100 ms) it recomputes BE's budget with cpuSuppress's own formula
 (:func:`~qosmanager.strategies.cpu_suppress.calculate_be_suppress_cpu`: capacity x threshold - non-BE
 pods - host applications - system) and, when that is lower than the BE quota in force by more than the
@@ -83,7 +84,7 @@ from qosmanager.api.pod import KUBE_QOS_BESTEFFORT
 from qosmanager.executor.executor import Executor, Plan, Write
 from qosmanager.host.cgroups import CgroupLayout
 from qosmanager.host.cpuset import format_cpu_list, parse_cpu_list
-from qosmanager.host.procfs import clock_ticks
+from qosmanager.host.procfs import cap_sys_nice, clock_ticks
 from qosmanager.host.resources import CFS_PERIOD_US
 from qosmanager.host.sched import realtime
 from qosmanager.states.store import StateStore
@@ -201,12 +202,19 @@ class FastPath:
         # its samples must not wait for a CPU behind the load they react to (qosmanager.host.sched)
         why = realtime()
         if why:
-            # the shipped DaemonSet grants CAP_SYS_NICE for this: a refusal is unexpected (a warning), and
-            # /healthz says it under info (not a fault: the tick and the fast path still protect)
+            # /healthz says it under info (not a fault: the tick and the fast path still protect).  Without
+            # CAP_SYS_NICE (the shipped DaemonSet grants it) it is the deployment's to fix: a warning.  With
+            # it, the kernel gives real-time time only to cgroups granted some (CONFIG_RT_GROUP_SCHED) and a
+            # pod's cgroup has none: the node's configuration, said once at info, not an alarm at each start
+            held = cap_sys_nice()
+            if held:
+                why += "; CAP_SYS_NICE is held, so this kernel grants real-time time per cgroup " \
+                       "(CONFIG_RT_GROUP_SCHED) and this one's cpu.rt_runtime_us is 0"
             self.store.conditions.note(REALTIME_NOTE, f"the fast path's sampler is an ordinary thread ({why}): "
                                        "on busy CPUs its samples come late, tens of ms each")
-            log.warning("fast path: the sampler's thread stays an ordinary one (%s): on busy CPUs its samples "
-                        "come late, tens of ms each", why)
+            log.log(logging.INFO if held else logging.WARNING,
+                    "fast path: the sampler's thread stays an ordinary one (%s): on busy CPUs its samples "
+                    "come late, tens of ms each", why)
         self.not_realtime = why
         self.retrigger()
         while self._sampler.wait() != SAMPLER_WOKE_STOP and not self._stop.is_set():

@@ -282,16 +282,27 @@ class ProcFS:
         return parse_psi(text)
 
 
-CAP_SYS_RESOURCE = 24  # capability(7)'s number
+CAP_SYS_NICE = 23  # capability(7)'s numbers
+CAP_SYS_RESOURCE = 24
 
 
-def cap_sys_resource(status: str = "/proc/self/status") -> bool:
-    """Whether this process holds ``CAP_SYS_RESOURCE`` (the kernel's test for PSI trigger windows under 2 s)."""
+def has_capability(bit: int, status: str = "/proc/self/status") -> bool:
+    """Whether this process holds capability ``bit`` in its effective set."""
     try:
         with open(status) as f:
             for line in f:
                 if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+                    return bool(int(line.split()[1], 16) >> bit & 1)
     except (OSError, ValueError, IndexError):
         pass
     return False
+
+
+def cap_sys_resource(status: str = "/proc/self/status") -> bool:
+    """Whether this process holds ``CAP_SYS_RESOURCE`` (the kernel's test for PSI trigger windows under 2 s)."""
+    return has_capability(CAP_SYS_RESOURCE, status)
+
+
+def cap_sys_nice(status: str = "/proc/self/status") -> bool:
+    """Whether this process holds ``CAP_SYS_NICE`` (the kernel's test for a real-time scheduling class)."""
+    return has_capability(CAP_SYS_NICE, status)
