@@ -367,6 +367,43 @@ class Agent:
         return self.proc.returncode
 
 
+@contextlib.contextmanager
+def in_process_agent(node: RealNode, proc_root: str, strategies: list[str], *, gates: dict[str, bool] | None = None,
+                     qos: Any = None, seconds: float = 1800.0) -> Iterator[Any]:
+    """The agent in this process (a thread) on the node's cgroups, with ``proc_root`` as its /proc; stopped
+    after.  For tests that look at its parts (its PSI watch, its strategies' runs) while it runs."""
+    from qosmanager.agent import Agent as InProcess
+    from qosmanager.agent import AgentConfig
+    from qosmanager.framework.strategy import QoSConfig
+
+    tree = node.tree
+    if tree.version == 1:
+        roots = HostRoots(cgroup=tree.root, proc=proc_root, kubelet_cgroup_root="/")
+    else:
+        roots = HostRoots(cgroup=tree.mount, proc=proc_root, kubelet_cgroup_root=os.path.join(tree.own, tree.name))
+    agent = InProcess(AgentConfig(roots=roots, node_name="real-node", pods_file=node.pods_file,
+                                  node_file=node.node_file, node_slo_file=node.slo_file, metrics_addr="",
+                                  audit_log=node.audit_file, strategies=list(strategies), feature_gates=gates or {},
+                                  cgroup_version=str(tree.version), cgroup_driver="cgroupfs",
+                                  qos=qos if qos is not None else QoSConfig()))
+    runner = threading.Thread(target=agent.run, args=(seconds,), daemon=True)
+    runner.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        runner.join(60)
+    assert not runner.is_alive(), "the agent stops"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float) -> None:
+    """Poll ``check`` every 10 ms until it is true; fail saying ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s in vain for {what}"
+        time.sleep(0.01)
+
+
 # ---------------------------------------------------------------------------------------------
 # a proc root with the node-wide inputs a test sets itself
 

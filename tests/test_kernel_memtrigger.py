@@ -15,22 +15,19 @@ import errno
 import os
 import select
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from qosmanager.agent import Agent, AgentConfig
+from qosmanager.agent import Agent
 from qosmanager.framework.memtrigger import parse_used
 from qosmanager.framework.psi import PressureWatch, cap_sys_resource
 from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.host.roots import HostRoots
 from qosmanager.sim.fakepsi import parse_trigger
-from realnode import RealNode, kv_file, proc_view, real_node
+from realnode import RealNode, in_process_agent, kv_file, proc_view, real_node, wait_until
 
 pytestmark = pytest.mark.kernel
 
@@ -59,35 +56,11 @@ def be_uncapped(node: RealNode) -> bool:
     return node.read(be, "memory.high", "memory") == "max"
 
 
-@contextmanager
-def running_agent(node: RealNode, proc_root: str, strategies: str, gates: dict[str, bool]) -> Iterator[Agent]:
+def running_agent(node: RealNode, proc_root: str, strategies: str, gates: dict[str, bool]) -> Any:
     """The agent in this process on the node's cgroups, its memory jobs an hour apart; stopped after."""
-    tree = node.tree
-    if tree.version == 1:
-        roots = HostRoots(cgroup=tree.root, proc=proc_root, kubelet_cgroup_root="/")
-    else:
-        roots = HostRoots(cgroup=tree.mount, proc=proc_root, kubelet_cgroup_root=os.path.join(tree.own, tree.name))
     qos = QoSConfig()
     qos.memory_evict_interval = HOUR
-    agent = Agent(AgentConfig(roots=roots, node_name="real-node", pods_file=node.pods_file, node_file=node.node_file,
-                              node_slo_file=node.slo_file, metrics_addr="", audit_log=node.audit_file,
-                              strategies=strategies.split(","), feature_gates=gates,
-                              cgroup_version=str(tree.version), cgroup_driver="cgroupfs", qos=qos))
-    runner = threading.Thread(target=agent.run, args=(1800.0,), daemon=True)
-    runner.start()
-    try:
-        yield agent
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive(), "the agent stops"
-
-
-def wait(what: str, check: Callable[[], Any], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s in vain for {what}"
-        time.sleep(0.01)
+    return in_process_agent(node, proc_root, strategies.split(","), gates=gates, qos=qos)
 
 
 def node_memory_stall_us() -> int | None:
@@ -152,16 +125,16 @@ def test_the_memory_trigger_wakes_memory_high_at_the_first_sample_over_the_line(
 
                 trigger.wake = noted_wake
                 high = job(agent, "memoryHigh")
-                wait("memoryHigh's first tick", lambda: high.runs >= 1, 120)
+                wait_until("memoryHigh's first tick", lambda: high.runs >= 1, 120)
                 first_tick = time.monotonic()
                 assert be_uncapped(node) and node_used() < line, "below the line: nothing to cap"
                 agent_box.append(agent)
                 stall0 = node_memory_stall_us()
                 done = tmp_path / "allocated"
                 proc = node.start(ls, [sys.executable, "-c", ALLOCATOR, str(done)], memory=True)
-                wait("BE's cap", lambda: not be_uncapped(node), 120)
+                wait_until("BE's cap", lambda: not be_uncapped(node), 120)
                 capped = time.monotonic()
-                wait("the end of the run that capped BE", lambda: high.runs >= 2, 60)  # counted when it ends
+                wait_until("the end of the run that capped BE", lambda: high.runs >= 2, 60)  # counted when it ends
                 assert proc.poll() is None
                 assert high.runs >= 2 and capped - first_tick < HOUR * (1 - high.jitter), \
                     "the cap came from a woken run: no tick was due for about an hour"
@@ -230,7 +203,8 @@ def test_a_psi_trigger_wakes_the_memory_levels_when_ls_stalls(tmp_path) -> None:
                 watch = agent.psi
                 assert isinstance(watch, PressureWatch)
                 high, evict = job(agent, "memoryHigh"), job(agent, "memoryEvict")
-                wait("the first ticks and the triggers", lambda: evict.runs >= 1 and high.runs >= 1 and watch.fds, 120)
+                wait_until("the first ticks and the triggers",
+                           lambda: evict.runs >= 1 and high.runs >= 1 and watch.fds, 120)
                 first_ticks = time.monotonic()
                 note = agent.store.conditions.notes().get("psi/memory")
                 if node.version == 2 and not any(p.endswith("memory.pressure") for p in watch.fds):
@@ -239,9 +213,9 @@ def test_a_psi_trigger_wakes_the_memory_levels_when_ls_stalls(tmp_path) -> None:
                 runs, events = evict.runs, watch.events
                 started = time.monotonic()
                 reader = node.start(ls, [sys.executable, "-c", READER, source], memory=True)
-                wait("a PSI event", lambda: watch.events > events, 120)
+                wait_until("a PSI event", lambda: watch.events > events, 120)
                 fired = time.monotonic()
-                wait("memoryEvict woken", lambda: evict.runs > runs, 60)
+                wait_until("memoryEvict woken", lambda: evict.runs > runs, 60)
                 assert reader.poll() is None
                 assert time.monotonic() - first_ticks < HOUR * (1 - evict.jitter), \
                     "a woken run: no tick was due for about an hour"

@@ -15,50 +15,18 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
-from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.psi import PressureWatch
-from qosmanager.framework.strategy import QoSConfig
 from qosmanager.host.cgroups import KubeQoS
-from qosmanager.host.roots import HostRoots
-from realnode import RealNode, proc_view, real_node
+from realnode import RealNode, in_process_agent, proc_view, real_node, wait_until
 
 pytestmark = pytest.mark.kernel
 
 ROUNDS = int(os.environ.get("QOSM_PSICPU_ROUNDS", "4"))  # alternating: with the trigger's sample, without
 THRESHOLD = 65
 STEADY = 5.0  # seconds of steady contention measured after the rounds
-
-
-@contextmanager
-def running_agent(node: RealNode, proc_root: str) -> Iterator[Agent]:
-    """cpuSuppress alone (fast path on), in this process, its tick every second; stopped after."""
-    tree = node.tree
-    roots = HostRoots(cgroup=tree.mount, proc=proc_root, kubelet_cgroup_root=os.path.join(tree.own, tree.name))
-    agent = Agent(AgentConfig(roots=roots, node_name="real-node", pods_file=node.pods_file, node_file=node.node_file,
-                              node_slo_file=node.slo_file, metrics_addr="", audit_log=node.audit_file,
-                              strategies=["cpuSuppress"], cgroup_version="2", cgroup_driver="cgroupfs",
-                              qos=QoSConfig()))
-    runner = threading.Thread(target=agent.run, args=(600.0,), daemon=True)
-    runner.start()
-    try:
-        yield agent
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive(), "the agent stops"
-
-
-def wait(what: str, check: Callable[[], Any], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s in vain for {what}"
-        time.sleep(0.01)
 
 
 class Watcher:
@@ -107,7 +75,7 @@ def test_v2_an_ls_cpu_stall_samples_the_fast_path_at_once(tmp_path) -> None:
         for _ in range(node.cpus):
             node.start(be)
         be_dir = node.layout.qos_dir(KubeQoS.BESTEFFORT)
-        with running_agent(node, view.root) as agent:
+        with in_process_agent(node, view.root, ["cpuSuppress"], seconds=600.0) as agent:
             watch, fp = agent.psi, agent.fastpath
             assert isinstance(watch, PressureWatch) and fp is not None and watch.resources == ("cpu",)
             events: list[tuple[float, str, object]] = []  # (time, thread, the decision's write)
@@ -119,9 +87,9 @@ def test_v2_an_ls_cpu_stall_samples_the_fast_path_at_once(tmp_path) -> None:
                 return w
 
             fp.decide = recorded  # type: ignore[method-assign]
-            wait("the trigger on the Burstable dir's cpu.pressure",
+            wait_until("the trigger on the Burstable dir's cpu.pressure",
                  lambda: any(p.endswith("cpu.pressure") for p in watch.fds), 120)
-            wait("cpuSuppress's first decision", lambda: node.quota(be_dir) > 0, 120)
+            wait_until("cpuSuppress's first decision", lambda: node.quota(be_dir) > 0, 120)
             time.sleep(2.0)
             idle = node.quota(be_dir)  # BE's budget with LS idle
             rounds = []
@@ -130,14 +98,14 @@ def test_v2_an_ls_cpu_stall_samples_the_fast_path_at_once(tmp_path) -> None:
                 with_psi = i % 2 == 0
                 watch.fastpath = fastpath if with_psi else None  # without: the event is counted, not sampled
                 # BE back at its idle budget (the tick raises it in steps), LS idle, before each round
-                wait("BE's quota back at its idle budget", lambda: node.quota(be_dir) >= idle - 20_000, 120)
+                wait_until("BE's quota back at its idle budget", lambda: node.quota(be_dir) >= idle - 20_000, 120)
                 time.sleep(1.0)
                 watcher = Watcher(node, ls.dir, be_dir)
                 before = len(events)
                 start = time.monotonic()
                 proc = node.start(ls)
                 try:
-                    wait("LS at half a core and BE lowered",
+                    wait_until("LS at half a core and BE lowered",
                          lambda w=watcher: w.half is not None and w.lowered is not None, 60)
                     time.sleep(0.3)
                 finally:
