@@ -116,19 +116,7 @@ def _int(text: str | None) -> int | None:
 
 def _read_ints(paths: Sequence[str]) -> list[int | None]:
     """``_read_int`` of every path, in native batches: opened, read and closed together."""
-    if not paths:
-        return []
-    fds = sysio.open_batch(paths, os.O_RDONLY)
-    ok = np.flatnonzero(fds >= 0)
-    out: list[int | None] = [None] * len(paths)
-    try:
-        data = sysio.pread_batch(fds[ok], 256) if ok.size else []
-    finally:
-        sysio.close_batch(fds[ok])
-    for k, d in zip(ok.tolist(), data):
-        if isinstance(d, bytes):
-            out[k] = _int(d.decode("ascii", errors="replace"))
-    return out
+    return [None if d is None else _int(d.decode("ascii", errors="replace")) for d in _read_texts(paths, 256)]
 
 
 def _l3_ids(cpu_dirs: Sequence[str]) -> list[int | None]:
@@ -236,15 +224,15 @@ def read_node_cpu_info(roots: HostRoots) -> NodeCPUInfo:
     )
 
 
-def _read_texts(paths: Sequence[str]) -> list[bytes | None]:
-    """Each file's content (its first 4 KiB), in native batches; None where it cannot be read."""
+def _read_texts(paths: Sequence[str], size: int = 4096) -> list[bytes | None]:
+    """Each file's content (its first ``size`` bytes), in native batches; None where it cannot be read."""
     if not paths:
         return []
     fds = sysio.open_batch(paths, os.O_RDONLY)
     ok = np.flatnonzero(fds >= 0)
     out: list[bytes | None] = [None] * len(paths)
     try:
-        data = sysio.pread_batch(fds[ok], 4096) if ok.size else []
+        data = sysio.pread_batch(fds[ok], size) if ok.size else []
     finally:
         sysio.close_batch(fds[ok])
     for k, d in zip(ok.tolist(), data):
