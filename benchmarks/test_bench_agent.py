@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import check_bounds, check_regression_fails
+from conftest import check_bounds, check_regression_fails, until_pods_in_force
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.sim.fakehost import FakeHost
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
@@ -63,11 +63,16 @@ def agent(tmpfs_dir: str) -> Any:
                           node_file=os.path.join(root, "node.json"), node_slo_file=os.path.join(root, "nodeslo.json"),
                           feature_gates={"AllAlpha": True, "AllBeta": True}, collect_mode="all"),
               clock=lambda: now[0])
-    for _ in range(3):  # warm up: discovery, first samples, first writes
+    def tick() -> None:
         now[0] = float(next(clock))
         a.collect(now[0])
         for s in a.manager.enabled():
             a.manager.run_strategy(s, now[0])
+
+    until_pods_in_force(a, len(pods), tick)
+    for _ in range(3):  # warm up: discovery, first samples, first writes
+        tick()
+    assert a.collector.stats.containers == N and a.collector.stats.pending == 0
     yield a, now, clock
     a.close()
 
@@ -80,6 +85,7 @@ def test_collector_tick(bench: Any, agent: Any) -> None:
         a.collect(now[0])
 
     bench(SCENARIO, "collector", run, per=N, unit="container")
+    assert a.collector.stats.containers == N, a.collector.stats  # it timed the whole node
 
 
 def test_full_tick(bench: Any, agent: Any) -> None:
@@ -94,6 +100,7 @@ def test_full_tick(bench: Any, agent: Any) -> None:
             a.manager.run_strategy(s, now[0])
 
     bench(SCENARIO, "collector+strategies", run, per=N, unit="container")
+    assert a.collector.stats.containers == N, a.collector.stats
     per = {n: f"{st.last_seconds * 1e3:.2f} ms" for n, st in a.manager.stats.items()}
     print(f"\nstrategies: {', '.join(s.name for s in enabled)}; last tick each: {per}")
     assert all(st.errors == 0 for st in a.manager.stats.values()), {n: st.last_error for n, st in

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from conftest import check_bounds, check_regression_fails, median_interval, slowed
+from conftest import check_bounds, check_regression_fails, median_interval, slowed, until_pods_in_force
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.fastpath import INTERVAL
 from qosmanager.sim.load import LoadModel
@@ -82,9 +82,14 @@ def _agent(tmpfs_dir: str, name: str, memory_threshold: int, cpu_threshold: int,
         for s in agent.manager.enabled():
             agent.manager.run_strategy(s, now)
 
-    for _ in range(12):  # discovery, first samples, first writes, the slow cadence's first round
+    def step() -> None:
         advance()
         tick()
+
+    until_pods_in_force(agent, len(node.pods), step)
+    for _ in range(12):  # discovery, first samples, first writes, the slow cadence's first round
+        step()
+    assert agent.collector.stats.containers == N
     return agent, advance, tick
 
 
