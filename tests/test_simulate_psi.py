@@ -171,3 +171,22 @@ def test_simulate_counts_ls_cpu_waits(v2_be_held: SimResult) -> None:
     assert recs[-1].ls_cpu_stall_ms > 0, "BE unlimited at the start: LS waits until cpuSuppress limits BE"
     assert recs[-1].ls_cpu_stall_ms == recs[-5].ls_cpu_stall_ms, "BE's limit in force leaves LS its room"
     assert "LS waited for a CPU" in summarize(v2_be_held)
+
+
+def test_simulate_reports_the_fast_paths_cpu_triggers_and_the_samples_they_took(v2_be_held: SimResult) -> None:
+    res = v2_be_held
+    # the fast path's triggers: on the LS cgroups' cpu.pressure (v2), none on a memory file
+    assert res.psi_cpu_triggers and all(f.endswith("cpu.pressure") for f, _ in res.psi_cpu_triggers)
+    assert not {f for f, _ in res.psi_cpu_triggers} & {f for f, _ in res.psi_triggers}
+    # LS waited for a CPU at the start (BE unlimited): the triggers fired, and each poll that found one
+    # sampled the fast path at once
+    assert res.psi_cpu_events and all(f.endswith("cpu.pressure") for _, f, _ in res.psi_cpu_events)
+    assert 1 <= res.psi_cpu_samples <= len(res.psi_cpu_events)
+    assert 0 <= res.psi_cpu_writes <= res.psi_cpu_samples
+    assert not any(f.endswith("cpu.pressure") for _, f, _ in res.psi_events), "memory events stay memory's"
+    text = summarize(res)
+    assert f"CPU trigger(s) ({res.psi_cpu_triggers[0][1]})" in text
+    assert f"the fast path sampled at once {res.psi_cpu_samples} time(s)" in text
+    cpu = json.loads(json.dumps(result_json(res)))["psi"]["cpu"]
+    assert cpu["fast_path_samples"] == res.psi_cpu_samples and cpu["fast_path_writes"] == res.psi_cpu_writes
+    assert len(cpu["events"]) == len(res.psi_cpu_events) and len(cpu["triggers"]) == len(res.psi_cpu_triggers)

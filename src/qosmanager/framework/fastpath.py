@@ -155,6 +155,7 @@ class FastPath:
         self.step_errors = 0
         self.wakes = 0  # returns from the sampler to Python (the load reached the trigger level)
         self.pressures = 0  # samples taken at once on a CPU stall of LS (pressure(): a PSI trigger)
+        self.pressure_writes = 0  # BE-limit writes those samples made
         self._decide_lock = threading.Lock()  # decide(): the sampler's thread and the PSI watch's
         self.not_realtime = ""  # why the sampler's thread is an ordinary one ("": SCHED_FIFO, or not started)
         self._stop = threading.Event()
@@ -298,6 +299,8 @@ class FastPath:
         samples = self._sampler.samples()
         fresh = samples and self.counters is None and now - samples[-1][0] < self.interval / 2
         w = self.decide() if fresh else self.step()
+        if w is not None:
+            self.pressure_writes += 1
         self.retrigger()
         return w
 

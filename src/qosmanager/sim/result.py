@@ -123,6 +123,12 @@ class SimResult:
     ls_stall_peak: float = 0.0
     ls_stall_first: float | None = None  # when LS first stalled on memory (simulated seconds)
     psi_wakes: int = 0  # times a PSI event woke the memory levels
+    # the fast path's CPU triggers (LS's cpu.pressure): their events, the triggers held at the end, the samples
+    # the fast path took at once on them and the BE-limit writes those samples made
+    psi_cpu_events: list[tuple[float, str, int]] = field(default_factory=list)
+    psi_cpu_triggers: list[tuple[str, str]] = field(default_factory=list)
+    psi_cpu_samples: int = 0
+    psi_cpu_writes: int = 0
 
     @property
     def ticks(self) -> int:

@@ -33,7 +33,8 @@ each level (:mod:`~qosmanager.framework.memreaction`).  The node's memory stalls
 (:mod:`~qosmanager.sim.fakestall`: the pressure files, and the fake kernel's PSI triggers judging them as the
 kernel does): the agent's PSI watch (:mod:`~qosmanager.framework.psi`) registers its triggers on the
 simulated node and is polled at the same 50 ms, and a trigger that fires wakes the memory levels at once;
-the summary's ``PSI`` line and ``--json``'s ``psi`` give the stalls, the triggers and their events.
+the summary's ``PSI`` line and ``--json``'s ``psi`` give the stalls, the triggers and their events, and for
+the fast path's CPU triggers (``psi.cpu``) the samples they took at once and the writes those made.
 
 Evictions run in mode ``none`` (decide and audit); the load model honours each decision: the pod
 stops using CPU and memory at once and leaves the pods file and the cgroup tree a little later, as
@@ -271,10 +272,11 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     # start their threads); memory protection's reactions are timed as /metrics times them
     fast, trigger, watch = agent.fastpath, agent.memtrigger, agent.psi
     psi_events: list[tuple[float, str, int]] = []  # (when, pressure file, stall µs in the window)
+    cpu_events: list[tuple[float, str, int]] = []  # the same, of the fast path's cpu.pressure triggers
     rules = node.host.kernel.psi if node.host.kernel is not None else None
     if rules is not None:
-        rules.on_event.append(lambda path, line, growth: psi_events.append(
-            (clock.elapsed, display_path(node.host, path), growth)) if _memory_file(path) else None)
+        rules.on_event.append(lambda path, line, growth: (psi_events if _memory_file(path) else cpu_events).append(
+            (clock.elapsed, display_path(node.host, path), growth)))
     if watch is not None:
         watch.sync()  # its thread's first act in run()
 
@@ -364,7 +366,9 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
             if name in jobs:
                 jobs[name].errors = s.errors
         psi_triggers = _psi_triggers(node.host, rules)
+        cpu_triggers = _psi_triggers(node.host, rules, memory=False)
         psi_wakes = watch.memory_wakes if watch is not None else 0
+        cpu_samples = (fast.pressures, fast.pressure_writes) if fast is not None else (0, 0)
         if watch is not None:
             watch.stop()
         agent.close()
@@ -378,7 +382,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                      run_seconds=time.monotonic() - t_run, strategy_errors=strategy_errors, reactions=reactions,
                      memory_reactions=memory_reactions, psi_events=psi_events,
                      psi_triggers=psi_triggers, ls_stall_peak=model.pressure.ls_peak,
-                     ls_stall_first=model.pressure.ls_first, psi_wakes=psi_wakes)
+                     ls_stall_first=model.pressure.ls_first, psi_wakes=psi_wakes, psi_cpu_events=cpu_events,
+                     psi_cpu_triggers=cpu_triggers, psi_cpu_samples=cpu_samples[0], psi_cpu_writes=cpu_samples[1])
 
 
 def display_path(host: FakeHost, path: str) -> str:
@@ -396,12 +401,12 @@ def _memory_file(path: str) -> bool:
     return os.path.basename(path) in ("memory.pressure", "memory")
 
 
-def _psi_triggers(host: FakeHost, rules: Any) -> list[tuple[str, str]]:
-    """(pressure file, line) of every memory trigger the agent holds at the end."""
+def _psi_triggers(host: FakeHost, rules: Any, memory: bool = True) -> list[tuple[str, str]]:
+    """(pressure file, line) of every memory trigger (``memory=False``: CPU trigger) the agent holds at the end."""
     if rules is None:
         return []
     return [(display_path(host, path), " ".join(map(str, line))) for path in sorted(rules.watched())
-            if _memory_file(path) for line in rules.triggers(path)]
+            if _memory_file(path) == memory for line in rules.triggers(path)]
 
 
 def _be_limit_files(agent: Agent) -> set[str]:

@@ -218,7 +218,7 @@ def _psi_lines(res: SimResult) -> list[str]:
     """The node's memory stalls (the model's pressure files) and what the agent's PSI triggers made of them."""
     recs = res.records
     ls_ms, be_ms = recs[-1].ls_stall_ms, recs[-1].be_stall_ms
-    if not res.psi_triggers and not ls_ms and not be_ms and not recs[-1].ls_cpu_stall_ms:
+    if not res.psi_triggers and not res.psi_cpu_triggers and not ls_ms and not be_ms and not recs[-1].ls_cpu_stall_ms:
         return []
     if not ls_ms and not be_ms:
         stall = "no memory stall on the node (MemAvailable covered the page cache in use, BE never held at a cap)"
@@ -232,10 +232,11 @@ def _psi_lines(res: SimResult) -> list[str]:
     if cpu_ms:
         out.append(f"           LS waited for a CPU {cpu_ms / 1000:.2f} s in total (cpu.pressure some: while LS's "
                    "demand, what BE's limit let it run and the system's share exceeded the CPUs)")
+    out.extend(_psi_cpu_lines(res))
     if not res.psi_triggers:
         why = ("--react-mode tick" if res.config.react_mode != "fast" else
                "neither memoryHigh nor memoryEvict runs, or the kernel refused them")
-        out.append(f"           no PSI trigger registered ({why})")
+        out.append(f"           no memory PSI trigger registered ({why})")
         return out
     lines = sorted({line for _, line in res.psi_triggers})
     files = [f for f, _ in res.psi_triggers]
@@ -256,6 +257,21 @@ def _psi_lines(res: SimResult) -> list[str]:
         out.append(f"           level 3 evicted {_pods(len(for_stall))} for LS's stall (first at {for_stall[0]:.2f} s"
                    f"{after}), not waiting for the node to stay over the threshold")
     return out
+
+
+def _psi_cpu_lines(res: SimResult) -> list[str]:
+    """What the fast path's CPU triggers (LS's cpu.pressure) did: their events and the samples they took."""
+    if not res.psi_cpu_triggers:
+        return []
+    files = [f for f, _ in res.psi_cpu_triggers]
+    where = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    ev = res.psi_cpu_events
+    fired = "never fired"
+    if ev:
+        fired = (f"fired {len(ev)} time(s), first at {ev[0][0]:.2f} s; the fast path sampled at once "
+                 f"{res.psi_cpu_samples} time(s), {res.psi_cpu_writes} of them lowering BE's limit")
+    lines = sorted({line for _, line in res.psi_cpu_triggers})
+    return [f"           {len(files)} CPU trigger(s) ({', '.join(lines)}) on {where} (the fast path's); {fired}"]
 
 
 def _fast_path_line(res: SimResult) -> str:
@@ -349,5 +365,8 @@ def result_json(res: SimResult) -> dict[str, Any]:
         "memory_reactions": [{"level": lv, "t": t, "seconds": sec} for lv, t, sec in res.memory_reactions],
         "psi": {"triggers": [{"file": f, "line": line} for f, line in res.psi_triggers],
                 "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in res.psi_events],
-                "wakes": res.psi_wakes, "ls_stall_first": res.ls_stall_first, "ls_stall_peak": res.ls_stall_peak},
+                "wakes": res.psi_wakes, "ls_stall_first": res.ls_stall_first, "ls_stall_peak": res.ls_stall_peak,
+                "cpu": {"triggers": [{"file": f, "line": line} for f, line in res.psi_cpu_triggers],
+                        "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in res.psi_cpu_events],
+                        "fast_path_samples": res.psi_cpu_samples, "fast_path_writes": res.psi_cpu_writes}},
     }
