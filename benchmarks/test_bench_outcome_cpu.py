@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from conftest import median_interval
+from conftest import median_interval, process_cpu
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost
@@ -151,11 +151,6 @@ class Floor:
 
     def close(self) -> None:
         self.agent.close()
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds of CPU time of every thread of process ``pid``, living or gone (its CPU clock)."""
-    return time.clock_gettime(((~pid) << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
 
 
 def start_agent(node: SimNode, mode: str, workdir: str) -> tuple[subprocess.Popen[bytes], str]:
