@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 import kernelcg
+from agentloop import agent_running
 from kernelcg import KernelTree
 from qosmanager.api.pod import BATCH_CPU, BATCH_MEMORY, pod_meta
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
@@ -386,14 +387,8 @@ def in_process_agent(node: RealNode, proc_root: str, strategies: list[str], *, g
                                   audit_log=node.audit_file, strategies=list(strategies), feature_gates=gates or {},
                                   cgroup_version=str(tree.version), cgroup_driver="cgroupfs",
                                   qos=qos if qos is not None else QoSConfig()))
-    runner = threading.Thread(target=agent.run, args=(seconds,), daemon=True)
-    runner.start()
-    try:
+    with agent_running(agent, seconds):
         yield agent
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive(), "the agent stops"
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import builtins
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentloop import agent_running
 from memnode import CAP, SLO, GiB, be_pod, make, node_at
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.framework.fastpath import INTERVAL
@@ -178,24 +178,13 @@ def test_the_running_agent_caps_be_long_before_memory_highs_next_tick(tmp_path: 
                               node_file=str(tmp_path / "node.json"), node_slo_file=str(tmp_path / "slo.json"),
                               strategies=["memoryHigh"], feature_gates={"BEMemoryHigh": True}, metrics_addr="",
                               cgroup_version="2", cgroup_driver="cgroupfs", qos=qos))
-    runner = threading.Thread(target=agent.run, args=(600.0,), daemon=True)
-    runner.start()
-    try:
+    with agent_running(agent) as until:
         tick = next(j for j in agent.scheduler.jobs if j.name == "memoryHigh")
-        deadline = time.monotonic() + 120
-        while tick.runs < 1:
-            assert time.monotonic() < deadline and runner.is_alive(), "memoryHigh's first tick did not run"
-            time.sleep(0.02)
+        until("memoryHigh's first tick", lambda: tick.runs >= 1)
         assert uncapped(host)
         node_at(host, 65)
-        while uncapped(host):
-            assert time.monotonic() < deadline and runner.is_alive(), "BE was not capped"
-            time.sleep(0.02)
+        until("BE's cap", lambda: not uncapped(host))
         assert tick.runs == 2 and agent.scheduler.wakes >= 1
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive()
 
 
 def test_v1_ls_alone_past_the_line_caps_be_at_zero(tmp_path: Path) -> None:

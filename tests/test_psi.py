@@ -11,12 +11,12 @@ import json
 import os
 import select
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from agentloop import agent_running
 from qosmanager._native import sysio
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.executor.psi import PressureTrigger
@@ -114,29 +114,16 @@ def test_the_running_agent_wakes_memory_evict_on_a_stall(tmp_path: Path) -> None
     """``Agent.run``: the thread registers, sleeps in its poll, and a fired trigger runs memoryEvict long before
     its next tick (an hour)."""
     host, agent, _ = make(tmp_path, 2)
-    agent.scheduler.monotonic = time.monotonic  # the real loop on real time
-    for job in agent.scheduler.jobs:
-        job.next_at = job.earliest = time.monotonic()
-    runner = threading.Thread(target=agent.run, args=(600.0,), daemon=True)
-    runner.start()
-    try:
-        watch = watch_of(agent)
+    watch = watch_of(agent)
+    with agent_running(agent, real_time=True) as until:
         evict = next(j for j in agent.scheduler.jobs if j.name == "memoryEvict")
-        deadline = time.monotonic() + 120
-        while evict.runs < 1 or len(watch.fds) < 2:
-            assert time.monotonic() < deadline and runner.is_alive(), "the first tick or the triggers never came"
-            time.sleep(0.02)
+        until("the first tick and the triggers", lambda: evict.runs >= 1 and len(watch.fds) >= 2)
         assert host.kernel is not None
         runs = evict.runs
         host.kernel.psi.fire(ls_files(host)[0])
-        while evict.runs == runs:
-            assert time.monotonic() < deadline and runner.is_alive(), "memoryEvict was not woken"
-            time.sleep(0.02)
+        until("memoryEvict woken", lambda: evict.runs != runs)
         assert watch.events == 1 and agent.scheduler.wakes >= 1
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive()
+    assert host.kernel is not None
     assert watch.fds == {} and host.kernel.psi.triggers(ls_files(host)[0]) == [], "the triggers end with the loop"
 
 

@@ -8,12 +8,11 @@ and fast path on a fake clock, the watch's ``poll`` called by hand (``PressureWa
 from __future__ import annotations
 
 import errno
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from agentloop import agent_running
 from qosmanager.agent import Agent
 from qosmanager.framework.fastpath import FOLLOW, INTERVAL
 from qosmanager.framework.psi import CPU_NOTE, NOTE, PressureWatch
@@ -82,28 +81,15 @@ def test_the_running_agent_samples_the_fast_path_on_a_stall(tmp_path: Path) -> N
     """``Agent.run``: the watch's thread registers and sleeps in its poll beside the fast path's thread; a
     fired trigger makes the fast path sample from the watch's thread."""
     host, agent, _ = make(tmp_path, 2, strategies=CPU_ONLY, gates={})
-    agent.scheduler.monotonic = time.monotonic  # the real loop on real time
-    for job in agent.scheduler.jobs:
-        job.next_at = job.earliest = time.monotonic()
-    runner = threading.Thread(target=agent.run, args=(600.0,), daemon=True)
-    runner.start()
-    try:
-        watch, fp = agent.psi, agent.fastpath
-        assert watch is not None and fp is not None
-        deadline = time.monotonic() + 120
-        while len(watch.fds) < 2:
-            assert time.monotonic() < deadline and runner.is_alive(), "the triggers never came"
-            time.sleep(0.02)
+    watch, fp = agent.psi, agent.fastpath
+    assert watch is not None and fp is not None
+    with agent_running(agent, real_time=True) as until:
+        until("the triggers", lambda: len(watch.fds) >= 2)
         assert host.kernel is not None
         host.kernel.psi.fire(cpu_files(host)[0])
-        while fp.pressures == 0:
-            assert time.monotonic() < deadline and runner.is_alive(), "the fast path was not sampled"
-            time.sleep(0.02)
+        until("the fast path's sample", lambda: fp.pressures > 0)
         assert watch.events == 1 and fp.step_errors == 0
-    finally:
-        agent.stop()
-        runner.join(60)
-    assert not runner.is_alive()
+    assert host.kernel is not None
     assert watch.fds == {} and host.kernel.psi.triggers(cpu_files(host)[0]) == [], "the triggers end with the loop"
 
 
