@@ -32,7 +32,7 @@ from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim import plot
 from qosmanager.sim.fakehost import USER_HZ, FakeHost
 from qosmanager.sim.load import LoadModel, LoadShape
-from qosmanager.sim.simulate import Progress, SimConfig, SimResult, run_simulation, sparkline, summarize
+from qosmanager.sim.simulate import Progress, SimConfig, SimResult, result_json, run_simulation, sparkline, summarize
 
 CPUS = 16
 PERIOD = 100_000
@@ -182,6 +182,29 @@ def test_summary_reads_at_a_glance(quota_run: SimResult) -> None:
     med, mean, worst = quota_run.tick_cpu_stats()
     assert 0 < med <= worst and mean <= worst
     assert quota_run.peak_rss >= quota_run.baseline_rss > 0
+
+
+def test_the_fake_kernels_emulation_is_counted_apart_from_the_agent(quota_run: SimResult, tmp_path: Path) -> None:
+    """The agent's quota writes went through the fake kernel's rules in Python (v1: the bandwidth check),
+    work a node's kernel does in C: the summary says it apart, and the agent's figures leave it out."""
+    from qosmanager._native import sysio
+    from qosmanager.sim import fakesysio
+
+    assert quota_run.kernel_emulation_seconds > 0
+    text = summarize(quota_run)
+    assert "not counted:" in text and "fake kernel emulating the agent's writes" in text
+    assert result_json(quota_run)["agent"]["kernel_emulation_seconds"] == quota_run.kernel_emulation_seconds
+    host = FakeHost(str(tmp_path / "host"), version=1, n_cpus=4)
+    assert host.kernel is not None
+    path = host.layout.file("cpu", host.layout.qos_dir(KubeQoS.BESTEFFORT), "cpu.cfs_quota_us")
+    before = fakesysio.emulation_seconds()
+    fds = sysio.open_batch([path], os.O_WRONLY)
+    try:
+        for _ in range(200):
+            assert sysio.pwrite_batch(fds, [b"50000"], np.ones(1, dtype=bool)).tolist() == [0]
+    finally:
+        sysio.close_batch(fds)
+    assert fakesysio.emulation_seconds() > before, "writes through the fake kernel are counted"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,16 +9,19 @@ Map of the file: the registry of live kernels and of descriptors opened in a fak
 wrappers (``open_batch`` registers, ``pwrite_batch`` routes to :meth:`FakeKernel.write`,
 ``fstatfs_magic`` answers cgroupfs/cgroup2/resctrl, ``close_batch`` forgets, ``mkdir`` routes to
 :meth:`FakeKernel.mkdir`, ``psi_trigger`` to the kernel's :class:`~qosmanager.sim.fakepsi.PressureRules`
-and ``psi_poll`` reports its triggers' events as the kernel's poll does); :func:`install`, :func:`register`.
+and ``psi_poll`` reports its triggers' events as the kernel's poll does); :func:`install`, :func:`register`;
+:func:`emulation_seconds`, the CPU the wrappers spend emulating the kernel (simulate leaves it out of the agent's).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import time
 import weakref
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -49,6 +52,41 @@ _FDS: dict[int, tuple[str, FakeKernel]] = {}  # descriptor -> (path, kernel) of 
 _PSI_FDS: dict[int, int] = {}  # descriptor of a fake PSI trigger -> its inode (a reused number is not it)
 _REAL: dict[str, Any] = {}
 _INSTALL_LOCK = threading.Lock()
+# CPU seconds of this process in the wrappers beyond the real calls they make: the fake kernel's rules in
+# Python (a v1 quota write checks the hierarchy's bandwidth, as the kernel does in C), its descriptor
+# bookkeeping.  A node's kernel does that work in C at a fraction of the cost, so simulate counts it apart.
+_EMULATED = [0.0, 0.0]  # [in the wrappers, in the real calls they made]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def emulation_seconds() -> float:
+    """CPU seconds this process has spent emulating the kernel in the sysio wrappers (the real calls they
+    made excluded).  Counted on every thread together: a figure for single-threaded use (simulate)."""
+    return _EMULATED[0] - _EMULATED[1]
+
+
+def _emulating(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _KERNELS:  # nothing emulated: not even the clock's cost
+            return fn(*args, **kwargs)
+        t0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _EMULATED[0] += time.process_time() - t0
+    return wrapper  # type: ignore[return-value]
+
+
+def _real(name: str, *args: Any) -> Any:
+    """A real sysio function, its CPU counted apart from the emulation around it."""
+    if not _KERNELS:
+        return _REAL[name](*args)
+    t0 = time.process_time()
+    try:
+        return _REAL[name](*args)
+    finally:
+        _EMULATED[1] += time.process_time() - t0
 
 
 def _owner(path: str) -> FakeKernel | None:
@@ -58,8 +96,9 @@ def _owner(path: str) -> FakeKernel | None:
     return None
 
 
+@_emulating
 def _open_batch(paths: Sequence[str], flags: int) -> np.ndarray:
-    fds = _REAL["open_batch"](paths, flags)
+    fds = _real("open_batch", paths, flags)
     kernels = list(_KERNELS.values())
     if kernels:
         prefixes = tuple(k.cgroup_root + "/" for k in kernels) + tuple(k.resctrl_root + "/" for k in kernels)
@@ -89,18 +128,19 @@ def _registered(fd: int) -> tuple[str, FakeKernel] | None:
     return hit
 
 
+@_emulating
 def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarray) -> np.ndarray:
     if not _FDS:
-        return _REAL["pwrite_batch"](fds, payloads, truncate)
+        return _real("pwrite_batch", fds, payloads, truncate)
     fd_list = np.asarray(fds).tolist()
     hits = [_registered(fd) for fd in fd_list]
     if not any(hits):
-        return _REAL["pwrite_batch"](fds, payloads, truncate)
+        return _real("pwrite_batch", fds, payloads, truncate)
     err = np.zeros(len(payloads), dtype=np.int32)
     rest = [i for i, h in enumerate(hits) if h is None]
     if rest:
         idx = np.asarray(rest, dtype=np.int64)
-        err[idx] = _REAL["pwrite_batch"](np.asarray(fds)[idx], [payloads[i] for i in rest],
+        err[idx] = _real("pwrite_batch", np.asarray(fds)[idx], [payloads[i] for i in rest],
                                          np.asarray(truncate)[idx])
     for i, h in enumerate(hits):
         if h is not None:
@@ -109,6 +149,7 @@ def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarr
     return err
 
 
+@_emulating
 def _fstatfs_magic(fd: int) -> int | None:
     hit = _registered(fd) if _FDS else None
     if hit is not None and hit[1].has_rule(hit[0]):
@@ -116,20 +157,22 @@ def _fstatfs_magic(fd: int) -> int | None:
         if path.startswith(k.resctrl_root):
             return 0x07655821
         return 0x27E0EB if k.version == 1 else 0x63677270
-    return _REAL["fstatfs_magic"](fd)
+    return _real("fstatfs_magic", fd)
 
 
+@_emulating
 def _close_batch(fds: np.ndarray) -> None:
     if _FDS:
         for fd in np.asarray(fds).tolist():
             _FDS.pop(fd, None)
-    _REAL["close_batch"](fds)
+    _real("close_batch", fds)
 
 
+@_emulating
 def _mkdir(path: str, mode: int = 0o777) -> None:
     k = _owner(os.path.abspath(path)) if _KERNELS else None
     if k is None:
-        _REAL["mkdir"](path, mode)
+        _real("mkdir", path, mode)
     else:
         k.mkdir(os.path.abspath(path), mode)
 

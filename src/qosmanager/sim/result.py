@@ -129,6 +129,9 @@ class SimResult:
     psi_cpu_triggers: list[tuple[str, str]] = field(default_factory=list)
     psi_cpu_samples: int = 0
     psi_cpu_writes: int = 0
+    # CPU seconds the fake kernel spent emulating the agent's calls (its rules in Python), left out of the
+    # agent's figures above (tick_cpu, jobs): a node's kernel does that work in C
+    kernel_emulation_seconds: float = 0.0
 
     @property
     def ticks(self) -> int:

@@ -12,8 +12,9 @@ step, reading back the BE limits the agent wrote (the closed loop).
 Time is simulated: the agent's wall clock, its scheduler's monotonic clock and the collector's
 nanosecond clock all read one :class:`SimClock`, and the loop jumps from one due job to the next,
 so 30 s of node time take a few seconds.  What is *measured*, not simulated: the CPU time the
-agent's own jobs take (``time.process_time`` around each collect and strategy run) and the peak
-RSS (psutil, sampled after every agent tick; the process also holds the simulator).
+agent's own jobs take (``time.process_time`` around each collect and strategy run, less the fake
+kernel's emulation of the calls they make: :func:`~qosmanager.sim.fakesysio.emulation_seconds`, said apart in
+the summary) and the peak RSS (psutil, sampled after every agent tick; the process also holds the simulator).
 
 Every path the command writes (``--json``, ``--plot``, ``--workdir``, ``--audit-log``) is checked
 before anything is built, and ``--plot`` needs matplotlib: a bad one is one line and exit status 2,
@@ -64,6 +65,7 @@ from qosmanager.eviction.types import EvictDecision
 from qosmanager.framework.memreaction import MemoryReactions
 from qosmanager.host.cgroups import KubeQoS
 from qosmanager.sim.fakehost import FakeHost, FakePod
+from qosmanager.sim.fakesysio import emulation_seconds
 from qosmanager.sim.load import LoadModel, LoadShape, StepRecord
 from qosmanager.sim.objects import node_object, nodeslo_object, pod_list, pod_object
 from qosmanager.sim.result import Eviction, FileWrite, JobStats, SimConfig, SimResult
@@ -302,6 +304,12 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
     records: list[StepRecord] = []
     tick_cpu: list[float] = []
     peak_rss = baseline_rss
+
+    def cpu() -> float:
+        """The process's CPU time less the fake kernel's emulation (a node's kernel does that in C)."""
+        return time.process_time() - emulation_seconds()
+
+    emulated = 0.0  # the fake kernel's emulation within the agent's jobs (the model's writes go through it too)
     t_run = time.monotonic()
     next_step = 0.0
     try:
@@ -331,25 +339,27 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                 continue
             if next_fast <= job.next_at:
                 model.substep(t)  # the counters the fast path and the memory trigger sample, as of now
-                c0 = time.process_time()
+                c0, e0 = cpu(), emulation_seconds()
                 if watch is not None:
                     poll_psi()
-                    jobs["psi"].add(time.process_time() - c0)
+                    jobs["psi"].add(cpu() - c0)
                 if fast is not None:
                     fast.step()
-                    jobs["fastpath"].add(time.process_time() - c0)
-                c1 = time.process_time()
+                    jobs["fastpath"].add(cpu() - c0)
+                c1 = cpu()
                 if trigger is not None:
                     if trigger.check():
                         agent.scheduler.take_wakes()  # the woken jobs are due now: the loop runs them next
-                    jobs["memtrigger"].add(time.process_time() - c1)
+                    jobs["memtrigger"].add(cpu() - c1)
                 if tick_cpu:
-                    tick_cpu[-1] += time.process_time() - c0
+                    tick_cpu[-1] += cpu() - c0
+                emulated += emulation_seconds() - e0
                 next_fast = round(next_fast + sub, 9)
                 continue
-            c0 = time.process_time()
+            c0, e0 = cpu(), emulation_seconds()
             agent.scheduler.run_job(job)
-            spent = time.process_time() - c0
+            spent = cpu() - c0
+            emulated += emulation_seconds() - e0
             jobs.setdefault(job.name, JobStats()).add(spent)
             if job.name == "collect":
                 tick_cpu.append(0.0)
@@ -383,7 +393,8 @@ def _run(cfg: SimConfig, root: str, progress: Progress | None) -> SimResult:
                      memory_reactions=memory_reactions, psi_events=psi_events,
                      psi_triggers=psi_triggers, ls_stall_peak=model.pressure.ls_peak,
                      ls_stall_first=model.pressure.ls_first, psi_wakes=psi_wakes, psi_cpu_events=cpu_events,
-                     psi_cpu_triggers=cpu_triggers, psi_cpu_samples=cpu_samples[0], psi_cpu_writes=cpu_samples[1])
+                     psi_cpu_triggers=cpu_triggers, psi_cpu_samples=cpu_samples[0], psi_cpu_writes=cpu_samples[1],
+                     kernel_emulation_seconds=emulated)
 
 
 def display_path(host: FakeHost, path: str) -> str:

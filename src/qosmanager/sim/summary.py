@@ -117,6 +117,10 @@ def summarize(res: SimResult, *, unicode: bool = True, width: int = 60) -> str:
     median, mean, worst = res.tick_cpu_stats()
     lines.append(f"agent      CPU per tick {1000.0 * median:.1f} ms median, {1000.0 * mean:.1f} ms mean, "
                  f"{1000.0 * worst:.1f} ms max over {ticks} ticks (ms per run: {per_job})")
+    if res.kernel_emulation_seconds > 0:
+        lines.append(f"           not counted: {1000.0 * res.kernel_emulation_seconds / max(ticks, 1):.1f} ms per tick "
+                     "of the fake kernel emulating the agent's writes in Python (its rules: a v1 quota write "
+                     "checks the hierarchy's bandwidth), which a node's kernel does in C")
     lines.append(f"           peak RSS {_mib(res.peak_rss)} ({_mib(res.baseline_rss)} before the agent "
                  "started; one process with the simulator)")
     for name, err in res.strategy_errors.items():
@@ -357,7 +361,7 @@ def result_json(res: SimResult) -> dict[str, Any]:
         "shape": asdict(res.config.shape),
         "pods": res.pods, "ls_pods": res.ls_pods, "be_pods": res.be_pods, "strategies": res.strategies,
         "agent": {"ticks": res.ticks, "cpu_seconds": res.agent_cpu_seconds, "peak_rss": res.peak_rss,
-                  "baseline_rss": res.baseline_rss,
+                  "baseline_rss": res.baseline_rss, "kernel_emulation_seconds": res.kernel_emulation_seconds,
                   "jobs": {n: asdict(s) for n, s in res.jobs.items()}, "errors": res.strategy_errors},
         "timeline": [{k: clean(v) for k, v in asdict(r).items()} for r in res.records],
         "evictions": [asdict(e) for e in res.evictions],
