@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import kernelcg
-from conftest import check_bounds
+from conftest import check_bounds, until_pods_in_force
 from qosmanager.agent import Agent, AgentConfig
 from qosmanager.host.cgroups import CgroupLayout, KubeQoS
 from qosmanager.host.roots import HostRoots
@@ -96,12 +96,7 @@ def node(tmp_path_factory: Any) -> Any:
             agent.collector.mode = COLLECT_ALL
             agent.collector.collect(time.time())
 
-        # a pods file of this size (>= 1 MiB) is decoded beside the ticks: tick until its pods are in force
-        deadline = time.monotonic() + 300
-        while agent.store.pods_loading or len(agent.store.pods) != len(pods):
-            assert time.monotonic() < deadline, "the pods file never came into force"
-            demand_tick()
-            time.sleep(0.05)
+        until_pods_in_force(agent, len(pods), demand_tick)  # a pods file of >= 1 MiB is decoded beside the ticks
         for _ in range(11):  # discovery, first samples, the slow cadence's first round
             demand_tick()
         assert agent.collector.stats.pending == 0 and agent.collector.stats.containers == N_CONTAINERS

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import check_bounds
+from conftest import check_bounds, until_pods_in_force
 from promtext import buckets, parse, parse_openmetrics
 from qosmanager.exporter import Exporter, MetricsServer
 from qosmanager.exporter.server import GZIP_LEVEL, MAX_CLIENTS
@@ -76,18 +76,17 @@ def test_scrape_cost(bench: Any, tmp_path: Path, scraped_agents: list[Any], n_co
     agent, _, t = fake_agent(tmp_path, n_containers=n_containers)
     scraped_agents.append(agent)
     registry = Exporter.for_agent(agent, "127.0.0.1:0").metrics.registry
-    rounds = 0
-    deadline = time.monotonic() + 60
-    # a pods file this big is decoded on a thread of its own: two rounds once the pods are in (on a busy
-    # machine the decode outlasted the first two rounds, and the scrape counted 0 containers)
-    while rounds < 2 or agent.store.pods_loading:
-        assert time.monotonic() < deadline, "the pods file was not decoded within a minute"
+
+    def step() -> None:
         for j in agent.scheduler.jobs:
             agent.scheduler.run_job(j)
         t[0] += 1
-        rounds = 0 if agent.store.pods_loading else rounds + 1
-        if agent.store.pods_loading:
-            time.sleep(0.01)
+
+    # a pods file this big is decoded on a thread of its own: two rounds once the pods are in (on a busy
+    # machine the decode outlasted the first two rounds, and the scrape counted 0 containers)
+    until_pods_in_force(agent, n_containers // 2, step)  # fake_agent's pods: two containers each
+    for _ in range(2):
+        step()
 
     def scrape() -> bytes:
         page, _ = registry.expose(PROMETHEUS_ACCEPT)
