@@ -242,9 +242,7 @@ def _psi_lines(res: SimResult) -> list[str]:
                "neither memoryHigh nor memoryEvict runs, or the kernel refused them")
         out.append(f"           no memory PSI trigger registered ({why})")
         return out
-    lines = sorted({line for _, line in res.psi_triggers})
-    files = [f for f, _ in res.psi_triggers]
-    where = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    lines, where = _trigger_lines_and_files(res.psi_triggers)
     ev = res.psi_events
     fired = "never fired"
     if ev:
@@ -252,7 +250,7 @@ def _psi_lines(res: SimResult) -> list[str]:
         if res.ls_stall_first is not None and ev[0][0] >= res.ls_stall_first:
             fired += f" ({ev[0][0] - res.ls_stall_first:.2f} s after LS began to stall)"
         fired += f"; the memory levels woken {res.psi_wakes} time(s)"
-    out.append(f"           {len(files)} trigger(s) ({', '.join(lines)}; threshold and window in us) on {where}; "
+    out.append(f"           {len(res.psi_triggers)} trigger(s) ({lines}; threshold and window in us) on {where}; "
                f"{fired}")
     for_stall = sorted(e.t for e in res.evictions if "LS stalled on memory" in e.reason)
     if for_stall:
@@ -267,15 +265,21 @@ def _psi_cpu_lines(res: SimResult) -> list[str]:
     """What the fast path's CPU triggers (LS's cpu.pressure) did: their events and the samples they took."""
     if not res.psi_cpu_triggers:
         return []
-    files = [f for f, _ in res.psi_cpu_triggers]
-    where = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    lines, where = _trigger_lines_and_files(res.psi_cpu_triggers)
     ev = res.psi_cpu_events
     fired = "never fired"
     if ev:
         fired = (f"fired {len(ev)} time(s), first at {ev[0][0]:.2f} s; the fast path sampled at once "
                  f"{res.psi_cpu_samples} time(s), {res.psi_cpu_writes} of them lowering BE's limit")
-    lines = sorted({line for _, line in res.psi_cpu_triggers})
-    return [f"           {len(files)} CPU trigger(s) ({', '.join(lines)}) on {where} (the fast path's); {fired}"]
+    return [f"           {len(res.psi_cpu_triggers)} CPU trigger(s) ({lines}) on {where} (the fast path's); {fired}"]
+
+
+def _trigger_lines_and_files(triggers: list[tuple[str, str]]) -> tuple[str, str]:
+    """(pressure file, line) pairs as the summary names them: the distinct lines, and the first file and
+    how many more."""
+    files = [f for f, _ in triggers]
+    where = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    return ", ".join(sorted({line for _, line in triggers})), where
 
 
 def _fast_path_line(res: SimResult) -> str:
@@ -367,10 +371,14 @@ def result_json(res: SimResult) -> dict[str, Any]:
         "evictions": [asdict(e) for e in res.evictions],
         "fast_path": {"react_mode": res.config.react_mode, "reactions": res.reactions},
         "memory_reactions": [{"level": lv, "t": t, "seconds": sec} for lv, t, sec in res.memory_reactions],
-        "psi": {"triggers": [{"file": f, "line": line} for f, line in res.psi_triggers],
-                "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in res.psi_events],
+        "psi": {**_psi_json(res.psi_triggers, res.psi_events),
                 "wakes": res.psi_wakes, "ls_stall_first": res.ls_stall_first, "ls_stall_peak": res.ls_stall_peak,
-                "cpu": {"triggers": [{"file": f, "line": line} for f, line in res.psi_cpu_triggers],
-                        "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in res.psi_cpu_events],
+                "cpu": {**_psi_json(res.psi_cpu_triggers, res.psi_cpu_events),
                         "fast_path_samples": res.psi_cpu_samples, "fast_path_writes": res.psi_cpu_writes}},
     }
+
+
+def _psi_json(triggers: list[tuple[str, str]], events: list[tuple[float, str, int]]) -> dict[str, Any]:
+    """``--json``'s triggers (``{file, line}``) and events (``{t, file, stall_us}``) of one resource."""
+    return {"triggers": [{"file": f, "line": line} for f, line in triggers],
+            "events": [{"t": t, "file": f, "stall_us": g} for t, f, g in events]}
