@@ -141,7 +141,7 @@ def _pwrite_batch(fds: np.ndarray, payloads: Sequence[bytes], truncate: np.ndarr
     if rest:
         idx = np.asarray(rest, dtype=np.int64)
         err[idx] = _real("pwrite_batch", np.asarray(fds)[idx], [payloads[i] for i in rest],
-                                         np.asarray(truncate)[idx])
+                         np.asarray(truncate)[idx])
     for i, h in enumerate(hits):
         if h is not None:
             path, k = h
